@@ -1,0 +1,62 @@
+# rankcheck: every target works on a fresh clone. Without NO_VENV it creates
+# .venv and installs what is missing; NO_VENV=1 PYTHON=python3 uses the
+# interpreter as it is (GPU machines without a package registry).
+NO_VENV ?=
+SYSTEM_PYTHON ?= python3
+# The CPU build of torch that this project's CI machines keep on disk; a GPU
+# node overrides it (TORCH_SPEC='torch') or runs with NO_VENV=1.
+TORCH_SPEC ?= torch==2.13.0
+ifeq ($(NO_VENV),1)
+PYTHON ?= python3
+VENV_STAMP :=
+else
+PYTHON := .venv/bin/python
+VENV_STAMP := .venv/.installed
+endif
+XDIST ?= -n auto
+ARGS ?=
+
+.PHONY: help venv test gpu-test validate golden compile bench list clean
+
+help:
+	@echo "make test      CPU test suite (pytest -n auto, no GPU needed)"
+	@echo "make validate  the main job: every scenario, launcher picked from the machine"
+	@echo "make gpu-test  gpu-marked tests and GPU validation (GPU machine, NO_VENV=1)"
+	@echo "make golden    regenerate the stored golden bits on purpose"
+	@echo "make compile   compile gate: every kernel variant for sm_90a and sm_100a"
+	@echo "make bench     benchmarks (GPU), results under docs/results/"
+
+venv: $(VENV_STAMP)
+
+.venv/.installed: pyproject.toml
+	$(SYSTEM_PYTHON) -m venv .venv
+	.venv/bin/python -m pip install -q --upgrade pip
+	.venv/bin/python -m pip install -q "$(TORCH_SPEC)"
+	.venv/bin/python -m pip install -q -e '.[dev,kernels]'
+	touch $@
+
+test: $(VENV_STAMP)
+	$(PYTHON) -m pytest $(XDIST) -m "not gpu" $(ARGS)
+
+gpu-test: $(VENV_STAMP)
+	$(PYTHON) -m pytest -m gpu -p no:cacheprovider $(ARGS)
+	$(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml
+
+validate: $(VENV_STAMP)
+	$(PYTHON) -m harness validate --launcher auto $(ARGS)
+
+golden: $(VENV_STAMP)
+	$(PYTHON) -m harness golden --regenerate $(ARGS)
+
+compile: $(VENV_STAMP)
+	$(PYTHON) -m harness compile --arch sm_90a $(ARGS)
+	$(PYTHON) -m harness compile --arch sm_100a $(ARGS)
+
+bench: $(VENV_STAMP)
+	$(PYTHON) -m harness bench $(ARGS)
+
+list: $(VENV_STAMP)
+	$(PYTHON) -m harness list
+
+clean:
+	rm -rf .venv runs .pytest_cache
