@@ -1,1 +1,28 @@
+"""Seed 004's Lamport all-reduce fused with mHC post-mix, collapse, RMSNorm and MXFP8.
 
+Modules: ``layout`` (buffer shapes, thread maps, constants), ``config``
+(argument validation), ``device`` (DSL building blocks), ``publish``,
+``owner_reduce`` and ``consumer`` (the three kernels), ``variants`` (compile
+cache and ``compile_variants`` for the compile gate), ``host``
+(``AllReduceMHC``, the per-rank system of ``docs/interfaces.md``).
+Importing the package does not import CuTe DSL; the kernels are loaded on
+first use of ``AllReduceMHC`` or ``compile_variants``.
+"""
+
+from __future__ import annotations
+
+
+def __getattr__(name: str):
+    """Load the DSL-dependent entry points lazily."""
+    if name == "AllReduceMHC":
+        from kernels.allreduce.host import AllReduceMHC
+
+        return AllReduceMHC
+    if name == "compile_variants":
+        from kernels.allreduce.variants import compile_variants
+
+        return compile_variants
+    raise AttributeError(name)
+
+
+__all__ = ["AllReduceMHC", "compile_variants"]

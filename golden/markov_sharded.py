@@ -1,0 +1,596 @@
+"""Golden loop of seed 000: the sharded Markov draft chain, per rank (SPMD).
+
+What it reproduces
+------------------
+Seed 000's ``ShardedMarkovSample`` samples up to 8 request rows for ``steps``
+(1..8) draft positions in one cooperative launch. Rank k owns rows
+``[k V/world, (k+1) V/world)`` of the Markov head (vocab-sharded). For request
+row r and step i, with p the row's previous token (its anchor
+``input_ids[r * query_per_row]`` for i = 0)::
+
+    logits[r, i] = cache_round(base[r, i] + bf16(head . embed[p]))
+    token[r, i]  = argmax(logits[r, i])                         temperature 0
+                 = argmax(logits[r, i] / T[r] + noise[r, i])    otherwise
+
+This module is the eager torch (CPU or GPU) loop with exactly that
+arithmetic, written per rank like the kernel: a rank computes its shard,
+exchanges one 64-bit candidate key per request row and step through
+``Comm.all_gather`` (the kernel's mailbox), and gathers the peers' cache
+shards once at the end (the kernel's staging buffer).
+
+Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
+-----------------------------------------------------------------------
+1. Embedding: ``embed_table[p]`` as BF16, 256 values, no clamping (an
+   anchor outside ``[0, vocab)`` is an argument error: the kernel would read
+   out of bounds).
+2. Bias accumulator: ``acc = bias_fn(embeds_bf16 [rows, 256],
+   head_shard_bf16 [n, 256])`` -> FP32 (or BF16) ``[rows, n]``. The kernel
+   computes it with 16 ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate)
+   chained in order over k; how the tensor core rounds inside one MMA is not
+   documented by NVIDIA, so the accumulation is pluggable:
+
+   - ``fp32_k_order_bias`` (default, PROVISIONAL until the GPU check of the
+     kernel issue decides): each product ``e_k * h_k`` rounded to FP32
+     (exact unless it falls below 2^-126), summed in FP32 in k order
+     0..255, one rounding per add.
+   - ``mma_chain_bias`` (HYPOTHESIS to be checked on the GPU): 16 MMAs in
+     the kernel's order; each MMA adds the exact sum of its 16 exact
+     products to the FP32 accumulator and rounds once to FP32. The kernel's
+     fragments give MMA ``2c + h`` (chunk c = 0..7, h = 0, 1) the k set
+     ``{32c + 8t + 4h + j : t, j in 0..3}``, not 16 consecutive k (see
+     ``mma_k_groups``). Published studies of NVIDIA tensor cores report
+     truncated alignment inside an MMA instead; the GPU decides.
+3. ``bias = bf16(acc)``: ``cvt.rn.bf16.f32`` then widened back to FP32.
+4. ``base``: BF16 base logits widened exactly, or FP32 loaded as is. The
+   base holds the full vocabulary (``base_column = k V/world``) or, with
+   ``shard_only_base``, only rank k's columns (``base_column = 0``).
+5. ``value = add.rn.f32(base, bias)`` (``add_rn``: never contracted into an
+   FMA). With a BF16 cache ``value = bf16(value)`` (one ``cvt.rn.bf16.f32``);
+   with an FP32 cache ``value`` stays FP32. So the logits are rounded once,
+   to the cache type, after the FP32 add; the cache stores ``value``.
+6. Score: ``value`` when the row's temperature is 0 (greedy; a padding row,
+   i.e. a negative request index, always has temperature 0), else
+   ``add.rn.f32(div.full.f32(value, T), noise)`` with ``noise`` an FP32
+   input (the Gumbel noise is not computed here). ``div.full.f32`` is
+   ``RN(x * MUFU.RCP(T))`` with scalings: ``golden.fp32.div_full_f32`` with
+   the GPU's reciprocal bits of T (``golden.fp32.reciprocal_bits``; powers
+   of two have exact reciprocals, other temperatures need the measured
+   table). A temperature of -0.0 counts as 0 (``T != 0.0`` is false).
+7. NaN: every NaN an FP32 op of steps 5-6 produces is the GPU's single
+   canonical NaN 0x7FFFFFFF, whatever the NaN inputs were (NVIDIA GPUs
+   keep no NaN payload); torch on a CPU keeps the input's payload and sign,
+   so the ops come from ``golden.fp32`` (``add_f32``, ``div_full_f32``,
+   ``bf16_round``), which canonicalize. A BF16 cache stores NaN as 0x7FFF.
+8. Candidate key (``candidate_key``): with ``b`` the score's bits,
+   ``ordered = b | 0x80000000`` for a clear sign bit, ``~b`` otherwise;
+   ``key = ordered << 17 | (0x1FFFF - index)`` (index = global vocab id).
+   Larger key wins; 0 means "no key". Consequences: order is the float
+   order with -0.0 < +0.0 (a -0.0 never ties a +0.0: +0.0 wins even at a
+   larger index); the canonical NaN (positive, all mantissa bits set)
+   orders above +inf, so any NaN score wins and among NaNs the smallest
+   index wins ("first NaN, else first maximum", as seed 001); a negative NaN
+   would lose to everything, but canonicalization (7) means none occurs.
+   Equal scores prefer the smaller index, across shards too. Index bits
+   limit the vocabulary to 2^17.
+9. Exchange: each rank's per-row maximum key travels as the record
+   ``key << 15 | tag`` with the 15-bit tag ``1 + launches % 32767`` of the
+   rank's uint32 launch counter; rows ``rows .. max_rows-1`` post the zero
+   key. A receiver checks every awaited record's tag (a mismatch, which
+   hangs the kernel until its timeout, raises here), takes the maximum key
+   over ranks, and the token is ``0x1FFFF - (key & 0x1FFFF)``. The next
+   step's embedding is that token's row.
+10. Cache: a row whose request index ``s = idx_mapping[r * steps + i]`` is
+   non-negative writes ``logits_cache[s, i, :]`` (its own shard during the
+   step, the peers' shards from staging after the last step), so every rank
+   ends with the full vocabulary; padding rows write nothing. Two rows with
+   the same request index in one step would race in the kernel and are an
+   argument error.
+11. State: the launch counter starts at ``config["launch_counter_start"]``
+   (default 0) and advances by one per launch, modulo 2^32 (the kernel's
+   uint32 word); a call rejected by the argument checks changes nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping
+
+import torch
+
+from golden.comm import Comm, SoloComm, shard_bounds
+from golden import fp32
+
+HEAD_DIM = 256
+MAX_ROWS = 8
+MAX_STEPS = 8
+MAX_RANKS = 8
+TILE_ROWS = 16
+MMA_K = 16
+INDEX_BITS = 17
+INDEX_MASK = (1 << INDEX_BITS) - 1
+MAX_VOCAB = 1 << INDEX_BITS
+TAG_BITS = 15
+TAG_MASK = (1 << TAG_BITS) - 1
+TAG_PERIOD = 32767
+COUNTER_MODULUS = 1 << 32
+_SIGN_BIT = 0x80000000
+_WORD_MASK = 0xFFFFFFFF
+
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+BiasFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# --------------------------------------------------------------------------
+# Bias accumulation models
+# --------------------------------------------------------------------------
+
+
+def fp32_k_order_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Tensor:
+    """FP32 ``[rows, n]`` sums of FP32-rounded products, added one k at a time in order 0..255."""
+    products = embeds.float()[:, None, :] * head_shard.float()[None, :, :]
+    acc = torch.zeros(products.shape[:2], dtype=torch.float32, device=products.device)
+    for k in range(products.shape[2]):
+        acc = acc + products[:, :, k]
+    return acc
+
+
+def mma_k_groups(dim: int = HEAD_DIM) -> list[list[int]]:
+    """The k indices each of the kernel's chained m16n8k16 MMAs covers, in issue order."""
+    groups = []
+    for chunk in range(dim // 32):
+        for half in range(2):
+            groups.append(
+                [32 * chunk + 8 * t + 4 * half + j for t in range(4) for j in range(4)]
+            )
+    return groups
+
+
+def _lowest_bit_exponents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """For nonzero finite doubles, the exponents of their highest and lowest set bits."""
+    mantissa, exponent = torch.frexp(x)
+    integer = (mantissa.abs() * 2.0**53).to(torch.int64)
+    lowest = (integer & -integer).double()
+    trailing = torch.frexp(lowest)[1] - 1
+    return exponent.to(torch.int64) - 1, exponent.to(torch.int64) - 53 + trailing.to(torch.int64)
+
+
+def round_scaled_int_to_f32(n: int, e: int) -> float:
+    """``n * 2**e`` (exact integers) rounded to nearest-even FP32, returned as a Python float."""
+    if n == 0:
+        return 0.0
+    magnitude = abs(n)
+    top = magnitude.bit_length() - 1 + e
+    quantum = max(top - 23, -149)
+    shift = quantum - e
+    if shift > 0:
+        kept = magnitude >> shift
+        rest = magnitude - (kept << shift)
+        half = 1 << (shift - 1)
+        if rest > half or (rest == half and kept & 1):
+            kept += 1
+    else:
+        kept = magnitude << -shift
+    if kept.bit_length() - 1 + quantum >= 128:
+        result = math.inf
+    else:
+        result = math.ldexp(kept, quantum)
+    return -result if n < 0 else result
+
+
+def _exact_sum_python(terms: list[float]) -> float:
+    """The exact sum of finite doubles rounded once to FP32 (+0.0 for an exact zero)."""
+    parts = [t.as_integer_ratio() for t in terms if t != 0.0]
+    if not parts:
+        return math.copysign(0.0, -1.0) if all(math.copysign(1.0, t) < 0 for t in terms) else 0.0
+    scaled = [(num, -(den.bit_length() - 1)) for num, den in parts]
+    low = min(e for _, e in scaled)
+    total = sum(num << (e - low) for num, e in scaled)
+    return round_scaled_int_to_f32(total, low)
+
+
+def exact_sum_to_f32(terms: torch.Tensor) -> torch.Tensor:
+    """FP32 of the exact sum over the last axis of exactly-representable doubles, rounded once.
+
+    A sum whose terms span at most 47 bits between the highest and lowest set
+    bit is exact in double arithmetic in any order, so it is summed with
+    torch; any other element is summed exactly with Python integers. Infinite
+    and NaN terms follow IEEE double addition (NaN canonicalized later).
+    """
+    total = terms[..., 0].clone()
+    for j in range(1, terms.shape[-1]):
+        total = total + terms[..., j]
+    finite_nonzero = torch.isfinite(terms) & (terms != 0)
+    top, low = _lowest_bit_exponents(torch.where(finite_nonzero, terms, torch.ones_like(terms)))
+    big = torch.iinfo(torch.int64).max
+    top = torch.where(finite_nonzero, top, torch.full_like(top, -big)).amax(-1)
+    low = torch.where(finite_nonzero, low, torch.full_like(low, big)).amin(-1)
+    span_bits = 53 - math.ceil(math.log2(terms.shape[-1])) - 1
+    inexact = finite_nonzero.any(-1) & torch.isfinite(total) & (top - low > span_bits)
+    result = total.to(torch.float32)
+    if bool(inexact.any()):
+        flat_terms = terms.reshape(-1, terms.shape[-1])
+        flat_result = result.reshape(-1)
+        for position in inexact.reshape(-1).nonzero().flatten().tolist():
+            flat_result[position] = _exact_sum_python(flat_terms[position].tolist())
+        result = flat_result.reshape(result.shape)
+    return result
+
+
+def mma_chain_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Tensor:
+    """FP32 ``[rows, n]`` of 16 chained MMAs, each adding its exact 16-product sum and rounding once."""
+    e = embeds.double()
+    h = head_shard.double()
+    acc = torch.zeros((e.shape[0], h.shape[0]), dtype=torch.float32, device=e.device)
+    for ks in mma_k_groups(e.shape[1]):
+        index = torch.tensor(ks, device=e.device)
+        products = e[:, None, index] * h[None, :, index]
+        terms = torch.cat([acc.double()[..., None], products], dim=-1)
+        acc = exact_sum_to_f32(terms)
+    return acc
+
+
+BIAS_FUNCTIONS: dict[str, BiasFn] = {
+    "fp32_k_order": fp32_k_order_bias,
+    "mma_chain": mma_chain_bias,
+}
+
+
+# --------------------------------------------------------------------------
+# Keys, records, canonical NaN
+# --------------------------------------------------------------------------
+
+
+def candidate_keys(scores: torch.Tensor, first_index: int) -> torch.Tensor:
+    """int64 keys of FP32 ``scores [..., n]`` whose last axis holds vocab ids ``first_index + j``."""
+    bits = scores.contiguous().view(torch.int32).to(torch.int64) & _WORD_MASK
+    ordered = torch.where(bits >= _SIGN_BIT, bits ^ _WORD_MASK, bits | _SIGN_BIT)
+    index = torch.arange(first_index, first_index + scores.shape[-1], device=scores.device)
+    return (ordered << INDEX_BITS) | (INDEX_MASK - index)
+
+
+def key_index(key: int) -> int:
+    """The vocabulary index a candidate key carries."""
+    return INDEX_MASK - (key & INDEX_MASK)
+
+
+def launch_tag(launches: int) -> int:
+    """The 15-bit mailbox tag of a launch counter value (never 0, so 0 means "not posted")."""
+    return 1 + launches % TAG_PERIOD
+
+
+def encode_record(key: int, tag: int) -> int:
+    """The signed int64 form of the u64 mailbox record ``key << 15 | tag``."""
+    record = ((key << TAG_BITS) | tag) & ((1 << 64) - 1)
+    return record - (1 << 64) if record >= 1 << 63 else record
+
+
+def decode_record(record: int) -> tuple[int, int]:
+    """(key, tag) of a mailbox record given as a signed int64."""
+    unsigned = record & ((1 << 64) - 1)
+    return unsigned >> TAG_BITS, unsigned & TAG_MASK
+
+
+# --------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------
+
+
+def _dtype(name: str, value) -> torch.dtype:
+    """The torch dtype a config dtype entry (name or dtype) names."""
+    if isinstance(value, torch.dtype) and value in DTYPES.values():
+        return value
+    if isinstance(value, str) and value in DTYPES:
+        return DTYPES[value]
+    raise ValueError(f"config[{name!r}]: expected 'bfloat16' or 'float32', got {value!r}")
+
+
+def _int(where: str, value, low: int, high: int | None = None) -> int:
+    """``value`` as an int in ``[low, high]``, else an error naming ``where``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{where}: expected an int, got {type(value).__name__} {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
+        raise ValueError(f"{where}: expected an int in {bound}, got {value}")
+    return value
+
+
+def _tensor(where: str, value, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """``value`` if it is a tensor of ``dtype`` and ``shape``, else an error naming ``where``."""
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"{where}: expected a {dtype} tensor of shape {shape}, got {type(value).__name__}")
+    if value.dtype != dtype or tuple(value.shape) != shape:
+        raise ValueError(
+            f"{where}: expected {dtype} of shape {shape}, got {value.dtype} of shape {tuple(value.shape)}"
+        )
+    return value
+
+
+def _bias_fn(value) -> BiasFn:
+    """The bias accumulation a config entry names (a BIAS_FUNCTIONS key or a callable)."""
+    if value is None:
+        return fp32_k_order_bias
+    if callable(value):
+        return value
+    if isinstance(value, str) and value in BIAS_FUNCTIONS:
+        return BIAS_FUNCTIONS[value]
+    raise ValueError(f"config['bias_fn']: expected one of {sorted(BIAS_FUNCTIONS)} or a callable, got {value!r}")
+
+
+def _rcp_table(value) -> Mapping[int, int] | None:
+    """The reciprocal table a config entry gives: a {t bits: rcp bits} map, an arch name, or None."""
+    if value is None or isinstance(value, Mapping):
+        return value
+    if isinstance(value, str):
+        return fp32.load_rcp_table(value)
+    raise ValueError(f"config['rcp_table']: expected a {{t bits: rcp bits}} map, an arch name or None, got {value!r}")
+
+
+class _Call:
+    """One launch's checked arguments."""
+
+    def __init__(self, **fields) -> None:
+        self.__dict__.update(fields)
+
+
+# --------------------------------------------------------------------------
+# The per-rank system
+# --------------------------------------------------------------------------
+
+
+class GoldenMarkovSharded:
+    """Rank ``comm.rank`` of the sharded Markov chain: the golden side of seed 000's interface.
+
+    Config beyond the family's (docs/interfaces.md): ``bias_fn`` (a
+    ``BIAS_FUNCTIONS`` name or a callable; default ``fp32_k_order``),
+    ``rcp_table`` (``{t bits: rcp bits}``, an arch name for
+    ``golden.fp32.load_rcp_table``, or None: powers of two only) and
+    ``launch_counter_start`` (default 0). ``call_params``: ``query_per_row``
+    (required), ``rows`` (default ``base_logits.shape[0]``), ``steps``
+    (optional, must equal config ``steps``).
+    """
+
+    def __init__(self, comm: Comm, static: Mapping[str, torch.Tensor], config: Mapping) -> None:
+        if not isinstance(config, Mapping):
+            raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
+        for name in ("vocab", "steps", "base_dtype", "cache_dtype", "max_rows", "max_reqs"):
+            if name not in config:
+                raise ValueError(f"config[{name!r}]: missing")
+        self.world = _int("comm.world", comm.world, 1, MAX_RANKS)
+        self.rank = _int("comm.rank", comm.rank, 0, self.world - 1)
+        if "world" in config and config["world"] != self.world:
+            raise ValueError(f"config['world']: expected the comm's world {self.world}, got {config['world']!r}")
+        self.vocab = _int("config['vocab']", config["vocab"], 1, MAX_VOCAB)
+        if self.vocab % self.world:
+            raise ValueError(f"config['vocab']: {self.vocab} is not divisible by world {self.world}")
+        self.vocab_local = self.vocab // self.world
+        if self.vocab_local % TILE_ROWS:
+            raise ValueError(
+                f"config['vocab']: the shard vocab / world = {self.vocab_local} must be a multiple of {TILE_ROWS}"
+            )
+        self.steps = _int("config['steps']", config["steps"], 1, MAX_STEPS)
+        self.max_rows = _int("config['max_rows']", config["max_rows"], 1, MAX_ROWS)
+        self.max_reqs = _int("config['max_reqs']", config["max_reqs"], 1)
+        self.base_dtype = _dtype("base_dtype", config["base_dtype"])
+        self.cache_dtype = _dtype("cache_dtype", config["cache_dtype"])
+        self.shard_only_base = config.get("shard_only_base", False)
+        if not isinstance(self.shard_only_base, bool):
+            raise TypeError(f"config['shard_only_base']: expected a bool, got {self.shard_only_base!r}")
+        self.bias_fn = _bias_fn(config.get("bias_fn"))
+        self.rcp_table = _rcp_table(config.get("rcp_table"))
+        start = _int(
+            "config['launch_counter_start']", config.get("launch_counter_start", 0), 0, COUNTER_MODULUS - 1
+        )
+        if not isinstance(static, Mapping):
+            raise TypeError(f"static: expected a mapping, got {type(static).__name__}")
+        shape = (self.vocab, HEAD_DIM)
+        self.embed_table = _tensor("static['embed_table']", static.get("embed_table"), torch.bfloat16, shape)
+        head = _tensor("static['head']", static.get("head"), torch.bfloat16, shape)
+        self.first, self.end = shard_bounds(self.vocab, self.world, self.rank)
+        self.head_shard = head[self.first : self.end].contiguous()
+        self.comm = comm
+        self._launches = start
+
+    def state(self) -> dict:
+        """The launch counter (the tag of the next launch is ``1 + launches % 32767``)."""
+        return {"launches": self._launches}
+
+    def _check(self, call_inputs: Mapping, call_params: Mapping) -> _Call:
+        """Every argument of one launch checked (raises before anything changes)."""
+        if not isinstance(call_inputs, Mapping):
+            raise TypeError(f"call_inputs: expected a mapping, got {type(call_inputs).__name__}")
+        call_params = {} if call_params is None else call_params
+        if not isinstance(call_params, Mapping):
+            raise TypeError(f"call_params: expected a mapping, got {type(call_params).__name__}")
+        for name in ("input_ids", "idx_mapping", "temperature", "noise", "base_logits", "logits_cache"):
+            if name not in call_inputs:
+                raise ValueError(f"call_inputs[{name!r}]: missing")
+        if "query_per_row" not in call_params:
+            raise ValueError("call_params['query_per_row']: missing")
+        query_per_row = _int("call_params['query_per_row']", call_params["query_per_row"], 1)
+        if "steps" in call_params and call_params["steps"] != self.steps:
+            raise ValueError(
+                f"call_params['steps']: the chain is built for config steps {self.steps}, got {call_params['steps']!r}"
+            )
+        base = call_inputs["base_logits"]
+        if not isinstance(base, torch.Tensor) or base.dim() != 3:
+            raise ValueError(f"call_inputs['base_logits']: expected a 3-d [rows, steps, vocab] tensor, got {base!r:.80}")
+        rows = call_params.get("rows", base.shape[0])
+        rows = _int("call_params['rows']", rows, 1, self.max_rows)
+        steps, vocab = self.steps, self.vocab
+        base = _tensor("call_inputs['base_logits']", base, self.base_dtype, (rows, steps, vocab))
+        idx = call_inputs["idx_mapping"]
+        idx = _tensor("call_inputs['idx_mapping']", idx, torch.int64, (rows * steps,))
+        temperature = _tensor(
+            "call_inputs['temperature']", call_inputs["temperature"], torch.float32, (self.max_reqs,)
+        )
+        noise = _tensor("call_inputs['noise']", call_inputs["noise"], torch.float32, (rows * steps, vocab))
+        cache = _tensor(
+            "call_inputs['logits_cache']", call_inputs["logits_cache"], self.cache_dtype, (self.max_reqs, steps, vocab)
+        )
+        ids = call_inputs["input_ids"]
+        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.dim() != 1:
+            raise ValueError(f"call_inputs['input_ids']: expected a 1-d int32 tensor, got {ids!r:.80}")
+        needed = (rows - 1) * query_per_row + 1
+        if ids.shape[0] < needed:
+            raise ValueError(
+                f"call_inputs['input_ids']: {rows} rows at query_per_row {query_per_row} need "
+                f"at least {needed} ids, got {ids.shape[0]}"
+            )
+        anchors = ids[torch.arange(rows) * query_per_row].to(torch.int64).cpu()
+        bad = ((anchors < 0) | (anchors >= vocab)).nonzero().flatten().tolist()
+        if bad:
+            raise ValueError(
+                f"call_inputs['input_ids']: anchor of row {bad[0]} is {int(anchors[bad[0]])}, "
+                f"expected a token id in [0, {vocab})"
+            )
+        states = idx.cpu().view(rows, steps)
+        if bool((states >= self.max_reqs).any()):
+            where = (states >= self.max_reqs).nonzero()[0].tolist()
+            raise ValueError(
+                f"call_inputs['idx_mapping']: row {where[0]} step {where[1]} maps to request "
+                f"{int(states[where[0], where[1]])}, expected < max_reqs {self.max_reqs} (or negative for padding)"
+            )
+        for step in range(steps):
+            used = [s for s in states[:, step].tolist() if s >= 0]
+            if len(used) != len(set(used)):
+                raise ValueError(
+                    f"call_inputs['idx_mapping']: step {step} maps two rows to one request "
+                    f"({states[:, step].tolist()}); their cache writes would race"
+                )
+        temps = torch.zeros(rows, steps, dtype=torch.float32)
+        active = states >= 0
+        temps[active] = temperature.cpu()[states[active]]
+        reciprocals: dict[int, int] = {}
+        for bits in fp32.f32_bits(temps[temps != 0]).unique().tolist():
+            try:
+                reciprocals[bits] = fp32.reciprocal_bits(fp32.f32_const(bits), self.rcp_table)
+            except ValueError as exc:
+                raise ValueError(f"call_inputs['temperature']: {exc}") from exc
+        return _Call(
+            rows=rows,
+            query_per_row=query_per_row,
+            anchors=anchors,
+            states=states,
+            temps=temps,
+            reciprocals=reciprocals,
+            base=base,
+            noise=noise,
+            cache=cache,
+        )
+
+    def _base_source(self, base: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """The base tensor this rank's kernel reads and the column of its first vocab entry in it."""
+        if self.shard_only_base:
+            return base[:, :, self.first : self.end].contiguous(), 0
+        return base, self.first
+
+    def _shard_values(self, embeds: torch.Tensor, base_row: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """This shard's logits ``[rows, n]``: FP32 ``cache_round(base + bf16(acc))`` and its cache elements."""
+        acc = self.bias_fn(embeds, self.head_shard)
+        if acc.dtype == torch.float32:
+            acc = fp32.bf16_round(acc)
+        elif acc.dtype != torch.bfloat16:
+            raise TypeError(f"bias_fn: expected a float32 or bfloat16 result, got {acc.dtype}")
+        if tuple(acc.shape) != tuple(base_row.shape):
+            raise ValueError(f"bias_fn: expected a result of shape {tuple(base_row.shape)}, got {tuple(acc.shape)}")
+        bias = fp32.bf16_to_f32(acc.to(base_row.device))
+        base = fp32.bf16_to_f32(base_row) if base_row.dtype == torch.bfloat16 else base_row
+        values = fp32.add_f32(base, bias)
+        if self.cache_dtype == torch.float32:
+            return values, values
+        elements = fp32.bf16_round(values)
+        return fp32.bf16_to_f32(elements), elements
+
+    def _scores(self, values: torch.Tensor, call: _Call, step: int, noise: torch.Tensor) -> torch.Tensor:
+        """FP32 scores ``[rows, n]``: the logits, or logits / T + noise for rows sampled at temperature T."""
+        scores = values.clone()
+        for r in range(call.rows):
+            t = call.temps[r, step]
+            if float(t) != 0.0:
+                rcp = fp32.f32_const(call.reciprocals[int(fp32.f32_bits(t))])
+                scores[r] = fp32.add_f32(fp32.div_full_f32(values[r], t, rcp), noise[r])
+        return scores
+
+    def _exchange(self, best: list[int], tag: int, step: int, rows: int) -> list[int]:
+        """The winning key of each request row over all ranks (the mailbox round of one step)."""
+        posted = best + [0] * (self.max_rows - rows)
+        records = torch.tensor([encode_record(k, tag) for k in posted], dtype=torch.int64)
+        gathered = self.comm.all_gather(records).tolist()
+        winners = []
+        for r in range(rows):
+            winner = 0
+            for source in range(self.world):
+                key, seen = decode_record(gathered[source][r])
+                if seen != tag:
+                    raise RuntimeError(
+                        f"rank {self.rank} step {step} row {r}: the record from rank {source} carries tag "
+                        f"{seen}, expected {tag} (ranks disagree on the launch counter; the kernel would "
+                        "wait until its timeout)"
+                    )
+                winner = max(winner, key)
+            winners.append(winner)
+        return winners
+
+    def launch(self, call_inputs: Mapping, call_params: Mapping) -> dict:
+        """One launch of the chain on this rank: ``{"draft_tokens", "logits_cache"}``."""
+        call = self._check(call_inputs, call_params)
+        rows, steps = call.rows, self.steps
+        tag = launch_tag(self._launches)
+        base_source, base_column = self._base_source(call.base)
+        n = self.vocab_local
+        device = self.head_shard.device
+        cache = call.cache.clone()
+        staged = torch.zeros((self.max_rows, steps, n), dtype=self.cache_dtype, device=device)
+        tokens = torch.zeros((rows, steps), dtype=torch.int64)
+        embeds = self.embed_table[call.anchors.to(self.embed_table.device)].to(device)
+        for step in range(steps):
+            base_row = base_source[:, step, base_column : base_column + n].to(device)
+            values, elements = self._shard_values(embeds, base_row)
+            for r in range(rows):
+                state = int(call.states[r, step])
+                if state >= 0:
+                    cache[state, step, self.first : self.end] = elements[r].to(cache.device)
+                    staged[r, step] = elements[r]
+            noise = call.noise[torch.arange(rows) * steps + step, self.first : self.end].to(device)
+            keys = candidate_keys(self._scores(values, call, step, noise), self.first)
+            best = keys.max(dim=1).values.tolist()
+            winners = self._exchange(best, tag, step, rows)
+            tokens[:, step] = torch.tensor([key_index(k) for k in winners], dtype=torch.int64)
+            embeds = self.embed_table[tokens[:, step].to(self.embed_table.device)].to(device)
+        peers = self.comm.all_gather(staged)
+        for r in range(rows):
+            for step in range(steps):
+                state = int(call.states[r, step])
+                if state < 0:
+                    continue
+                for source in range(self.world):
+                    if source != self.rank:
+                        lo, hi = shard_bounds(self.vocab, self.world, source)
+                        cache[state, step, lo:hi] = peers[source, r, step].to(cache.device)
+        self._launches = (self._launches + 1) % COUNTER_MODULUS
+        return {"draft_tokens": tokens, "logits_cache": cache}
+
+
+def reference(static: Mapping, config: Mapping, call_inputs: Mapping, call_params: Mapping) -> dict:
+    """The unsharded chain (world 1): one launch's ``{"draft_tokens", "logits_cache"}``."""
+    solo = dict(config)
+    solo["world"] = 1
+    return GoldenMarkovSharded(SoloComm(), static, solo).launch(call_inputs, call_params)
+
+
+__all__ = [
+    "BIAS_FUNCTIONS",
+    "GoldenMarkovSharded",
+    "candidate_keys",
+    "decode_record",
+    "encode_record",
+    "exact_sum_to_f32",
+    "fp32_k_order_bias",
+    "key_index",
+    "launch_tag",
+    "mma_chain_bias",
+    "mma_k_groups",
+    "reference",
+    "round_scaled_int_to_f32",
+]

@@ -1,0 +1,148 @@
+"""Where benchmark cases are declared, and how the runner finds them.
+
+A case is a family's kernel (or any callable that enqueues GPU work) at one
+configuration. Kernel helpers register cases in their own module under
+``harness/bench/cases/`` (one file per family, e.g. ``cases/markov_fused.py``);
+``discover()`` imports every module of that package, so adding a file is all
+it takes. A module that fails to import is reported by the runner (with its
+error), never silently skipped.
+
+Declaring a case::
+
+    from harness.bench.registry import Prepared, bench_case
+
+    @bench_case("markov_fused", "v8k_rows4_steps4", params={"vocab": 8192, ...},
+                description="one decode call, 4 rows x 4 steps")
+    def _setup(ctx):                       # ctx: BenchContext (device, l2_bytes)
+        kernel = MarkovFused(...)          # compile here, never under capture
+        def new_input_set():               # one distinct set of device buffers
+            return make_inputs(ctx.device)
+        def launch(inputs):                # enqueue one call on the current stream:
+            kernel(inputs)                 # no host sync, no allocation (capturable)
+        return Prepared(bytes_moved=..., input_bytes=..., new_input_set=new_input_set,
+                        launch=launch, kernels_per_call=1)
+
+``bytes_moved`` is the DRAM traffic a call cannot avoid (inputs it must read
+plus outputs it must write), the numerator of the floor; ``input_bytes`` is
+the size of one input set, from which the runner chooses how many sets to
+rotate over. ``references`` may cite published figures for comparison, e.g.
+``({"source": "FlashInfer PR #5178", "value_us": 4.09, "note": "LL TP4 H=5120 M=1"},)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class BenchContext:
+    """What a case's setup may use: the device and its L2 size."""
+
+    device: torch.device
+    l2_bytes: int
+
+
+@dataclass
+class Prepared:
+    """A set-up case: how to make input sets and launch one call."""
+
+    bytes_moved: int
+    input_bytes: int
+    new_input_set: Callable[[], Any]
+    launch: Callable[[Any], None]
+    kernels_per_call: int = 1
+
+    def __post_init__(self) -> None:
+        """Reject sizes the floor and the rotation cannot use."""
+        if not isinstance(self.bytes_moved, int) or self.bytes_moved < 0:
+            raise ValueError(f"Prepared.bytes_moved must be an int >= 0, got {self.bytes_moved!r}")
+        if not isinstance(self.input_bytes, int) or self.input_bytes <= 0:
+            raise ValueError(f"Prepared.input_bytes must be an int > 0, got {self.input_bytes!r}")
+        if not isinstance(self.kernels_per_call, int) or self.kernels_per_call < 1:
+            raise ValueError(f"Prepared.kernels_per_call must be an int >= 1, got {self.kernels_per_call!r}")
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """A registered benchmark: family, name, setup, and what to report alongside."""
+
+    family: str
+    name: str
+    setup: Callable[[BenchContext], Prepared]
+    params: Mapping[str, Any] = field(default_factory=dict)
+    description: str = ""
+    references: Sequence[Mapping[str, Any]] = ()
+
+    @property
+    def key(self) -> str:
+        """``family/name``, unique in the registry."""
+        return f"{self.family}/{self.name}"
+
+
+class Registry:
+    """An ordered set of benchmark cases keyed by ``family/name``."""
+
+    def __init__(self) -> None:
+        self._cases: dict[str, BenchCase] = {}
+
+    def register(self, case: BenchCase) -> BenchCase:
+        """Add ``case``; a second case with the same key is an error naming it."""
+        for what, value in (("family", case.family), ("name", case.name)):
+            if not isinstance(value, str) or not value or "/" in value:
+                raise ValueError(f"bench case {what} must be a non-empty str without '/', got {value!r}")
+        if case.key in self._cases:
+            raise ValueError(f"bench case {case.key!r} is already registered")
+        self._cases[case.key] = case
+        return case
+
+    def cases(self, family: str | None = None, name: str | None = None) -> list[BenchCase]:
+        """Registered cases, in registration order, optionally only one family and/or name."""
+        return [
+            c
+            for c in self._cases.values()
+            if (family is None or c.family == family) and (name is None or c.name == name)
+        ]
+
+    def families(self) -> list[str]:
+        """The families that have at least one case."""
+        return sorted({c.family for c in self._cases.values()})
+
+
+REGISTRY = Registry()
+
+
+def bench_case(
+    family: str,
+    name: str,
+    *,
+    params: Mapping[str, Any] | None = None,
+    description: str = "",
+    references: Sequence[Mapping[str, Any]] = (),
+    registry: Registry | None = None,
+) -> Callable[[Callable[[BenchContext], Prepared]], Callable[[BenchContext], Prepared]]:
+    """Decorator: register the decorated setup function as case ``family/name``."""
+
+    def wrap(setup: Callable[[BenchContext], Prepared]) -> Callable[[BenchContext], Prepared]:
+        (registry or REGISTRY).register(
+            BenchCase(family, name, setup, dict(params or {}), description, tuple(references))
+        )
+        return setup
+
+    return wrap
+
+
+def discover(package: str = "harness.bench.cases") -> list[dict]:
+    """Import every module of ``package`` (registering its cases); return ``{module, error}`` for failures."""
+    failures = []
+    root = importlib.import_module(package)
+    for info in pkgutil.iter_modules(root.__path__, prefix=f"{package}."):
+        try:
+            importlib.import_module(info.name)
+        except Exception as exc:  # noqa: BLE001 - reported in the results, not hidden
+            failures.append({"module": info.name, "error": f"{type(exc).__name__}: {exc}"})
+    return failures

@@ -1,0 +1,171 @@
+"""The benchmark results document: its schema, its provenance, and where it is written.
+
+One JSON document per run, under ``docs/results/`` by default, named
+``bench-<UTC timestamp>.json`` (plus a PNG of the same stem when matplotlib
+is importable). Schema ``rankcheck-bench/1``:
+
+- ``schema``, ``command`` (the argv), ``date`` (ISO 8601 UTC), ``device``
+  (name, capability, SM count, memory, L2 bytes), ``versions`` (python,
+  torch, CUDA, CuTe DSL, git revision; null where unknown), ``settings``
+  (warm-up and repetition counts, rotation factor).
+- ``machine``: ``copy_bandwidth_bytes_per_s`` (device-to-device copy, read
+  plus write, measured in this run), ``graph_launch_us`` and
+  ``eager_launch_us`` (an empty kernel, per launch, in a CUDA graph and eagerly).
+- ``cases``: per case ``family``, ``name``, ``params``, ``description``,
+  ``references``, ``bytes_moved``, ``input_bytes``, ``input_sets``,
+  ``footprint_bytes``, ``l2_cold`` (footprint >= factor x L2),
+  ``calls_per_replay``, ``kernels_per_call``, ``graph`` and ``eager``
+  (``harness.bench.stats.summarize`` of per-call microseconds),
+  ``floor_us`` and ``efficiency`` (floor / median) for both modes.
+- ``failed``: ``{"case" or "module", "error"}`` for what could not run.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+from typing import Any, Mapping
+
+SCHEMA = "rankcheck-bench/1"
+_NUMBER = (int, float)
+_SUMMARY_FIELDS = ("n", "median_us", "p10_us", "p90_us", "min_us", "max_us", "mean_us", "stdev_us")
+_TOP_FIELDS = {
+    "schema": str,
+    "command": list,
+    "date": str,
+    "device": dict,
+    "versions": dict,
+    "settings": dict,
+    "machine": dict,
+    "cases": list,
+    "failed": list,
+}
+_MACHINE_FIELDS = ("copy_bandwidth_bytes_per_s", "graph_launch_us", "eager_launch_us")
+_CASE_FIELDS = {
+    "family": str,
+    "name": str,
+    "params": dict,
+    "description": str,
+    "references": list,
+    "bytes_moved": int,
+    "input_bytes": int,
+    "input_sets": int,
+    "footprint_bytes": int,
+    "l2_cold": bool,
+    "calls_per_replay": int,
+    "kernels_per_call": int,
+    "graph": dict,
+    "eager": dict,
+    "floor_us": dict,
+    "efficiency": dict,
+}
+
+
+class ResultSchemaError(ValueError):
+    """A results document does not follow ``rankcheck-bench/1``."""
+
+
+def _expect(value: Any, kind, where: str) -> None:
+    """Raise naming ``where`` unless ``value`` has type ``kind`` (bool is not a number)."""
+    is_bool = isinstance(value, bool)
+    ok = isinstance(value, kind) and not (is_bool and kind in (_NUMBER, int))
+    if not ok:
+        name = "number" if kind is _NUMBER else getattr(kind, "__name__", str(kind))
+        raise ResultSchemaError(f"bench result: {where}: expected {name}, got {type(value).__name__} {value!r}")
+
+
+def _require(mapping: Mapping, key: str, where: str) -> Any:
+    """``mapping[key]``, or an error naming the missing field."""
+    if key not in mapping:
+        raise ResultSchemaError(f"bench result: {where}.{key} is missing" if where else f"bench result: {key} is missing")
+    return mapping[key]
+
+
+def validate_result(document: Mapping) -> None:
+    """Raise ``ResultSchemaError`` naming the first field that does not follow the schema."""
+    _expect(document, dict, "document")
+    for key, kind in _TOP_FIELDS.items():
+        _expect(_require(document, key, ""), kind, key)
+    if document["schema"] != SCHEMA:
+        raise ResultSchemaError(f"bench result: schema is {document['schema']!r}, expected {SCHEMA!r}")
+    for key in _MACHINE_FIELDS:
+        _expect(_require(document["machine"], key, "machine"), _NUMBER, f"machine.{key}")
+    for index, case in enumerate(document["cases"]):
+        where = f"cases[{index}]"
+        _expect(case, dict, where)
+        for key, kind in _CASE_FIELDS.items():
+            _expect(_require(case, key, where), kind, f"{where}.{key}")
+        for mode in ("graph", "eager"):
+            for key in _SUMMARY_FIELDS:
+                _expect(_require(case[mode], key, f"{where}.{mode}"), _NUMBER, f"{where}.{mode}.{key}")
+            _expect(_require(case["floor_us"], mode, f"{where}.floor_us"), _NUMBER, f"{where}.floor_us.{mode}")
+            _expect(_require(case["efficiency"], mode, f"{where}.efficiency"), _NUMBER, f"{where}.efficiency.{mode}")
+    for index, failure in enumerate(document["failed"]):
+        _expect(failure, dict, f"failed[{index}]")
+        _expect(_require(failure, "error", f"failed[{index}]"), str, f"failed[{index}].error")
+
+
+def utc_now() -> str:
+    """The current time as ISO 8601 UTC with seconds."""
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
+
+
+def _package_version(name: str) -> str | None:
+    """An installed distribution's version, or None."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def git_revision(root: str | None = None) -> str | None:
+    """The checkout's HEAD commit (with ``+dirty`` when the tree has changes), or None."""
+    root = root or os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if head.returncode != 0:
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
+
+
+def versions() -> dict:
+    """Python, torch, CUDA, CuTe DSL and git revision of this run."""
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cutlass_dsl": _package_version("nvidia-cutlass-dsl"),
+        "git": git_revision(),
+    }
+
+
+def result_stem(date_iso: str) -> str:
+    """The file stem for a run started at ``date_iso``: ``bench-YYYYmmddTHHMMSSZ``."""
+    stamp = _dt.datetime.fromisoformat(date_iso).astimezone(_dt.timezone.utc)
+    return "bench-" + stamp.strftime("%Y%m%dT%H%M%SZ")
+
+
+def write_results(document: Mapping, out_dir: str) -> dict:
+    """Validate and write ``document`` (JSON, and a PNG when matplotlib imports); return the paths."""
+    validate_result(document)
+    os.makedirs(out_dir, exist_ok=True)
+    stem = os.path.join(out_dir, result_stem(document["date"]))
+    paths = {"json": stem + ".json", "png": None}
+    tmp = paths["json"] + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(document, fh, indent=1, sort_keys=False)
+        fh.write("\n")
+    os.replace(tmp, paths["json"])
+    from harness.bench.plot import plot_results
+
+    paths["png"] = plot_results(document, stem + ".png")
+    return paths

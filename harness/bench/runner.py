@@ -1,0 +1,229 @@
+"""Time registered benchmark cases on one GPU: CUDA-graph replays and the eager loop, side by side.
+
+Method, per run:
+
+1. Machine figures, measured now: device-to-device copy bandwidth (a copy of
+   ``copy_bytes`` far larger than the L2, bytes read plus written over the
+   median time), and the per-launch time of an empty kernel
+   (``torch.cuda._sleep(0)``) inside a CUDA graph and eagerly.
+2. Per case: ``setup`` (compiles, builds its kernel) outside any capture;
+   ``input_sets`` distinct input sets (``floor.rotation_sets``: footprint at
+   least twice the L2 where affordable); one eager pass over every set (warm
+   caches, lazy compilation); then a CUDA graph capturing
+   ``calls_per_replay`` calls that walk the sets in turn. ``warmup`` replays,
+   then ``reps`` replays each bracketed by CUDA events; per-call time is the
+   replay time over ``calls_per_replay``. The eager loop is the same
+   sequence of calls launched from Python, bracketed the same way.
+3. Statistics (``stats.summarize``): median, p10, p90; the floor
+   (``floor.floor_us``) for each mode from the case's ``bytes_moved``, the
+   measured bandwidth and that mode's empty-launch time; efficiency =
+   floor / median (1.0 means at the floor).
+
+All timing runs on one side stream; every wait is a stream or event
+synchronize on work this runner enqueued. A case that raises is recorded in
+``failed`` and the run continues.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Sequence
+
+import torch
+
+from harness.bench.floor import H200_L2_BYTES, floor_us, rotation_sets
+from harness.bench.registry import BenchCase, BenchContext, Prepared
+from harness.bench.results import SCHEMA, utc_now, versions
+from harness.bench.stats import summarize
+
+ROTATION_FACTOR = 2.0
+
+
+def device_info(device: torch.device) -> dict:
+    """Name, capability, SM count, memory and L2 size of ``device``."""
+    props = torch.cuda.get_device_properties(device)
+    return {
+        "name": props.name,
+        "capability": f"{props.major}.{props.minor}",
+        "sm_count": props.multi_processor_count,
+        "memory_bytes": props.total_memory,
+        "l2_bytes": int(getattr(props, "L2_cache_size", 0) or H200_L2_BYTES),
+    }
+
+
+def _time_each(stream: torch.cuda.Stream, body, reps: int) -> list[float]:
+    """Run ``body()`` ``reps`` times on ``stream``, each between two events; return milliseconds per rep."""
+    pairs = []
+    with torch.cuda.stream(stream):
+        for _ in range(reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            body()
+            end.record(stream)
+            pairs.append((start, end))
+    stream.synchronize()
+    return [start.elapsed_time(end) for start, end in pairs]
+
+
+def measure_copy_bandwidth(device: torch.device, stream: torch.cuda.Stream, *, copy_bytes: int, reps: int) -> float:
+    """Device-to-device copy bandwidth (bytes read + written per second), median of ``reps`` copies."""
+    source = torch.empty(copy_bytes, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    with torch.cuda.stream(stream):
+        source.fill_(1)
+        for _ in range(3):
+            target.copy_(source)
+    times_ms = _time_each(stream, lambda: target.copy_(source), reps)
+    median_s = summarize(times_ms)["median_us"] / 1e3
+    del source, target
+    return 2 * copy_bytes / median_s
+
+
+def measure_launch_us(stream: torch.cuda.Stream, *, launches: int, reps: int) -> tuple[float, float]:
+    """Per-launch microseconds of an empty kernel: (inside a CUDA graph, eagerly)."""
+
+    def burst() -> None:
+        """``launches`` empty kernels on the current stream."""
+        for _ in range(launches):
+            torch.cuda._sleep(0)
+
+    with torch.cuda.stream(stream):
+        burst()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        burst()
+    for _ in range(3):
+        with torch.cuda.stream(stream):
+            graph.replay()
+    graph_ms = _time_each(stream, graph.replay, reps)
+    eager_ms = _time_each(stream, burst, reps)
+    per = 1e3 / launches
+    return summarize(graph_ms)["median_us"] * per, summarize(eager_ms)["median_us"] * per
+
+
+def time_prepared(
+    prepared: Prepared,
+    stream: torch.cuda.Stream,
+    *,
+    l2_bytes: int,
+    warmup: int,
+    reps: int,
+    min_calls: int = 16,
+) -> dict:
+    """Graph and eager per-call timings of one prepared case, with its rotation figures."""
+    sets_count, l2_cold = rotation_sets(prepared.input_bytes, l2_bytes, factor=ROTATION_FACTOR)
+    sets = [prepared.new_input_set() for _ in range(sets_count)]
+    calls = max(min_calls, sets_count)
+    sequence = [sets[i % sets_count] for i in range(calls)]
+
+    def loop() -> None:
+        """Every call of one replay's sequence, on the current stream."""
+        for inputs in sequence:
+            prepared.launch(inputs)
+
+    torch.cuda.synchronize()
+    with torch.cuda.stream(stream):
+        loop()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        loop()
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            graph.replay()
+    graph_ms = _time_each(stream, graph.replay, reps)
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            loop()
+    eager_ms = _time_each(stream, loop, reps)
+    del graph, sequence, sets
+    per_call = 1e3 / calls
+    return {
+        "input_sets": sets_count,
+        "footprint_bytes": sets_count * prepared.input_bytes,
+        "l2_cold": l2_cold,
+        "calls_per_replay": calls,
+        "graph": summarize([t * per_call for t in graph_ms]),
+        "eager": summarize([t * per_call for t in eager_ms]),
+    }
+
+
+def case_result(case: BenchCase, prepared: Prepared, timing: dict, machine: dict) -> dict:
+    """The results entry of one case: its declaration, timings, floors and efficiencies."""
+    floors = {
+        mode: floor_us(
+            prepared.bytes_moved,
+            machine["copy_bandwidth_bytes_per_s"],
+            machine[f"{mode}_launch_us"],
+            prepared.kernels_per_call,
+        )
+        for mode in ("graph", "eager")
+    }
+    return {
+        "family": case.family,
+        "name": case.name,
+        "params": dict(case.params),
+        "description": case.description,
+        "references": [dict(r) for r in case.references],
+        "bytes_moved": prepared.bytes_moved,
+        "input_bytes": prepared.input_bytes,
+        "kernels_per_call": prepared.kernels_per_call,
+        **timing,
+        "floor_us": floors,
+        "efficiency": {mode: floors[mode] / timing[mode]["median_us"] for mode in ("graph", "eager")},
+    }
+
+
+def run_cases(
+    cases: Sequence[BenchCase],
+    *,
+    command: Sequence[str],
+    device: torch.device | None = None,
+    warmup: int = 20,
+    reps: int = 100,
+    copy_bytes: int = 1 << 30,
+    launches: int = 256,
+    failed: Sequence[dict] = (),
+) -> dict:
+    """Measure the machine, then every case; return the results document (schema ``rankcheck-bench/1``)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("bench needs a CUDA GPU (torch.cuda.is_available() is False)")
+    if warmup < 0 or reps < 1:
+        raise ValueError(f"warmup must be >= 0 and reps >= 1, got warmup={warmup}, reps={reps}")
+    device = device or torch.device("cuda", torch.cuda.current_device())
+    torch.cuda.set_device(device)
+    info = device_info(device)
+    stream = torch.cuda.Stream(device=device)
+    date = utc_now()
+    copy_bytes = min(copy_bytes, torch.cuda.mem_get_info(device)[0] // 4)
+    graph_launch_us, eager_launch_us = measure_launch_us(stream, launches=launches, reps=max(10, reps // 5))
+    machine = {
+        "copy_bandwidth_bytes_per_s": measure_copy_bandwidth(device, stream, copy_bytes=copy_bytes, reps=max(10, reps // 5)),
+        "copy_bytes": copy_bytes,
+        "graph_launch_us": graph_launch_us,
+        "eager_launch_us": eager_launch_us,
+    }
+    results, failures = [], list(failed)
+    context = BenchContext(device=device, l2_bytes=info["l2_bytes"])
+    for case in cases:
+        try:
+            prepared = case.setup(context)
+            timing = time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=warmup, reps=reps)
+            results.append(case_result(case, prepared, timing, machine))
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            failures.append({"case": case.key, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
+        finally:
+            torch.cuda.synchronize(device)
+            torch.cuda.empty_cache()
+    return {
+        "schema": SCHEMA,
+        "command": list(command),
+        "date": date,
+        "device": info,
+        "versions": versions(),
+        "settings": {"warmup": warmup, "reps": reps, "rotation_factor": ROTATION_FACTOR, "launches": launches},
+        "machine": machine,
+        "cases": results,
+        "failed": failures,
+    }

@@ -1,0 +1,257 @@
+"""``python -m harness compile``: every kernel variant compiles, without spills where it must not.
+
+Registry convention (for every kernel module under ``kernels/``):
+
+    def compile_variants(arch: str) -> Iterable[tuple[str, Callable[[str], object], bool]]
+
+yields ``(name, thunk, must_not_spill)`` for every variant the module's host
+classes can launch. ``name`` is unique across the project (prefix it with the
+family, e.g. ``markov.step[b512,...]``). ``thunk(options)`` runs
+``cute.compile(..., options=options)`` once for that variant and returns the
+compiled function; ``options`` is the string this gate builds
+(``--gpu-arch <arch> remarks{ptx}``), which the thunk must pass through
+unchanged (so a compile cache keyed by options still compiles once per
+arch). ``must_not_spill`` marks a variant whose spill stores or loads fail
+the gate. A module without ``compile_variants`` is skipped; a module that
+fails to import fails the gate.
+
+How the figures are read: ``remarks{ptx}`` makes the DSL print ptxas's
+report on the process's stderr; the gate captures file descriptor 2 around
+each thunk and parses, per entry function, "Used N registers", "B bytes stack
+frame, S bytes spill stores, L bytes spill loads". No GPU is needed: the
+target comes from ``--gpu-arch`` (and ``CUTE_DSL_ARCH`` is set to the first
+arch when unset, so importing the DSL never looks for a device).
+
+Exit status: 0 when every variant compiled and no must-not-spill variant
+spilled; 1 otherwise (the table says which); 2 on bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import pkgutil
+import re
+import sys
+import tempfile
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterable
+
+ARCHES = ("sm_90a", "sm_100a")
+
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGS = re.compile(r"Used (\d+) registers")
+
+
+@dataclass
+class EntryReport:
+    """ptxas's figures for one entry function."""
+
+    function: str
+    registers: int = -1
+    stack_bytes: int = -1
+    spill_store_bytes: int = -1
+    spill_load_bytes: int = -1
+
+
+@dataclass
+class VariantResult:
+    """One variant compiled for one arch: its entries, or its error."""
+
+    arch: str
+    name: str
+    must_not_spill: bool
+    seconds: float = 0.0
+    entries: list[EntryReport] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def spilled(self) -> bool:
+        """Whether any entry stored or loaded spills."""
+        return any(e.spill_store_bytes > 0 or e.spill_load_bytes > 0 for e in self.entries)
+
+    @property
+    def ok(self) -> bool:
+        """Compiled, reported by ptxas, and not spilling where it must not."""
+        if self.error is not None or not self.entries:
+            return False
+        return not (self.must_not_spill and self.spilled)
+
+    def verdict(self) -> str:
+        """A short status word for the table."""
+        if self.error is not None:
+            return "ERROR"
+        if not self.entries:
+            return "NO REPORT"
+        if self.spilled:
+            return "SPILL" if self.must_not_spill else "spill (allowed)"
+        return "ok"
+
+
+def parse_ptxas_report(text: str) -> list[EntryReport]:
+    """The per-entry figures in ptxas ``-v`` output (in order of appearance)."""
+    entries: list[EntryReport] = []
+    for line in text.splitlines():
+        m = _ENTRY.search(line)
+        if m:
+            entries.append(EntryReport(function=m.group(1)))
+            continue
+        if not entries:
+            continue
+        m = _FRAME.search(line)
+        if m:
+            e = entries[-1]
+            e.stack_bytes, e.spill_store_bytes, e.spill_load_bytes = (int(g) for g in m.groups())
+            continue
+        m = _REGS.search(line)
+        if m:
+            entries[-1].registers = int(m.group(1))
+    return entries
+
+
+def discover(package: str = "kernels") -> tuple[list[tuple[str, Callable]], list[tuple[str, str]]]:
+    """Import every module of ``package``: (module name, compile_variants)
+    for those that define it, and (module name, error) for those that fail."""
+    found, failed = [], []
+    pkg = importlib.import_module(package)
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
+        try:
+            module = importlib.import_module(info.name)
+        except Exception as exc:  # noqa: BLE001 - reported as a gate failure
+            failed.append((info.name, f"{type(exc).__name__}: {exc}"))
+            continue
+        fn = getattr(module, "compile_variants", None)
+        if callable(fn):
+            found.append((info.name, fn))
+    return found, failed
+
+
+def _capture_fd2(thunk: Callable[[], object]) -> tuple[str, BaseException | None]:
+    """Run ``thunk`` with file descriptor 2 redirected to a temporary file;
+    return what was written there and the exception raised, if any."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    error = None
+    with tempfile.TemporaryFile(mode="w+b") as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            thunk()
+        except Exception as exc:  # noqa: BLE001 - reported per variant
+            error = exc
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+        tmp.seek(0)
+        text = tmp.read().decode("utf-8", "replace")
+    return text, error
+
+
+def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_spill: bool) -> VariantResult:
+    """Compile one variant for ``arch`` and read ptxas's figures."""
+    result = VariantResult(arch=arch, name=name, must_not_spill=must_not_spill)
+    start = time.monotonic()
+    text, error = _capture_fd2(lambda: thunk(f"--gpu-arch {arch} remarks{{ptx}}"))
+    result.seconds = time.monotonic() - start
+    if error is not None:
+        detail = "".join(traceback.format_exception_only(type(error), error)).strip()
+        result.error = detail.splitlines()[-1][:300] if detail else type(error).__name__
+    result.entries = parse_ptxas_report(text)
+    return result
+
+
+def run_gate(
+    arches: Iterable[str],
+    registry: Iterable[tuple[str, Callable]],
+    name_filter: str | None = None,
+    progress: Callable[[VariantResult], None] | None = None,
+) -> list[VariantResult]:
+    """Compile every variant of every registry entry for every arch."""
+    results = []
+    for arch in arches:
+        for module_name, variants_of in registry:
+            try:
+                variants = list(variants_of(arch))
+            except Exception as exc:  # noqa: BLE001 - a broken registry is a gate failure
+                r = VariantResult(arch=arch, name=f"{module_name}.compile_variants", must_not_spill=True,
+                                  error=f"{type(exc).__name__}: {exc}")
+                results.append(r)
+                continue
+            malformed = [v for v in variants if not (isinstance(v, tuple) and len(v) == 3 and callable(v[1]))]
+            if malformed:
+                results.append(VariantResult(
+                    arch=arch, name=f"{module_name}.compile_variants", must_not_spill=True,
+                    error=f"must yield (name, thunk(options), must_not_spill) tuples, got {malformed[0]!r:.80}"))
+                continue
+            for name, thunk, must_not_spill in variants:
+                if name_filter and not re.search(name_filter, name):
+                    continue
+                r = compile_one(arch, name, thunk, bool(must_not_spill))
+                results.append(r)
+                if progress:
+                    progress(r)
+    return results
+
+
+def render_table(results: list[VariantResult]) -> str:
+    """A plain-text table: arch, variant, registers, stack, spills, verdict."""
+    head = ("arch", "variant", "regs", "stack B", "spill st B", "spill ld B", "no-spill", "s", "status")
+    rows = []
+    for r in results:
+        entries = r.entries or [EntryReport(function="-")]
+        for e in entries:
+            rows.append((r.arch, r.name, str(e.registers), str(e.stack_bytes), str(e.spill_store_bytes),
+                         str(e.spill_load_bytes), "yes" if r.must_not_spill else "no", f"{r.seconds:.2f}",
+                         r.verdict() + (f": {r.error}" if r.error else "")))
+    widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    lines = [fmt.format(*head), fmt.format(*("-" * w for w in widths))]
+    lines += [fmt.format(*row) for row in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]] | None = None) -> int:
+    """Entry point of ``python -m harness compile``; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m harness compile", description=__doc__.splitlines()[0])
+    parser.add_argument("--arch", action="append", choices=ARCHES,
+                        help="target architecture (repeatable; default: all of %s)" % ", ".join(ARCHES))
+    parser.add_argument("--filter", default=None, help="only variants whose name matches this regex")
+    parser.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    parser.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0) if exc.code in (0, None) else 2
+    arches = args.arch or list(ARCHES)
+    os.environ.setdefault("CUTE_DSL_ARCH", arches[0])
+    failures = []
+    if registry is None:
+        registry, failed = discover("kernels")
+        failures += [VariantResult(arch="-", name=f"import {m}", must_not_spill=True, error=e) for m, e in failed]
+
+    def progress(r: VariantResult) -> None:
+        if not args.quiet:
+            regs = ",".join(str(e.registers) for e in r.entries) or "-"
+            print(f"[{r.arch}] {r.name}: {r.verdict()} regs={regs} ({r.seconds:.2f} s)", flush=True)
+
+    results = failures + run_gate(arches, registry, args.filter, progress)
+    print(render_table(results))
+    bad = [r for r in results if not r.ok]
+    print(f"\n{len(results) - len(bad)} of {len(results)} variants passed"
+          + (f"; FAILED: {', '.join(f'{r.arch}:{r.name}' for r in bad)}" if bad else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump([{**asdict(r), "ok": r.ok, "verdict": r.verdict()} for r in results], f, indent=1)
+    if not results:
+        print("no kernel variants found", file=sys.stderr)
+        return 1
+    return 0 if not bad else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""One adapter per kernel family: the only place that knows a family's modules and outputs.
+
+An adapter (``FamilyAdapter``, parametrised by each family's module) answers
+four questions for the worker:
+
+- which outputs are compared, and what their axes are called (so a mismatch
+  is located as row/step/vocab index rather than a flat offset);
+- how to make the per-rank system for implementation ``golden`` (the class
+  in ``golden.<module>``) or ``kernel`` (the class in the kernels package,
+  imported lazily: when that import fails, the case is *not available* with
+  the import error as its reason, never a failure);
+- how to compute the reference (``golden.<module>.reference``, the unsharded
+  loop);
+- which config key carries the TP size (``tp`` or ``world``).
+
+The system classes are found by name when a module names them in
+``SYSTEM_CLASS``, otherwise as the module's one class that defines both
+``launch`` and ``state`` (preferring names starting with ``Golden`` in
+golden modules), so the adapter follows the interface of
+``docs/interfaces.md`` rather than a spelling.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+
+class NotAvailable(RuntimeError):
+    """The implementation cannot run here (module missing, no GPU, ...); the message says why."""
+
+
+def _import(module: str) -> Any:
+    """Import ``module``, turning any failure into ``NotAvailable`` that names the module and the cause."""
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any import failure means "not available here"
+        raise NotAvailable(f"cannot import {module}: {type(exc).__name__}: {exc}") from exc
+
+
+def system_class(module: Any, prefer_prefix: str = "") -> type:
+    """The class implementing the per-rank system interface (``launch`` + ``state``) in ``module``."""
+    named = getattr(module, "SYSTEM_CLASS", None)
+    if isinstance(named, str):
+        named = getattr(module, named)
+    if inspect.isclass(named):
+        return named
+    candidates = [
+        obj for _, obj in inspect.getmembers(module, inspect.isclass)
+        if obj.__module__.startswith(module.__name__) and callable(getattr(obj, "launch", None))
+        and callable(getattr(obj, "state", None))
+    ]
+    preferred = [c for c in candidates if c.__name__.startswith(prefer_prefix)] if prefer_prefix else []
+    chosen = preferred or candidates
+    if len(chosen) != 1:
+        raise NotAvailable(
+            f"{module.__name__}: expected one system class with launch() and state(), found "
+            f"{[c.__name__ for c in chosen] or 'none'}"
+        )
+    return chosen[0]
+
+
+@dataclass(frozen=True)
+class FamilyAdapter:
+    """What the harness needs to know about one family (parameters of one mechanism)."""
+
+    family: str
+    golden_module: str
+    kernel_module: str
+    tp_key: str
+    output_axes: Mapping[str, Sequence[str]]
+    start_keys: Mapping[str, str] = field(default_factory=dict)
+
+    def start_config(self, initial_state: Mapping[str, int]) -> dict:
+        """Config entries that start the system's counters where the scenario says (e.g. near a wrap)."""
+        unknown = sorted(set(initial_state) - set(self.start_keys))
+        if unknown:
+            raise ValueError(f"{self.family}: no config key starts state {unknown} (known: {sorted(self.start_keys)})")
+        out: dict = {}
+        for name, value in initial_state.items():
+            key = self.start_keys[name]
+            if key in out and out[key] != value:
+                raise ValueError(f"{self.family}: config[{key!r}] would start at both {out[key]} and {value}")
+            out[key] = value
+        return out
+
+    def config_for(self, config: Mapping[str, Any], world: int) -> dict:
+        """The scenario's config with the TP size of this run filled in."""
+        out = dict(config)
+        out[self.tp_key] = world
+        return out
+
+    def compared_outputs(self, reference_outputs: Mapping[str, Any]) -> list[str]:
+        """The outputs compared bit for bit: every output the reference produced that the family declares."""
+        return [name for name in self.output_axes if name in reference_outputs]
+
+    def golden_system(self, comm: Any, static: Mapping, config: Mapping) -> Any:
+        """The golden per-rank system over ``comm`` (a ``golden.comm.Comm``)."""
+        cls = system_class(_import(self.golden_module), prefer_prefix="Golden")
+        return cls(comm, static, config)
+
+    def kernel_system(self, world_handle: Any, static: Mapping, config: Mapping) -> Any:
+        """The CuTe DSL per-rank system over ``world_handle`` (a fabric provider or a Comm)."""
+        cls = system_class(_import(self.kernel_module))
+        return cls(world_handle, static, config)
+
+    def make_system(self, impl: str, world_handle: Any, static: Mapping, config: Mapping) -> Any:
+        """The system of implementation ``impl`` (``golden`` or ``kernel``)."""
+        if impl == "golden":
+            return self.golden_system(world_handle, static, config)
+        if impl == "kernel":
+            return self.kernel_system(world_handle, static, config)
+        raise ValueError(f"impl must be 'golden' or 'kernel', got {impl!r}")
+
+    def reference(self, static: Mapping, config: Mapping, call_inputs: Mapping, call_params: Mapping) -> dict:
+        """The unsharded golden outputs of one call."""
+        module = _import(self.golden_module)
+        fn = getattr(module, "reference", None)
+        if not callable(fn):
+            raise NotAvailable(f"{self.golden_module} has no reference()")
+        return fn(static, config, call_inputs, call_params)
+
+    def check_available(self, impl: str) -> None:
+        """Raise ``NotAvailable`` (with the reason) when ``impl`` cannot be imported here."""
+        module = _import(self.golden_module if impl == "golden" else self.kernel_module)
+        system_class(module, prefer_prefix="Golden" if impl == "golden" else "")
+
+
+def adapter(family: str) -> FamilyAdapter:
+    """The adapter of ``family`` (ValueError naming the known families otherwise)."""
+    from harness.families import allreduce_mhc, markov_fused, markov_sharded  # noqa: PLC0415
+
+    known = {a.ADAPTER.family: a.ADAPTER for a in (markov_fused, markov_sharded, allreduce_mhc)}
+    if family not in known:
+        raise ValueError(f"family must be one of {sorted(known)}, got {family!r}")
+    return known[family]

@@ -1,0 +1,24 @@
+"""Adapter of seed 004's all-reduce + mHC: ``golden.allreduce`` vs ``kernels.allreduce``.
+
+Compared outputs: ``residual_out`` [M, hc, H], ``layer_input`` [M, H]
+(absent with ``residual_only``), and with ``quantize`` the MXFP8
+``mxfp8_values`` [M, H] and the flat swizzled ``mxfp8_scales``; an output
+the reference does not produce for a config is not compared. The TP size
+travels in config key ``tp``.
+"""
+
+from harness.families import FamilyAdapter
+
+ADAPTER = FamilyAdapter(
+    family="allreduce_mhc",
+    golden_module="golden.allreduce",
+    kernel_module="kernels.allreduce",
+    tp_key="tp",
+    start_keys={"generation_ll": "start_generation", "generation_bt": "start_generation"},
+    output_axes={
+        "residual_out": ("row", "stream", "hidden"),
+        "layer_input": ("row", "hidden"),
+        "mxfp8_values": ("row", "hidden"),
+        "mxfp8_scales": ("byte",),
+    },
+)

@@ -1,0 +1,103 @@
+"""Launchers: how a job's ranks are started, and which launcher ``auto`` picks.
+
+- ``cpu``: real processes through ``python -m torch.distributed.run``
+  (``--standalone``, or the ``--nnodes/--rdzv-*`` pass-through for several
+  agents), gloo, the golden per-rank system as the system under test.
+- ``torchrun``: the same launcher with the kernel implementation: NCCL with
+  one GPU per rank, or gloo with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``
+  when ranks must share GPUs.
+- ``virtual``: one process (``harness.worker --virtual N``), N ranks as
+  threads on one GPU (kernel) or on the CPU (golden).
+- ``auto``: torchrun over the GPUs present when there are several, virtual
+  on one GPU, cpu with none; ``describe`` says which ran and why.
+
+Every launcher runs its jobs through ``harness.launchers.jobs.JobRunner``
+(batching, per-case deadlines, recovery); only the command line differs.
+Per-rank logs go to ``<run>/logs/job<i>/`` via torchrun's ``--log-dir`` and
+``--redirects 3``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.launchers.jobs import JobSettings, python
+
+LAUNCHERS = ("auto", "torchrun", "virtual", "cpu")
+MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+def gpu_count() -> int:
+    """The number of CUDA devices this process sees (0 without CUDA)."""
+    try:
+        import torch  # noqa: PLC0415
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # noqa: BLE001
+        return 0
+
+
+def resolve(name: str, gpus: int | None = None) -> tuple[str, str]:
+    """(launcher, reason) for a requested launcher name; ``auto`` chooses from the GPUs present."""
+    if name not in LAUNCHERS:
+        raise ValueError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
+    gpus = gpu_count() if gpus is None else gpus
+    if name != "auto":
+        return name, f"launcher {name} (requested); {gpus} GPU(s) visible"
+    if gpus > 1:
+        return "torchrun", f"launcher torchrun (auto: {gpus} GPUs, NCCL, kernel implementation)"
+    if gpus == 1:
+        return "virtual", "launcher virtual (auto: 1 GPU, ranks as threads on it, kernel implementation)"
+    return "cpu", ("launcher cpu (auto: no GPU; golden sharded vs unsharded over real processes with gloo; "
+                   "kernel validation needs a GPU: run `make validate` on a GPU machine)")
+
+
+def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None = None, **kw) -> JobSettings:
+    """Job settings for a resolved launcher: implementation, backend and environment."""
+    gpus = gpu_count() if gpus is None else gpus
+    env = dict(MULTICAST_OFF)
+    if launcher == "cpu":
+        impl, backend = "golden", "gloo"
+    elif launcher == "virtual":
+        impl, backend = ("kernel" if gpus else "golden"), "none"
+    else:
+        impl = "kernel"
+        per_node = kw.get("nproc_per_node") or world_hint
+        if gpus >= per_node:
+            backend = "nccl"
+        else:
+            backend = "gloo"
+            env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
+    impl = kw.pop("impl", None) or impl
+    return JobSettings(launcher=launcher, impl=impl, backend=backend, run_dir=run_dir, env=env, **kw)
+
+
+def torchrun_argv(s: JobSettings, job_path: Path, world: int, job_index: int) -> list[str]:
+    """The torchrun command line of one job (standalone, or the multi-node pass-through)."""
+    per_node = s.nproc_per_node or world // max(s.nnodes, 1)
+    if per_node * s.nnodes != world:
+        raise ValueError(f"--nproc-per-node {per_node} x --nnodes {s.nnodes} must equal the world size {world}")
+    argv = [python(), "-m", "torch.distributed.run"]
+    if s.nnodes > 1 or s.rdzv_endpoint:
+        if not s.rdzv_endpoint:
+            raise ValueError("--rdzv-endpoint is required with --nnodes > 1")
+        argv += ["--nnodes", str(s.nnodes), "--node-rank", str(s.node_rank),
+                 "--rdzv-backend", s.rdzv_backend or "c10d", "--rdzv-endpoint", s.rdzv_endpoint,
+                 "--rdzv-id", f"{s.rdzv_id or 'rankcheck'}-job{job_index}"]
+    else:
+        argv += ["--standalone", "--nnodes", "1"]
+    log_dir = s.run_dir / "logs" / f"job{job_index}{'.node%d' % s.node_rank if s.nnodes > 1 else ''}"
+    argv += ["--nproc-per-node", str(per_node), "--max-restarts", "0", "--monitor-interval", "0.5",
+             "--log-dir", str(log_dir), "--redirects", "3",
+             "-m", "harness.worker", "--job", str(job_path)]
+    return argv
+
+
+def virtual_argv(s: JobSettings, job_path: Path, world: int, job_index: int) -> list[str]:
+    """The command line of a virtual job: one process holding every rank."""
+    return [python(), "-m", "harness.worker", "--job", str(job_path), "--virtual", str(world)]
+
+
+def argv_builder(launcher: str):
+    """The argv builder of a resolved launcher."""
+    return virtual_argv if launcher == "virtual" else torchrun_argv

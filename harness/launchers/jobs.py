@@ -1,0 +1,210 @@
+"""Running cases as jobs: batching, the per-case deadline, and recovery after a job ends early.
+
+Starting torchrun costs seconds (interpreters, torch import, rendezvous),
+so cases that cannot hang or kill their ranks run many to a job; a case that
+may (an injected hang, crash, skipped or repeated launch, disagreeing ranks,
+an expected timeout) runs in a job of its own. A job is one supervised
+process tree (``harness.watchdog.Supervised``) running ``harness.worker``
+over a job file; its cases run in order.
+
+While the job runs, the loop polls the run directory: a case whose ranks
+have all written their results is judged and reported at once. The case in
+progress has its own clock: the startup allowance until its first progress
+record appears (for the first case of a job), then the per-launch deadline
+times its launches plus a per-case allowance (input building and the
+reference). When that expires the watchdog ends the whole tree; the case is
+judged from the records (a timeout naming the rank and launch), and the
+cases after it run in a fresh job. A job that ends early (a crash, or a
+rank that abandoned the job after an unexpected error) is handled the same
+way, without waiting.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from harness.families.catalog import Case
+from harness.launchers import records
+from harness.launchers.verdict import judge
+from harness.report import CaseResult
+from harness.watchdog import Supervised, diagnose, kernel_diag_records
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class JobSettings:
+    """Everything a launcher needs to run jobs (from the CLI)."""
+
+    launcher: str
+    impl: str
+    backend: str
+    run_dir: Path
+    per_launch_s: float | None = None
+    startup_s: float = 90.0
+    case_allowance_s: float = 20.0
+    grace_s: float = 3.0
+    tp: int | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    nproc_per_node: int | None = None
+    env: dict = field(default_factory=dict)
+
+
+ArgvBuilder = Callable[[JobSettings, Path, int, int], list[str]]
+
+
+class JobRunner:
+    """Runs cases at one world size through a launcher's argv builder, reporting each verdict."""
+
+    def __init__(self, settings: JobSettings, argv_for: ArgvBuilder, on_result: Callable[[CaseResult], None],
+                 on_note: Callable[[str], None] = lambda text: None, job_numbers: Iterator[int] | None = None) -> None:
+        self.settings = settings
+        self.argv_for = argv_for
+        self.on_result = on_result
+        self.on_note = on_note
+        self.job_numbers = job_numbers if job_numbers is not None else itertools.count()
+        self.job_index = 0
+
+    # -- scheduling
+
+    def run(self, cases: Sequence[Case], world: int) -> None:
+        """Run every case at ``world`` ranks (TP size ``settings.tp`` or ``world``): batched, then isolated."""
+        tp = self.settings.tp or world
+        if world % tp:
+            raise ValueError(f"--tp {tp} must divide the world size {world}")
+        batch = [c for c in cases if not c.isolated]
+        alone = [c for c in cases if c.isolated]
+        if batch:
+            self._run_pending(batch, world, tp)
+        for case in alone:
+            self._run_pending([case], world, tp)
+
+    def _groups(self, world: int, tp: int) -> list[int | None]:
+        """The TP groups of a job (None when one group spans the world)."""
+        return list(range(world // tp)) if tp < world else [None]
+
+    def _run_pending(self, cases: list[Case], world: int, tp: int) -> None:
+        """Run jobs until every case has a verdict (each job settles at least its first pending case)."""
+        pending = list(cases)
+        while pending:
+            pending = self._run_job(pending, world, tp)
+
+    # -- one job
+
+    def _case_budget(self, case: Case) -> float:
+        """The seconds a case may take once it has started."""
+        return case.per_launch_s(self.settings.per_launch_s) * max(case.launches, 1) + self.settings.case_allowance_s
+
+    def _write_job(self, cases: list[Case], world: int, tp: int) -> Path:
+        """Write the job file for ``cases`` and return its path."""
+        s = self.settings
+        node = f".node{s.node_rank}" if s.nnodes > 1 else ""
+        path = s.run_dir / "jobs" / f"job{self.job_index}{node}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        longest = max(self._case_budget(c) for c in cases)
+        doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp,
+               "collective_timeout_s": longest + s.startup_s,
+               "cases": [{"family": c.family, "name": c.name, "path": c.path} for c in cases]}
+        path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
+        return path
+
+    def _run_job(self, pending: list[Case], world: int, tp: int) -> list[Case]:
+        """Run one job over ``pending``; report verdicts; return the cases still to run."""
+        s = self.settings
+        self.job_index = next(self.job_numbers)
+        groups = self._groups(world, tp)
+        job_path = self._write_job(pending, world, tp)
+        argv = self.argv_for(s, job_path, world, self.job_index)
+        log_path = s.run_dir / "logs" / f"job{self.job_index}{'.node%d' % s.node_rank if s.nnodes > 1 else ''}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.on_note(f"job {self.job_index}: {len(pending)} case(s) at world {world} (tp {tp}) via {s.launcher}; "
+                     f"log {log_path}")
+        env = dict(os.environ)
+        env.update(s.env)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        env.setdefault("OMP_NUM_THREADS", "1")
+        remaining = list(pending)
+        clock = {"case_started": None, "job_started": time.monotonic()}
+
+        def settle_completed() -> None:
+            """Judge and report every leading case whose ranks have all written results."""
+            while remaining:
+                case = remaining[0]
+                results = {g: records.read_results(s.run_dir, case.family, case.name, tp, g, world) for g in groups}
+                expected = tp if len(groups) > 1 else world
+                if not all(len(r) == expected for r in results.values()):
+                    return
+                started = clock["case_started"] or clock["job_started"]
+                self._report(case, world, tp, groups, results, records.CaseEnd(True), time.monotonic() - started)
+                remaining.pop(0)
+                clock["case_started"] = time.monotonic()
+
+        def expired() -> bool:
+            """Settle finished cases; True when the case in progress has run out of time."""
+            settle_completed()
+            if not remaining:
+                return False
+            case = remaining[0]
+            now = time.monotonic()
+            if clock["case_started"] is None:
+                if not records.case_started(s.run_dir, case.family, case.name, tp, groups):
+                    return now - clock["job_started"] > s.startup_s
+                clock["case_started"] = now
+            if now - clock["case_started"] > self._case_budget(case):
+                return True
+            newest, begun = records.latest_activity(s.run_dir, case.family, case.name, tp, groups)
+            stall = case.per_launch_s(s.per_launch_s) + (0.0 if begun else s.case_allowance_s)
+            return newest is not None and time.time() - newest > stall
+
+        with open(log_path, "ab") as log:
+            sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s)
+            cap = s.startup_s + sum(self._case_budget(c) for c in pending) + s.case_allowance_s
+            outcome = sup.wait(cap, poll=expired)
+        if outcome.leftovers:
+            self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
+        settle_completed()
+        if not remaining:
+            return []
+        # The job ended (or was ended) with cases unsettled: the first one was running.
+        case = remaining.pop(0)
+        results = {g: records.read_results(s.run_dir, case.family, case.name, tp, g, world) for g in groups}
+        clean_exit = outcome.returncode == 0 and not outcome.timed_out
+        end = records.CaseEnd(completed=clean_exit and any(results.values()), timed_out=outcome.timed_out,
+                              returncode=outcome.returncode)
+        started = clock["case_started"] or clock["job_started"]
+        self._report(case, world, tp, groups, results, end, time.monotonic() - started)
+        if clean_exit:
+            # Ranks of other nodes write elsewhere: judge what this node can see.
+            while remaining:
+                nxt = remaining.pop(0)
+                res = {g: records.read_results(s.run_dir, nxt.family, nxt.name, tp, g, world) for g in groups}
+                self._report(nxt, world, tp, groups, res, records.CaseEnd(any(res.values()), False, 0), 0.0)
+        return remaining
+
+    def _report(self, case: Case, world: int, tp: int, groups: list[int | None], results: dict,
+                end: records.CaseEnd, time_s: float) -> None:
+        """Judge each group of a case and hand the verdicts to the report."""
+        for g in groups:
+            diagnosis = None
+            if not end.completed:
+                progress = records.read_group_progress(self.settings.run_dir, case.family, case.name, tp, g, world)
+                diagnosis = diagnose(progress, kernel_records=kernel_diag_records(self.settings.run_dir))
+            self.on_result(judge(case, world=tp, launcher=self.settings.launcher, impl=self.settings.impl,
+                                 group=g, results=results[g], end=end, diagnosis=diagnosis, time_s=time_s))
+
+
+def python() -> str:
+    """The interpreter running the harness (the workers use the same one)."""
+    return sys.executable

@@ -1,0 +1,80 @@
+"""Reading one case's files from the run directory: per-rank results and progress, per TP group.
+
+The worker writes, per case and group, ``cases/<family>.<name>/w<tp>[.g<g>]/``
+with ``rank<k>.result.json`` and ``rank<k>.progress.jsonl`` (``k`` the
+global rank). This module reads them back keyed by *group* rank (the rank
+numbering scenarios use) and says whether a group is complete.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.progress import progress_path, read_progress
+from harness.worker import case_dir, result_path
+
+
+@dataclass
+class CaseEnd:
+    """How a case ended: completed (every rank wrote its result), or the job ended under it."""
+
+    completed: bool
+    timed_out: bool = False
+    returncode: int | None = None
+
+
+def group_ranks(world: int, tp: int, group: int | None) -> list[int]:
+    """The global ranks of a TP group (all ranks when there are no groups)."""
+    first = (group or 0) * tp
+    return list(range(first, first + (tp if group is not None else world)))
+
+
+def read_results(run_dir: str | Path, family: str, name: str, tp: int, group: int | None, world: int) -> dict[int, dict]:
+    """The result files present for the group, keyed by group rank."""
+    directory = case_dir(run_dir, family, name, tp, group)
+    out: dict[int, dict] = {}
+    for g_rank, rank in enumerate(group_ranks(world, tp, group)):
+        path = result_path(directory, rank)
+        try:
+            out[g_rank] = json.loads(path.read_text(encoding="utf-8"))
+        except (FileNotFoundError, json.JSONDecodeError):
+            continue
+    return out
+
+
+def read_group_progress(run_dir: str | Path, family: str, name: str, tp: int, group: int | None,
+                        world: int) -> dict[int, list[dict]]:
+    """Every group rank's progress records."""
+    directory = case_dir(run_dir, family, name, tp, group)
+    return {g_rank: read_progress(progress_path(directory, rank))
+            for g_rank, rank in enumerate(group_ranks(world, tp, group))}
+
+
+def case_started(run_dir: str | Path, family: str, name: str, tp: int, groups: list[int | None]) -> bool:
+    """Whether any rank of the case has written a progress record."""
+    for group in groups:
+        directory = case_dir(run_dir, family, name, tp, group)
+        if directory.is_dir() and any(directory.glob("rank*.progress.jsonl")):
+            return True
+    return False
+
+
+def latest_activity(run_dir: str | Path, family: str, name: str, tp: int,
+                    groups: list[int | None]) -> tuple[float | None, bool]:
+    """(wall time of the newest progress record of the case, whether any rank has begun a launch)."""
+    newest, begun = None, False
+    for group in groups:
+        directory = case_dir(run_dir, family, name, tp, group)
+        if not directory.is_dir():
+            continue
+        for path in directory.glob("rank*.progress.jsonl"):
+            try:
+                mtime = path.stat().st_mtime
+            except FileNotFoundError:
+                continue
+            newest = mtime if newest is None else max(newest, mtime)
+            if not begun and any(r.get("event") == "begin" for r in read_progress(path)):
+                begun = True
+    return newest, begun

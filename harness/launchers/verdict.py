@@ -1,0 +1,156 @@
+"""Turning one case's per-rank results and progress records into a verdict.
+
+Inputs: the ``Case`` (expected outcome), the per-rank result files that
+exist, the progress records, and how the job ended for this case
+(``completed``: every rank wrote its result; ``timeout``: the watchdog ended
+the job while the case ran; ``exit``: a rank or the agent exited first).
+
+- expected ``golden``: pass when every rank's outputs equal the reference
+  bit for bit at every launch, every ``bad_input`` call was refused with the
+  expected error and left the state unchanged, and no call that should have
+  been refused was accepted; a timeout or exit is reported with the
+  watchdog's diagnosis (which rank fell behind, at which launch).
+- expected ``error``: pass when the expected exception (type or a base
+  class, message regex; on the named rank when one is given) was raised.
+- expected ``timeout``: pass when the case did not complete and the
+  diagnosis names the expected rank and launch (a crash at that launch also
+  counts: the rank never reached it).
+Several expected outcomes (``[error, timeout]``) pass when any one holds.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+from harness.launchers.records import CaseEnd
+from harness.report import CaseResult
+from harness.watchdog import Diagnosis
+
+
+def _first_error(results: Mapping[int, dict]) -> tuple[int, dict] | None:
+    """The lowest rank's unexpected error, as (rank, error dict)."""
+    for rank in sorted(results):
+        if results[rank].get("status") == "error":
+            return rank, results[rank]["error"]
+    return None
+
+
+def _error_matches(error: dict, expected: dict) -> bool:
+    """Whether a recorded error is the expected one (type name and message regex)."""
+    if expected["type"] not in error.get("types", [error.get("type")]):
+        return False
+    return re.search(expected["match"], error.get("message", "")) is not None
+
+
+def _expected_error_rank(results: Mapping[int, dict], want: dict | None) -> int | None:
+    """The rank whose recorded error is the expected one (the named rank only, when one is named)."""
+    if not want:
+        return None
+    ranks = [want["rank"]] if want.get("rank") is not None else sorted(results)
+    for rank in ranks:
+        res = results.get(rank)
+        if res is not None and res.get("status") == "error" and _error_matches(res["error"], want):
+            return rank
+    return None
+
+
+def _bits_verdict(results: Mapping[int, dict]) -> tuple[str, str, int, list, int]:
+    """(status, detail, mismatch count, first mismatches, max ulps) of completed golden results."""
+    count, first, max_ulps = 0, [], 0
+    problems = []
+    for rank in sorted(results):
+        res = results[rank]
+        comp = res.get("comparison") or {}
+        count += int(comp.get("mismatch_count", 0))
+        max_ulps = max(max_ulps, int(comp.get("max_ulps", 0)))
+        first.extend(comp.get("first", [])[: max(0, 8 - len(first))])
+        for r in res.get("refused", []):
+            if not r["matched"]:
+                problems.append(f"rank {rank} launch {r['launch']}: refused with {r['type']}: {r['message'][:200]} "
+                                f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
+            elif not r["state_unchanged"]:
+                problems.append(f"rank {rank} launch {r['launch']}: refused but state changed "
+                                f"{r['state_before']} -> {r['state_after']}")
+        for r in res.get("not_refused", []):
+            problems.append(f"rank {rank} launch {r['launch']}: accepted a bad input "
+                            f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
+    if problems:
+        return "fail", "; ".join(problems), count, first, max_ulps
+    if count:
+        return "fail", f"{count} mismatching elements", count, first, max_ulps
+    launches = max((r.get("launches_done", 0) for r in results.values()), default=0)
+    refused = sum(len(r.get("refused", [])) for r in results.values())
+    detail = f"bits equal over {launches} launches on {len(results)} ranks"
+    if refused:
+        detail += f", {refused} bad calls refused as expected"
+    if max_ulps:
+        detail += f" (max {max_ulps} ulps within the declared tolerance)"
+    return "pass", detail, 0, first, max_ulps
+
+
+def _describe_mismatch(m: dict) -> str:
+    """One line for a mismatch dict written by harness.compare."""
+    loc = ", ".join(f"{k} {v}" for k, v in m.get("where", {}).items())
+    launch = f"launch {m['launch']}, " if m.get("launch") is not None else ""
+    return (f"rank {m['rank']}, {launch}{m['output']}[{loc}]: got {m['actual_hex']} ({m['actual']}), "
+            f"expected {m['expected_hex']} ({m['expected']})")
+
+
+def judge(case, *, world: int, launcher: str, impl: str, group: int | None, results: Mapping[int, dict],
+          end: CaseEnd, diagnosis: Diagnosis | None, time_s: float) -> CaseResult:
+    """The verdict of one case in one TP group (ranks keyed by group rank)."""
+    base = dict(family=case.family, scenario=case.name, world=world, launcher=launcher, impl=impl,
+                expected=case.expected_text, group=group, time_s=time_s,
+                diagnosis=diagnosis.to_json() if diagnosis else None)
+    unavailable = [r for r in results.values() if r.get("status") == "not-available"]
+    if unavailable:
+        return CaseResult(status="not-available", detail=unavailable[0]["error"]["message"], **base)
+    outcomes = case.outcomes
+    verdicts: list[tuple[str, str]] = []
+    if not end.completed:
+        what = diagnosis.text if diagnosis else "no diagnosis"
+        if not end.timed_out and diagnosis is not None and diagnosis.rank is not None and diagnosis.rank not in results:
+            # a rank that ended without a result (exit, signal) is an error of that rank
+            results = dict(results)
+            results[diagnosis.rank] = {"status": "error", "error": {
+                "type": "RuntimeError", "types": ["RuntimeError", "Exception"], "phase": "exit",
+                "message": f"rank {diagnosis.rank} ended without a result (exit code {end.returncode}): {what}"}}
+        cause = "timed out" if end.timed_out else f"ended early (exit code {end.returncode})"
+        if "timeout" in outcomes and case.expect_timeout and diagnosis is not None:
+            want = case.expect_timeout
+            if diagnosis.rank == want["rank"] and diagnosis.launch == want["launch"]:
+                return CaseResult(status="pass", detail=f"{cause} as expected: {what}", **base)
+            verdicts.append(("fail", f"{cause}: {what}; expected rank {want['rank']} at launch {want['launch']}"))
+        err = _first_error(results)
+        hit = _expected_error_rank(results, case.expect_error) if "error" in outcomes else None
+        if hit is not None:
+            e = results[hit]["error"]
+            return CaseResult(status="pass", detail=f"rank {hit}: {e['type']} as expected: {e['message'][:200]}",
+                              **base)
+        if verdicts:
+            return CaseResult(status=verdicts[0][0], detail=verdicts[0][1], **base)
+        if err is not None:
+            return CaseResult(status="error", detail=f"rank {err[0]}: {err[1]['type']}: {err[1]['message'][:300]}; "
+                              f"job {cause}: {what}", **base)
+        status = "timeout" if end.timed_out else "error"
+        return CaseResult(status=status, detail=f"{cause}: {what}", **base)
+    if "error" in outcomes:
+        raised = {r: res["error"] for r, res in results.items() if res.get("status") == "error"}
+        hit = _expected_error_rank(results, case.expect_error)
+        if hit is not None:
+            e = raised[hit]
+            return CaseResult(status="pass", detail=f"rank {hit} raised {e['type']}: {e['message'][:200]}", **base)
+        got = "; ".join(f"rank {r}: {e['type']}: {e['message'][:150]}" for r, e in sorted(raised.items()))
+        return CaseResult(status="fail", detail=f"expected {case.expected_text}; got {got or 'no error'}", **base)
+    err = _first_error(results)
+    if err is not None:
+        rank, e = err
+        return CaseResult(status="error", detail=f"rank {rank} ({e.get('phase', '?')}): {e['type']}: {e['message'][:300]}",
+                          **base)
+    if "timeout" in outcomes:
+        return CaseResult(status="fail", detail=f"expected {case.expected_text}, but every rank completed", **base)
+    status, detail, count, first, max_ulps = _bits_verdict(results)
+    return CaseResult(status=status, detail=detail, mismatch_count=count,
+                      first_mismatch=_describe_mismatch(first[0]) if first else "",
+                      mismatches=[_describe_mismatch(m) for m in first], max_ulps=max_ulps, **base)

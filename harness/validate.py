@@ -1,0 +1,150 @@
+"""``harness validate`` (and ``make validate``): every scenario of the machine's size class at every world.
+
+The launcher is resolved first (``auto`` picks from the GPUs present) and
+named in the report header, with what needs a GPU when none is here. Then,
+for each world size (the scenarios' own ``worlds``, or ``--world``), the
+cases that list it run through the launcher's ``JobRunner``: batched into one
+job where they cannot hang, alone where they may. With ``--tp T`` every job
+has ``world`` ranks split into ``world / T`` TP groups side by side, each
+validated on its own (cases run at TP size T).
+
+On the cpu launcher the system under test is the golden per-rank loop over
+real processes, compared with the unsharded golden reference; in addition
+the stored golden bits (``golden/store.py``) are checked against
+recomputation, when the store module exists. Scenarios that expect an error
+or a timeout pass when they end that way (a timeout must name the right
+rank and launch).
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from harness.families import NotAvailable
+from harness.families.catalog import Case, discover, select
+from harness.launchers import argv_builder, gpu_count, resolve, settings_for
+from harness.launchers.jobs import JobRunner
+from harness.report import CaseResult, Report
+
+
+@dataclass
+class ValidateRequest:
+    """What ``validate`` was asked to run (parsed CLI)."""
+
+    launcher: str = "auto"
+    family: str | None = None
+    scenarios: Sequence[str] | None = None
+    worlds: Sequence[int] | None = None
+    size: str | None = None
+    tp: int | None = None
+    junit: str | None = None
+    json: str | None = None
+    run_dir: str | None = None
+    deadline: float | None = None
+    startup: float = 90.0
+    scenario_root: str | None = None
+    impl: str | None = None
+    store: bool = True
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_backend: str | None = None
+    rdzv_endpoint: str | None = None
+    rdzv_id: str | None = None
+    nproc_per_node: int | None = None
+
+
+def default_run_dir() -> Path:
+    """``runs/<UTC timestamp>`` under the repository root."""
+    return Path(__file__).resolve().parents[1] / "runs" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+
+
+def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> list[tuple[int, list[Case]]]:
+    """(world, cases) pairs to run: each case at every world it lists (filtered by --world), or at --tp."""
+    if req.tp is not None:
+        if req.tp < 1:
+            raise ValueError(f"--tp must be >= 1, got {req.tp}")
+        worlds = list(req.worlds or [])
+        if not worlds:
+            raise ValueError("--tp needs --world (the total rank count, a multiple of --tp)")
+        out = []
+        for world in worlds:
+            if world % req.tp:
+                raise ValueError(f"--tp {req.tp} must divide --world {world}")
+            out.append((world, [c for c in cases if req.tp in c.worlds]))
+        return out
+    worlds = sorted({w for c in cases for w in c.worlds})
+    if req.worlds:
+        bad = [w for w in req.worlds if w < 1]
+        if bad:
+            raise ValueError(f"--world must be >= 1, got {bad}")
+        worlds = [w for w in worlds if w in req.worlds]
+    if req.nnodes > 1 and req.nproc_per_node:
+        worlds = [w for w in worlds if w == req.nnodes * req.nproc_per_node]
+    return [(w, [c for c in cases if w in c.worlds]) for w in worlds]
+
+
+def check_store(report: Report, cases: Sequence[Case]) -> None:
+    """Check the stored golden bits against recomputation (one result per stored entry)."""
+    try:
+        store = importlib.import_module("golden.store")
+    except Exception as exc:  # noqa: BLE001
+        report.note(f"golden store: not checked ({type(exc).__name__}: {exc})")
+        return
+    verify = getattr(store, "verify_all", None) or getattr(store, "check_all", None)
+    if not callable(verify):
+        report.note("golden store: golden.store has no verify_all(); not checked")
+        return
+    started = time.monotonic()
+    try:
+        outcomes = verify([c.key for c in cases])
+    except Exception as exc:  # noqa: BLE001
+        report.add(CaseResult("store", "golden-bits", 1, "store", "error", detail=f"{type(exc).__name__}: {exc}",
+                              time_s=time.monotonic() - started))
+        return
+    for item in outcomes or []:
+        get = item.get if isinstance(item, dict) else (lambda k, d=None, i=item: getattr(i, k, d))
+        ok = bool(get("ok", False))
+        report.add(CaseResult(str(get("family", "store")), str(get("name", get("key", "?"))) + ":stored-bits",
+                              int(get("world", 1) or 1), "store", "pass" if ok else "fail",
+                              detail=str(get("detail", "")), mismatch_count=int(get("mismatches", 0) or 0),
+                              time_s=float(get("time_s", 0.0) or 0.0)))
+
+
+def run_validate(req: ValidateRequest, *, stream=None) -> int:
+    """Run the requested validation and return the exit code (0: nothing failed)."""
+    gpus = gpu_count()
+    launcher, why = resolve(req.launcher, gpus)
+    size = req.size or ("gpu" if launcher != "cpu" and gpus else "cpu")
+    cases = select(discover(req.scenario_root), family=req.family, names=list(req.scenarios or []) or None,
+                   size=size)
+    run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    junit = req.junit or str(run_dir / "report.xml")
+    json_path = req.json or str(run_dir / "report.json")
+    pairs = plan_worlds(cases, req)
+    total = sum(len(cs) * (w // req.tp if req.tp else 1) for w, cs in pairs)
+    header = (f"# rankcheck validate: {why}\n# size class {size}; {len(cases)} scenario(s); "
+              f"worlds {[w for w, _ in pairs]}" + (f"; tp {req.tp}" if req.tp else "") +
+              f"\n# run dir {run_dir}; junit {junit}; json {json_path}")
+    job_numbers = itertools.count()
+    with Report(header=header, junit_path=junit, json_path=json_path, total=total, stream=stream) as report:
+        for world, world_cases in pairs:
+            if not world_cases:
+                continue
+            settings = settings_for(launcher, run_dir, world, gpus, per_launch_s=req.deadline,
+                                    startup_s=req.startup, tp=req.tp, impl=req.impl, nnodes=req.nnodes,
+                                    node_rank=req.node_rank, rdzv_backend=req.rdzv_backend,
+                                    rdzv_endpoint=req.rdzv_endpoint, rdzv_id=req.rdzv_id,
+                                    nproc_per_node=req.nproc_per_node)
+            JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(world_cases, world)
+        if launcher == "cpu" and req.store and not req.scenarios:
+            check_store(report, cases)
+    return report.exit_code()
+
+
+__all__ = ["NotAvailable", "ValidateRequest", "run_validate", "plan_worlds", "default_run_dir"]

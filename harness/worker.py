@@ -1,0 +1,340 @@
+"""The per-rank entry: run a batch of scenarios as one rank, record progress, compare, write results.
+
+Started by torchrun (``python -m harness.worker --job JOB.json``, one
+process per rank) or, for the virtual launcher, once for all ranks
+(``--virtual N``: N ranks as threads of this process, meeting through
+``golden.comm.ThreadWorld`` or the kernel fabric). The job file lists the
+cases (scenario file, family, name, TP size) and the implementation
+(``golden`` or ``kernel``); each case is run in order and leaves, per rank,
+in ``<run>/cases/<family>.<name>/w<tp>[.g<group>]/``:
+
+- ``rank<k>.progress.jsonl``: ``start``, then ``begin``/``end`` per launch
+  (``harness.progress``), written before the launch it announces;
+- ``rank<k>.result.json`` (atomic): the comparison with the reference
+  (exact bits; first mismatches and the exact count), or the error raised
+  with its launch and the system state before and after it, or
+  ``not-available`` with the reason.
+
+Per case, the rank builds the scenario's full inputs (identical on every
+rank, from the scenario's seed), makes its system (which takes its shard),
+and for every launch of the flat plan computes the unsharded reference
+itself and compares bit for bit. Injected faults addressed to this rank are
+acted on here: ``hang`` (record it, then sleep forever before the launch),
+``crash`` (record it, then exit with ``CRASH_EXIT``, kill itself with
+SIGKILL, or raise), ``skip_launch`` (record it and do not launch),
+``repeat_launch`` (launch twice), ``delay`` (sleep first);
+``rank_disagree`` and ``bad_input`` arrive through the inputs the builders
+make for this rank. A refused call (``bad_input``) is checked here: the
+error's type and message, and the system state unchanged. An unexpected exception inside a
+launch may leave peers inside a collective, so the rank then writes its
+result and exits with ``ABANDON_EXIT``: the launcher ends the job and runs
+the remaining cases in a fresh one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import time
+import traceback
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable
+
+CRASH_EXIT = 43
+ABANDON_EXIT = 44
+
+
+def case_dir(run_dir: str | Path, family: str, name: str, tp: int, group: int | None) -> Path:
+    """The directory of one case's per-rank records."""
+    suffix = f".g{group}" if group is not None else ""
+    return Path(run_dir) / "cases" / f"{family}.{name}" / f"w{tp}{suffix}"
+
+
+def result_path(directory: str | Path, rank: int) -> Path:
+    """The result file of ``rank`` in a case directory."""
+    return Path(directory) / f"rank{rank}.result.json"
+
+
+def _write_json(path: Path, doc: dict) -> None:
+    """Write ``doc`` to ``path`` atomically."""
+    from harness.report import atomic_write  # noqa: PLC0415
+
+    atomic_write(path, json.dumps(doc, indent=1, sort_keys=True, default=str))
+
+
+def _error_of(exc: BaseException) -> dict:
+    """An exception as a JSON-ready dict (type, message, last traceback lines)."""
+    return {"type": type(exc).__name__, "types": [cls.__name__ for cls in type(exc).__mro__], "message": str(exc),
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-4000:]}
+
+
+def _safe_state(system: Any) -> dict:
+    """The system's state() (or an empty dict when it has none or fails)."""
+    try:
+        return dict(system.state()) if system is not None else {}
+    except Exception as exc:  # noqa: BLE001 - state is diagnostic only
+        return {"state_error": repr(exc)}
+
+
+class InjectedCrash(RuntimeError):
+    """The ``crash`` injection with ``how: exception``: raised out of the rank on purpose."""
+
+
+def _sleep_forever() -> None:
+    """Block this rank until it is killed (the injected hang)."""
+    while True:
+        time.sleep(3600)
+
+
+def _crash(how: str) -> None:
+    """End this rank the way a ``crash`` injection says: exit code, signal or exception."""
+    if how == "signal":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if how == "exception":
+        raise InjectedCrash("injected crash (how: exception)")
+    os._exit(CRASH_EXIT)
+
+
+def _error_matches(exc: BaseException, expected: Any) -> bool:
+    """Whether ``exc`` is the expected error (class name or a base's, and the message regex)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    return expected.type in names and re.search(expected.match, str(exc)) is not None
+
+
+def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
+             run_dir: str, make_handle: Callable[[Any], Any]) -> dict:
+    """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) and write its result."""
+    from harness import compare as cmp  # noqa: PLC0415
+    from harness.families import NotAvailable, adapter, catalog  # noqa: PLC0415
+    from harness.progress import ProgressWriter  # noqa: PLC0415
+
+    out_dir = case_dir(run_dir, spec["family"], spec["name"], tp, group)
+    progress = ProgressWriter(out_dir, rank)
+    started = time.monotonic()
+    result: dict = {"rank": rank, "group": group, "group_rank": group_rank, "tp": tp, "impl": impl,
+                    "family": spec["family"], "name": spec["name"], "status": "ok", "launches_done": 0,
+                    "comparison": None, "error": None, "refused": [], "not_refused": []}
+    system = None
+    try:
+        progress.write("start", -1)
+        scenario = catalog.load(spec["path"])
+        case = catalog.case_of(scenario)
+        fam = adapter(case.family)
+        fam.check_available(impl)
+        static, config, launches = catalog.plan(scenario, tp, group_rank)
+        config.update(fam.start_config(scenario.initial_state()))
+        total = cmp.Comparison(tolerance_ulps=case.tolerance_ulps)
+        phase = "construct"
+        try:
+            system = fam.make_system(impl, make_handle(fam), static, config)
+            for launch in launches:
+                k = launch.index
+                inj = {i.kind: i for i in launch.injections}
+                if "delay" in inj:
+                    progress.write("delay", k, launch.call_params, _safe_state(system),
+                                   seconds=inj["delay"].get("seconds"))
+                    time.sleep(float(inj["delay"].get("seconds")))
+                if "hang" in inj:
+                    progress.write("hang", k, launch.call_params, _safe_state(system))
+                    _sleep_forever()
+                if "crash" in inj:
+                    progress.write("crash", k, launch.call_params, _safe_state(system), how=inj["crash"].get("how"))
+                    _crash(str(inj["crash"].get("how", "exit")))
+                if "skip_launch" in inj:
+                    progress.write("skip", k, launch.call_params, _safe_state(system))
+                    continue
+                phase = f"launch {k}"
+                for attempt in range(2 if "repeat_launch" in inj else 1):
+                    before = _safe_state(system)
+                    progress.begin(k, launch.call_params, before)
+                    try:
+                        outputs = system.launch(launch.call_inputs, launch.call_params)
+                    except Exception as exc:
+                        if launch.expected_error is None:
+                            result["state_before"], result["state_after"] = before, _safe_state(system)
+                            raise
+                        after = _safe_state(system)
+                        result["refused"].append({
+                            "launch": k, "type": type(exc).__name__, "message": str(exc)[:1000],
+                            "expected": {"type": launch.expected_error.type, "match": launch.expected_error.match},
+                            "matched": _error_matches(exc, launch.expected_error),
+                            "state_unchanged": before == after, "state_before": before, "state_after": after})
+                        progress.write("refused", k, launch.call_params, after, error=f"{type(exc).__name__}: {exc}")
+                        break
+                    progress.end(k, launch.call_params, _safe_state(system))
+                    if launch.expected_error is not None:
+                        result["not_refused"].append({"launch": k, "expected": {
+                            "type": launch.expected_error.type, "match": launch.expected_error.match}})
+                        break
+                    if attempt:
+                        progress.write("repeat", k, launch.call_params, _safe_state(system))
+                        continue
+                    result["launches_done"] += 1
+                    reference = fam.reference(static, config, launch.agreed_inputs, launch.agreed_params)
+                    total.merge(cmp.compare_outputs(outputs, reference, rank=group_rank, axes=fam.output_axes,
+                                                    names=fam.compared_outputs(reference),
+                                                    tolerance_ulps=case.tolerance_ulps, launch=k), keep=8)
+        except (NotAvailable, InjectedCrash):
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded; expected errors are judged by the launcher
+            result["status"] = "error"
+            result["error"] = _error_of(exc) | {"phase": phase}
+            progress.write("error", -1, {}, _safe_state(system), error=f"{type(exc).__name__}: {exc}")
+            if phase != "construct" and "error" not in case.outcomes:
+                result["abandon"] = True
+        result["comparison"] = total.to_json()
+        result["state"] = _safe_state(system)
+    except NotAvailable as exc:
+        result["status"] = "not-available"
+        result["error"] = {"type": "NotAvailable", "message": str(exc)}
+    except InjectedCrash:
+        progress.close()
+        raise
+    except Exception as exc:  # noqa: BLE001 - loading or building failed: an error of the case
+        result["status"] = "error"
+        result["error"] = _error_of(exc) | {"phase": "build"}
+    result["time_s"] = time.monotonic() - started
+    progress.write("done", -1, {}, result.get("state") or {})
+    progress.close()
+    _write_json(result_path(out_dir, rank), result)
+    return result
+
+
+# ----------------------------------------------------------------------------- distributed (torchrun)
+
+
+def _distributed_handle(impl: str, comm: Any, device: str) -> Callable[[Any], Any]:
+    """How a torchrun rank makes its world handle for a family."""
+
+    def make(fam: Any) -> Any:
+        """The golden Comm, or the kernel's fabric / Comm for this rank."""
+        if impl == "golden" or fam.family == "markov_fused":
+            return comm
+        from harness.families import NotAvailable  # noqa: PLC0415
+
+        try:
+            from kernels import fabric  # noqa: PLC0415
+
+            return fabric.SymmetricFabric(comm.group, device=device)
+        except Exception as exc:  # noqa: BLE001
+            raise NotAvailable(f"kernels.fabric.SymmetricFabric: {type(exc).__name__}: {exc}") from exc
+
+    return make
+
+
+def run_distributed(job: dict) -> int:
+    """Run the job's cases as this torchrun rank; return the process exit code."""
+    import torch  # noqa: PLC0415
+    import torch.distributed as dist  # noqa: PLC0415
+
+    from harness.dist_comm import DistComm  # noqa: PLC0415
+
+    backend = job.get("backend", "gloo")
+    device = "cpu"
+    if backend == "nccl" or job.get("impl") == "kernel":
+        if torch.cuda.is_available():
+            local = int(os.environ.get("LOCAL_RANK", "0"))
+            torch.cuda.set_device(local % torch.cuda.device_count())
+            device = f"cuda:{torch.cuda.current_device()}"
+    dist.init_process_group(backend, timeout=timedelta(seconds=float(job.get("collective_timeout_s", 300))))
+    try:
+        rank, world = dist.get_rank(), dist.get_world_size()
+        tp = int(job.get("tp") or world)
+        if world % tp:
+            raise ValueError(f"--tp {tp} must divide the world size {world}")
+        groups = [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
+        pgs = [dist.new_group(r) for r in groups] if tp < world else [None]
+        my_group = rank // tp
+        comm = DistComm(pgs[my_group] if tp < world else None, device=device if backend == "nccl" else "cpu")
+        for spec in job["cases"]:
+            res = run_case(spec, rank=rank, group_rank=comm.rank, tp=tp,
+                           group=my_group if tp < world else None, impl=job.get("impl", "golden"),
+                           run_dir=job["run_dir"], make_handle=_distributed_handle(job.get("impl", "golden"), comm, device))
+            if res.get("abandon"):
+                sys.stdout.flush()
+                os._exit(ABANDON_EXIT)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    return 0
+
+
+# ----------------------------------------------------------------------------- virtual (one process)
+
+
+def _unavailable_handle(reason: str) -> Callable[[Any], Any]:
+    """A handle factory that reports the kernel path as not available, with ``reason``."""
+
+    def make(fam: Any) -> Any:
+        """Raise NotAvailable with the reason."""
+        from harness.families import NotAvailable  # noqa: PLC0415
+
+        raise NotAvailable(reason)
+
+    return make
+
+
+def run_virtual(job: dict, world: int) -> int:
+    """Run the job's cases with ``world`` ranks as threads of this process (one GPU, or the CPU for golden)."""
+    from golden.comm import ThreadWorld  # noqa: PLC0415
+
+    impl = job.get("impl", "golden")
+    tp = int(job.get("tp") or world)
+    if world % tp:
+        raise ValueError(f"--tp {tp} must divide the world size {world}")
+    timeout_s = float(job.get("collective_timeout_s", 300))
+    for spec in job["cases"]:
+        for g in range(world // tp):
+            group = g if tp < world else None
+
+            def body(comm: Any, make_handle: Callable[[Any], Any]) -> dict:
+                """One virtual rank's run of the case."""
+                return run_case(spec, rank=g * tp + comm.rank, group_rank=comm.rank, tp=tp, group=group,
+                                impl=impl, run_dir=job["run_dir"], make_handle=make_handle)
+
+            fabrics, reason = None, ""
+            if impl == "kernel":
+                try:
+                    import torch  # noqa: PLC0415
+                    from kernels.fabric import VirtualFabric  # noqa: PLC0415
+
+                    if not torch.cuda.is_available():
+                        raise RuntimeError("no CUDA device")
+                    fabrics = VirtualFabric.create(tp, "cuda", timeout_s=timeout_s)
+                except Exception as exc:  # noqa: BLE001 - reported per rank as not available
+                    reason = f"kernels.fabric.VirtualFabric: {type(exc).__name__}: {exc}"
+            if fabrics is not None:
+                from kernels.fabric import VirtualFabric  # noqa: PLC0415
+
+                results = VirtualFabric.run(fabrics, lambda fab: body(fab, lambda fam, fab=fab: fab))
+            elif impl == "kernel":
+                results = ThreadWorld(tp, timeout_s=timeout_s).run(
+                    lambda comm: body(comm, _unavailable_handle(reason)))
+            else:
+                results = ThreadWorld(tp, timeout_s=timeout_s).run(lambda comm: body(comm, lambda fam, c=comm: c))
+            if any(r.get("abandon") for r in results):
+                return ABANDON_EXIT
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``--job`` (and ``--virtual N``) and run the job."""
+    parser = argparse.ArgumentParser(prog="python -m harness.worker", description=__doc__.split("\n")[0])
+    parser.add_argument("--job", required=True, help="job file written by the launcher (JSON)")
+    parser.add_argument("--virtual", type=int, default=0, help="run N ranks as threads of this process")
+    args = parser.parse_args(argv)
+    job = json.loads(Path(args.job).read_text(encoding="utf-8"))
+    if args.virtual:
+        return run_virtual(job, args.virtual)
+    return run_distributed(job)
+
+
+if __name__ == "__main__":
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    sys.exit(record(main)())

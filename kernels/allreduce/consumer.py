@@ -1,0 +1,384 @@
+"""Lamport mHC consumer: wait for a token's fragments, reduce, mix, collapse, normalize.
+
+Grid ``(M, cluster, 1)``, cluster ``(1, cluster, 1)``, ``threads`` threads per
+CTA (``layout.norm_layout``): one cluster per token. Fragment ``f`` (16 bytes,
+elements ``8f .. 8f+7``) belongs to CTA ``(f % (cluster*threads)) // threads``,
+thread ``f % threads``, trip ``f // (cluster*threads)``.
+
+Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
+
+1. Poll (``ld.volatile``, 16 bytes) until no half is the sentinel 0x8000:
+   LL: the ``tp`` slots ``mailbox[g][source][token]``; BT (``reduced_input``):
+   the one slot ``reduced[g][token]`` the owner ``token % tp`` fanned out.
+2. Reduce (LL): ``s = +0.0; s = s + f32(slot_r)`` for ``r = 0 .. tp-1``
+   (``add.rn.f32``), ``reduced = bf16_rn(s)``; BT's owner already did exactly
+   this, so both protocols give the same bits.
+3. mHC post (``golden/mhc.py``): ``m = reduced * post[j]`` (``mul.rn``), then
+   ``m = fma(res[i], comb[i, j], m)`` for ``i = 0 .. hc-1``; ``out[j] =
+   bf16_rn(m)`` is stored as ``residual_out[token, j]``.
+4. Collapse: ``c = +0.0; c = fma(out[j], pre[j], c)`` for ``j = 0 .. hc-1``;
+   ``prenorm = bf16_rn(c)``.
+5. LL: CTA 0 of token 0, thread 0, sets ``state[NEXT] = (g + 1) % 3``; then
+   ``griddepcontrol.launch_dependents`` (the next publish still waits for this
+   grid to finish), then the sentinel is written back over every slot read.
+6. RMSNorm (``golden/rmsnorm.py``): per trip ``s = fma(p, p, s)`` over the 8
+   elements from +0.0; per thread the trips added in order; warp butterfly
+   ``xor 1, 2, 4, 8, 16``; warp 0 reduces the warp sums (``+0.0`` past the
+   last warp) with butterfly ``xor 16 .. 1``; its lanes ``c < cluster`` store
+   the CTA sum into CTA ``c``'s shared slot (``st.shared::cluster``); after the
+   cluster barrier (release/acquire) every thread adds the ``cluster`` sums in
+   CTA order. ``inv = f32(1 / sqrt(f64(sum / H) + f64(eps)))`` in IEEE FP64,
+   ``y = bf16_rn((p * inv) * weight)``.
+7. MXFP8 (``output="mxfp8"``, ``golden/mxfp8.py``): a 32-value block is four
+   adjacent threads; ``amax`` by integer max of ``|y|``'s bits over the quad;
+   ``e`` = UE8M0 round-up of ``amax * f32(1/448)`` (integer ops on the bits on
+   SM90, ``cvt.rp.satfinite.ue8m0x2.f32`` on SM100+); values
+   ``cvt.rn.satfinite.e4m3x2.f32(y * 2^(127-e))``; the four scale bytes of a
+   128x4 tile word are OR-ed across 16 lanes and stored as one word at the
+   swizzled index. Padding rows ``M .. round_up(M, 128)`` get zero scale words
+   from a grid-stride loop.
+
+``output="residual"`` stops after step 5 (no pre-mix, weight or layer input).
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Boolean, Float32, Int32, Int64, Uint32
+
+from kernels import ptx
+from kernels.allreduce import device
+from kernels.allreduce.layout import (
+    ACTIVE,
+    GENERATIONS,
+    HC_MAX,
+    MAX_CLUSTER,
+    MXFP8_BLOCK,
+    NEXT,
+    SCALE_TILE_COLS,
+    SCALE_TILE_ROWS,
+    VEC,
+    VEC_BYTES,
+    WARP,
+    NormLayout,
+    mxfp8_padded_cols,
+    norm_layout,
+)
+
+OUTPUTS = ("plain", "mxfp8", "residual")
+ARCHS = ("sm_90a", "sm_100a")
+FRAGMENTS_PER_SCALE_WORD = MXFP8_BLOCK * SCALE_TILE_COLS // VEC
+
+
+class LamportMHCConsumer:
+    """The mHC consumer of one protocol (LL or BT) and one output variant."""
+
+    def __init__(
+        self,
+        *,
+        hidden: int,
+        hc: int,
+        tp: int,
+        capacity: int,
+        reduced_input: bool,
+        output: str,
+        arch: str,
+        layout: NormLayout | None = None,
+    ) -> None:
+        if output not in OUTPUTS:
+            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
+        if arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        if not 1 <= hc <= HC_MAX:
+            raise ValueError(f"hc must be in [1, {HC_MAX}], got {hc}")
+        if tp < 1 or capacity < 1:
+            raise ValueError(f"tp and capacity must be >= 1, got tp={tp}, capacity={capacity}")
+        if output == "mxfp8" and hidden % (MXFP8_BLOCK * SCALE_TILE_COLS):
+            raise ValueError(f"MXFP8 output needs hidden % {MXFP8_BLOCK * SCALE_TILE_COLS} == 0, got {hidden}")
+        self.layout = norm_layout(hidden) if layout is None else layout
+        if self.layout.threads % WARP or not 1 <= self.layout.cluster <= MAX_CLUSTER:
+            raise ValueError(f"layout must have a warp multiple of threads and 1..{MAX_CLUSTER} CTAs, got {self.layout}")
+        self.hidden = hidden
+        self.hc = hc
+        self.tp = tp
+        self.capacity = capacity
+        self.reduced_input = reduced_input
+        self.output = output
+        self.arch = arch
+        self.cluster = self.layout.cluster
+        self.threads = self.layout.threads
+        self.warps = self.layout.warps
+        self.trips = self.layout.trips(hidden)
+        self.fragments = hidden // VEC
+        self.sources = 1 if reduced_input else tp
+        self.scale_cols = mxfp8_padded_cols(hidden)
+
+    def key(self) -> tuple:
+        """The configuration that identifies a compiled variant."""
+        return ("consumer", self.hidden, self.hc, self.tp, self.capacity, self.reduced_input, self.output, self.arch,
+                self.cluster, self.threads)
+
+    @cute.jit
+    def __call__(
+        self,
+        mailbox: Int64,
+        residual: Int64,
+        post: Int64,
+        comb: Int64,
+        pre: Int64,
+        weight: Int64,
+        residual_out: Int64,
+        norm_out: Int64,
+        mx_values: Int64,
+        mx_scales: Int64,
+        state: Int64,
+        eps: Float32,
+        timeout_ns: Int64,
+        diag: Int64,
+        rank: Int32,
+        launch: Int32,
+        m: Int32,
+        stream: cuda.CUstream,
+    ) -> None:
+        self.kernel(
+            mailbox, residual, post, comb, pre, weight, residual_out, norm_out, mx_values, mx_scales, state,
+            eps, timeout_ns, diag, rank, launch,
+        ).launch(
+            grid=(m, self.cluster, 1),
+            block=(self.threads, 1, 1),
+            cluster=(1, self.cluster, 1),
+            smem=(self.warps + self.cluster) * 4,
+            stream=stream,
+            use_pdl=True,
+        )
+
+    def slot_element(self, generation: Int64, source: int, token, fragment) -> Int64:
+        """Mailbox element of a fragment: source ``source``'s (LL) or the reduced sum's (BT)."""
+        if cutlass.const_expr(self.reduced_input):
+            slot = generation * self.capacity + Int64(token)
+        else:
+            slot = (generation * self.tp + source) * self.capacity + Int64(token)
+        return slot * self.hidden + Int64(fragment) * VEC
+
+    def load_f32(self, base: Int64, index) -> Float32:
+        """One FP32 input element ``base[index]``."""
+        return ptx.f32_from_bits(ptx.ld_global(base + Int64(index) * 4, 4, Int32(1))[0])
+
+    @cute.jit
+    def butterfly_sum(self, value: Float32, offsets: cutlass.Constexpr):
+        """``value = value + shfl_xor(value, o)`` for each ``o`` in ``offsets`` (full warp)."""
+        for offset in cutlass.range_constexpr(len(offsets)):
+            partner = ptx.f32_from_bits(ptx.shfl_bfly_b32(ptx.f32_bits(value), offsets[offset]))
+            value = ptx.add_rn_f32(value, partner)
+        return value
+
+    @cute.jit
+    def scale_index(self, row, column) -> Int64:
+        """Byte index of scale (row, column) in the swizzled 128x4 layout."""
+        row64 = Int64(row)
+        column64 = Int64(column)
+        return (
+            column64 % 4
+            + (column64 // 4) * 512
+            + (row64 % 32) * 16
+            + ((row64 % SCALE_TILE_ROWS) // 32) * 4
+            + (row64 // SCALE_TILE_ROWS) * SCALE_TILE_ROWS * self.scale_cols
+        )
+
+    @cute.kernel
+    def kernel(
+        self,
+        mailbox: Int64,
+        residual: Int64,
+        post: Int64,
+        comb: Int64,
+        pre: Int64,
+        weight: Int64,
+        residual_out: Int64,
+        norm_out: Int64,
+        mx_values: Int64,
+        mx_scales: Int64,
+        state: Int64,
+        eps: Float32,
+        timeout_ns: Int64,
+        diag: Int64,
+        rank: Int32,
+        launch: Int32,
+    ):
+        hc = self.hc
+        write_norm = self.output != "residual"
+        tidx, _, _ = cute.arch.thread_idx()
+        token, _, _ = cute.arch.block_idx()
+        cta = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        lane = tidx % WARP
+        warp = tidx // WARP
+
+        fragments = [cta * self.threads + tidx + trip * self.cluster * self.threads for trip in range(self.trips)]
+        valid = [fragments[trip] < self.fragments for trip in range(self.trips)]
+
+        # Inputs the caller wrote before the publish: safe to read before the
+        # dependency wait (the publish itself waited for their producers).
+        streams = []
+        weights = []
+        for trip in cutlass.range_constexpr(self.trips):
+            element = Int64(fragments[trip]) * VEC
+            per_source = []
+            for source in cutlass.range_constexpr(hc):
+                address = residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
+                per_source.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
+            streams.append(per_source)
+            if cutlass.const_expr(write_norm):
+                weights.append(device.bf16_words_to_f32(ptx.ld_global(weight + element * 2, VEC_BYTES, Int32(valid[trip]))))
+        post_mix = [self.load_f32(post, Int64(token) * hc + j) for j in range(hc)]
+        comb_mix = [[self.load_f32(comb, (Int64(token) * hc + i) * hc + j) for j in range(hc)] for i in range(hc)]
+        pre_mix = []
+        if cutlass.const_expr(write_norm):
+            pre_mix = [self.load_f32(pre, Int64(token) * hc + j) for j in range(hc)]
+
+        cute.arch.griddepcontrol_wait()
+        generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        generation64 = Int64(generation)
+
+        prenorm = []
+        for trip in cutlass.range_constexpr(self.trips):
+            addresses = [
+                mailbox + self.slot_element(generation64, source, token, fragments[trip]) * 2
+                for source in range(self.sources)
+            ]
+            awaited = [token % self.tp] if self.reduced_input else list(range(self.tp))
+            words = device.poll_fragments(
+                addresses, awaited, valid[trip], timeout_ns, diag, rank, launch, Int32(token), generation
+            )
+            total = [Float32(0.0)] * VEC
+            for source in cutlass.range_constexpr(self.sources):
+                values = device.bf16_words_to_f32(words[4 * source : 4 * source + 4])
+                for e in cutlass.range_constexpr(VEC):
+                    total[e] = ptx.add_rn_f32(total[e], values[e])
+            reduced, _ = device.round_to_bf16(total)
+
+            collapse = [Float32(0.0)] * VEC
+            for target in cutlass.range_constexpr(hc):
+                mixed = [ptx.mul_rn_f32(reduced[e], post_mix[target]) for e in range(VEC)]
+                for source in cutlass.range_constexpr(hc):
+                    for e in cutlass.range_constexpr(VEC):
+                        mixed[e] = ptx.fma_rn_f32(streams[trip][source][e], comb_mix[source][target], mixed[e])
+                mixed_values, mixed_words = device.round_to_bf16(mixed)
+                out_element = (Int64(token) * hc + target) * self.hidden + Int64(fragments[trip]) * VEC
+                ptx.st_global(residual_out + out_element * 2, mixed_words, VEC_BYTES, Int32(valid[trip]))
+                if cutlass.const_expr(write_norm):
+                    for e in cutlass.range_constexpr(VEC):
+                        collapse[e] = ptx.fma_rn_f32(mixed_values[e], pre_mix[target], collapse[e])
+            if cutlass.const_expr(write_norm):
+                rounded, _ = device.round_to_bf16(collapse)
+                prenorm.append(rounded)
+
+        if cutlass.const_expr(not self.reduced_input):
+            advance = (token == 0) & (cta == 0) & (tidx == 0)
+            next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
+            ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32(advance))
+        cute.arch.griddepcontrol_launch_dependents()
+
+        for trip in cutlass.range_constexpr(self.trips):
+            for source in cutlass.range_constexpr(self.sources):
+                address = mailbox + self.slot_element(generation64, source, token, fragments[trip]) * 2
+                ptx.st_global(address, device.sentinel_fragment(), VEC_BYTES, Int32(valid[trip]))
+
+        if cutlass.const_expr(write_norm):
+            self.normalize(prenorm, weights, fragments, valid, token, cta, lane, warp, tidx, eps, norm_out,
+                           mx_values, mx_scales)
+
+    @cute.jit
+    def normalize(self, prenorm, weights, fragments, valid, token, cta, lane, warp, tidx, eps: Float32,
+                  norm_out: Int64, mx_values: Int64, mx_scales: Int64):
+        """Steps 6-7: the cluster-wide sum of squares, the normalized output and its MXFP8."""
+        thread_sum = Float32(0.0)
+        for trip in cutlass.range_constexpr(self.trips):
+            fragment_sum = Float32(0.0)
+            for e in cutlass.range_constexpr(VEC):
+                fragment_sum = ptx.fma_rn_f32(prenorm[trip][e], prenorm[trip][e], fragment_sum)
+            thread_sum = ptx.add_rn_f32(thread_sum, fragment_sum)
+        warp_sum = self.butterfly_sum(thread_sum, (1, 2, 4, 8, 16))
+
+        smem = cutlass.memory.SmemAllocator()
+        sums = smem.allocate_array(Uint32, self.warps + self.cluster)
+        warp_slots = Int32((sums + 0).toint())
+        cluster_slots = warp_slots + Int32(4 * self.warps)
+        if lane == 0:
+            ptx.st_shared_b32(warp_slots + warp * 4, ptx.f32_bits(warp_sum))
+        cute.arch.barrier()
+        if warp == 0:
+            partial = Float32(0.0)
+            if lane < self.warps:
+                partial = ptx.f32_from_bits(ptx.ld_shared_b32(warp_slots + lane * 4))
+            cta_sum = self.butterfly_sum(partial, (16, 8, 4, 2, 1))
+            if lane < self.cluster:
+                ptx.st_shared_cluster_b32(cluster_slots + cta * 4, Int32(lane), ptx.f32_bits(cta_sum))
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+        total = Float32(0.0)
+        for peer in cutlass.range_constexpr(self.cluster):
+            total = ptx.add_rn_f32(total, ptx.f32_from_bits(ptx.ld_shared_b32(cluster_slots + peer * 4)))
+        mean = ptx.div_rn_f32(total, Float32(float(self.hidden)))
+        inv_rms = ptx.rsqrt_sum_f64(mean, eps)
+
+        for trip in cutlass.range_constexpr(self.trips):
+            scaled = [
+                ptx.mul_rn_f32(ptx.mul_rn_f32(prenorm[trip][e], inv_rms), weights[trip][e]) for e in range(VEC)
+            ]
+            normalized, normalized_words = device.round_to_bf16(scaled)
+            element = Int64(token) * self.hidden + Int64(fragments[trip]) * VEC
+            ptx.st_global(norm_out + element * 2, normalized_words, VEC_BYTES, Int32(valid[trip]))
+            if cutlass.const_expr(self.output == "mxfp8"):
+                self.quantize(normalized, normalized_words, fragments[trip], valid[trip], token, mx_values, mx_scales)
+
+        if cutlass.const_expr(self.output == "mxfp8"):
+            self.zero_padding_scales(token, cta, tidx, mx_scales)
+
+    @cute.jit
+    def quantize(self, values, words, fragment, valid, token, mx_values: Int64, mx_scales: Int64):
+        """Step 7 for one fragment: the quad's scale byte, eight E4M3 values, the tile word of scales."""
+        magnitude = Uint32(0)
+        for word in cutlass.range_constexpr(4):
+            magnitude = cutlass.max(magnitude, words[word] & Uint32(device.ABS_MASK_BF16))
+            magnitude = cutlass.max(magnitude, (words[word] >> Uint32(16)) & Uint32(device.ABS_MASK_BF16))
+        for offset in cutlass.range_constexpr(1, 3):
+            magnitude = cutlass.max(magnitude, ptx.shfl_bfly_b32(magnitude, offset))
+        block_max = ptx.f32_from_bits(magnitude << Uint32(16))
+        ratio = ptx.mul_rn_f32(block_max, ptx.f32_from_bits(Uint32(device.INV_E4M3_MAX_BITS)))
+        if cutlass.const_expr(self.arch == "sm_100a"):
+            exponent = device.ue8m0_round_up_instruction(ratio)
+        else:
+            exponent = device.ue8m0_round_up_bits(ratio)
+        inverse_scale = ptx.f32_from_bits((Uint32(device.UE8M0_MAX) - exponent) << Uint32(23))
+        pairs = [
+            ptx.cvt_rn_satfinite_e4m3x2_f32(
+                ptx.mul_rn_f32(values[2 * i + 1], inverse_scale), ptx.mul_rn_f32(values[2 * i], inverse_scale)
+            )
+            for i in range(VEC // 2)
+        ]
+        packed = [pairs[0] | (pairs[1] << Uint32(16)), pairs[2] | (pairs[3] << Uint32(16))]
+        ptx.st_global(mx_values + Int64(token) * self.hidden + Int64(fragment) * VEC, packed, 8, Int32(valid))
+
+        column = fragment // (MXFP8_BLOCK // VEC)
+        tile_word = exponent << Uint32((column % SCALE_TILE_COLS) * 8)
+        for offset in cutlass.range_constexpr(2, 4):
+            tile_word = tile_word | ptx.shfl_bfly_b32(tile_word, 1 << offset)
+        leader = valid & (fragment % FRAGMENTS_PER_SCALE_WORD == 0)
+        ptx.st_global(mx_scales + self.scale_index(token, column), [tile_word], 4, Int32(leader))
+
+    @cute.jit
+    def zero_padding_scales(self, token, cta, tidx, mx_scales: Int64):
+        """Zero the scale words of rows M .. round_up(M, 128), spread over the whole grid."""
+        rows, _, _ = cute.arch.grid_dim()
+        words_per_row = self.scale_cols // SCALE_TILE_COLS
+        padded_rows = (rows + SCALE_TILE_ROWS - 1) // SCALE_TILE_ROWS * SCALE_TILE_ROWS
+        pad_words = (padded_rows - rows) * words_per_row
+        stride = rows * self.cluster * self.threads
+        word = (token * self.cluster + cta) * self.threads + tidx
+        while word < pad_words:
+            row = rows + word // words_per_row
+            column = (word % words_per_row) * SCALE_TILE_COLS
+            ptx.st_global(mx_scales + self.scale_index(row, column), [Uint32(0)], 4, Int32(1))
+            word = word + stride

@@ -1,0 +1,127 @@
+"""BT owner reduce: each rank sums the tokens it owns and fans the BF16 sums out.
+
+Token ``t`` belongs to rank ``t % tp`` and sits at local row ``t // tp`` of
+the owner's BT mailbox ``[GENERATIONS, tp, owner_capacity, H]``. Grid
+``ceil(M / tp) * ctas_per_token`` CTAs of ``threads`` threads, one 16-byte
+fragment per thread; a thread whose token ``local*tp + rank`` is ``>= M``
+(the last round of a call that ``tp`` does not divide) does nothing but join
+the barrier.
+
+With ``g = state[ACTIVE]`` (set by the BT publish): poll (``ld.volatile``)
+the ``tp`` slots ``mailbox[g][source][local]`` until no half is the
+sentinel, sum them as the LL consumer does (``s = +0.0; s = s + f32(slot_r)``
+for ``r = 0 .. tp-1``, ``add.rn.f32``, one BF16 rounding), scrub a 0x8000
+half to 0x0000, and store the fragment at ``reduced[g][t]`` of every rank
+(one ``multimem.st``, or one store per peer through the table). Then CTA 0
+thread 0 sets ``state[NEXT] = (g + 1) % 3``, the grid releases its
+dependents, and each thread writes the sentinel back over the slots it read.
+"""
+
+from __future__ import annotations
+
+import math
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, Uint32
+
+from kernels import ptx
+from kernels.allreduce import device
+from kernels.allreduce.layout import (
+    ACTIVE,
+    GENERATIONS,
+    NEXT,
+    PUBLISH_THREADS,
+    VEC,
+    VEC_BYTES,
+    owner_capacity,
+)
+
+FANOUTS = ("multicast", "unicast")
+
+
+class OwnerReduceKernel:
+    """Reduces the tokens a rank owns (BT) and fans the sums out to every rank."""
+
+    def __init__(self, *, hidden: int, tp: int, capacity: int, fanout: str, threads: int = PUBLISH_THREADS) -> None:
+        if fanout not in FANOUTS:
+            raise ValueError(f"fanout must be one of {FANOUTS}, got {fanout!r}")
+        if hidden <= 0 or hidden % VEC:
+            raise ValueError(f"hidden must be a positive multiple of {VEC}, got {hidden}")
+        if tp < 1 or capacity < 1:
+            raise ValueError(f"tp and capacity must be >= 1, got tp={tp}, capacity={capacity}")
+        self.hidden = hidden
+        self.tp = tp
+        self.capacity = capacity
+        self.fanout = fanout
+        self.threads = threads
+        self.fragments = hidden // VEC
+        self.ctas_per_token = math.ceil(self.fragments / threads)
+        self.owner_capacity = owner_capacity(capacity, tp)
+
+    def key(self) -> tuple:
+        """The configuration that identifies a compiled variant."""
+        return ("owner_reduce", self.hidden, self.tp, self.capacity, self.fanout, self.threads)
+
+    @cute.jit
+    def __call__(
+        self,
+        mailbox: Int64,
+        state: Int64,
+        target: Int64,
+        timeout_ns: Int64,
+        diag: Int64,
+        rank: Int32,
+        launch: Int32,
+        m: Int32,
+        stream: cuda.CUstream,
+    ) -> None:
+        owned = (m + (self.tp - 1)) // self.tp
+        self.kernel(mailbox, state, target, timeout_ns, diag, rank, launch, m).launch(
+            grid=(owned * self.ctas_per_token, 1, 1),
+            block=(self.threads, 1, 1),
+            stream=stream,
+            use_pdl=True,
+        )
+
+    def slot_byte_offset(self, generation: Int64, source: int, local, fragment) -> Int64:
+        """Byte offset of source ``source``'s fragment of local row ``local`` in the BT mailbox."""
+        slot = (generation * self.tp + source) * self.owner_capacity + Int64(local)
+        return (slot * self.hidden + Int64(fragment) * VEC) * 2
+
+    @cute.kernel
+    def kernel(self, mailbox: Int64, state: Int64, target: Int64, timeout_ns: Int64, diag: Int64, rank: Int32,
+               launch: Int32, m: Int32):
+        block, _, _ = cute.arch.block_idx()
+        tidx, _, _ = cute.arch.thread_idx()
+        local = block // self.ctas_per_token
+        fragment = (block % self.ctas_per_token) * self.threads + tidx
+        token = local * self.tp + rank
+        active = (token < m) & (fragment < self.fragments)
+
+        cute.arch.griddepcontrol_wait()
+        generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        generation64 = Int64(generation)
+        addresses = [mailbox + self.slot_byte_offset(generation64, source, local, fragment) for source in range(self.tp)]
+        words = device.poll_fragments(
+            addresses, list(range(self.tp)), active, timeout_ns, diag, rank, launch, Int32(token), generation
+        )
+        total = [Float32(0.0)] * VEC
+        for source in cutlass.range_constexpr(self.tp):
+            values = device.bf16_words_to_f32(words[4 * source : 4 * source + 4])
+            for e in cutlass.range_constexpr(VEC):
+                total[e] = ptx.add_rn_f32(total[e], values[e])
+        summed = device.scrub_sentinel(device.f32_to_bf16_words(total))
+        byte_offset = ((generation64 * self.capacity + Int64(token)) * self.hidden + Int64(fragment) * VEC) * 2
+        if cutlass.const_expr(self.fanout == "multicast"):
+            device.fan_out(summed, byte_offset, target, None, Int32(active))
+        else:
+            device.fan_out(summed, byte_offset, Int64(0), device.load_peer_table(target, self.tp), Int32(active))
+
+        next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
+        ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32((block == 0) & (tidx == 0)))
+        cute.arch.barrier()
+        cute.arch.griddepcontrol_launch_dependents()
+        for source in cutlass.range_constexpr(self.tp):
+            ptx.st_global(addresses[source], device.sentinel_fragment(), VEC_BYTES, Int32(active))

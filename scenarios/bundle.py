@@ -1,0 +1,291 @@
+"""Recorded bundles: live calls captured as data and replayed exactly.
+
+A bundle is a directory of two files:
+
+- ``manifest.yaml`` (read with ``yaml.safe_load``): ``format``, ``name``,
+  ``family``, ``world``, ``config`` (the family's, minus tp/world),
+  ``calls`` (each ``rows``, ``steps``, ``params``, and the names of its
+  inputs and recorded outputs), ``state`` (the counters at the start of the
+  recording, e.g. ``launches`` or ``generation_ll``), ``provenance`` (who
+  recorded it, torch, device, git revision, date, source) and ``tensors``:
+  for every tensor its ``dtype``, ``shape``, ``sha256`` of its raw bytes and,
+  for a strided or offset view, its ``layout`` (``stride``, ``offset`` in
+  elements) so that replay rebuilds the same view.
+- ``tensors.safetensors``: every tensor, contiguous, under the names
+  ``static.<name>``, ``call<i>.<name>`` and ``call<i>.out.<name>``.
+
+Loading checks the safetensors header before handing the file to the
+safetensors parser (a pickle or any other payload is refused: a bundle is
+data and can never run code), then checks every tensor's dtype, shape and
+sha256 against the manifest; any difference is a ``BundleError`` naming the
+bundle and the tensor. ``load_bundle`` returns a ``RecordedScenario``, a
+``Scenario`` whose ``build_static``/``build_call`` (``scenarios.builders``)
+return the recorded tensors, at the recorded world only.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import torch
+import yaml
+from safetensors.torch import load_file, save_file
+
+from golden.store import provenance as golden_provenance
+from golden.store import raw_sha256
+from scenarios.schema import Scenario, ScenarioError, validate
+
+FORMAT = 1
+MANIFEST = "manifest.yaml"
+PAYLOAD = "tensors.safetensors"
+MAX_HEADER = 100 * 1024 * 1024
+
+
+class BundleError(ScenarioError):
+    """A bundle that is malformed, tampered with, or not safetensors."""
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    """``torch.bfloat16`` -> ``bfloat16``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _call_shape(family: str, inputs: Mapping[str, torch.Tensor]) -> tuple[int, int | None]:
+    """Rows and steps of a call, read off its inputs."""
+    if family == "markov_fused":
+        rows, steps = inputs["idx_map"].shape
+        return int(rows), int(steps)
+    if family == "markov_sharded":
+        rows, steps = inputs["base_logits"].shape[:2]
+        return int(rows), int(steps)
+    return int(inputs["residual"].shape[0]), None
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as plain YAML data (dict, list, str, int, float, bool, None), else TypeError."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return str(value)
+    raise TypeError(f"cannot store {type(value).__name__} {value!r} in a bundle manifest")
+
+
+def _layout(t: torch.Tensor) -> dict | None:
+    """``{stride, offset}`` of a view that is not a plain contiguous tensor, else None."""
+    if t.is_contiguous() and t.storage_offset() == 0:
+        return None
+    return {"stride": list(t.stride()), "offset": int(t.storage_offset())}
+
+
+def _with_layout(t: torch.Tensor, layout: Mapping | None) -> torch.Tensor:
+    """``t`` rebuilt as a view with ``layout``'s strides and offset (padding holds NaN or -1)."""
+    if layout is None:
+        return t
+    stride, offset = list(layout["stride"]), int(layout["offset"])
+    extent = 1 + sum((n - 1) * s for n, s in zip(t.shape, stride)) if t.numel() else 0
+    storage = torch.empty(offset + extent, dtype=t.dtype)
+    storage.fill_(float("nan") if t.dtype.is_floating_point else -1)
+    view = torch.as_strided(storage, tuple(t.shape), tuple(stride), offset)
+    view.copy_(t)
+    return view
+
+
+def save_bundle(path: str | Path, *, family: str, config: Mapping[str, Any], world: int,
+                static: Mapping[str, torch.Tensor],
+                calls: Sequence[tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]],
+                outputs: Sequence[Mapping[str, torch.Tensor]] | None = None,
+                state: Mapping[str, int] | None = None, name: str = "recorded",
+                device: str = "cpu", source: str = "") -> Path:
+    """Write a bundle directory at ``path`` and return it.
+
+    ``calls``: ``(call_inputs, call_params)`` per call, in order;
+    ``outputs``: the outputs each call produced (optional, one mapping per
+    call); ``state``: the family's counters before the first call.
+    """
+    path = Path(path)
+    if outputs is not None and len(outputs) != len(calls):
+        raise ValueError(f"outputs: expected one mapping per call ({len(calls)}), got {len(outputs)}")
+    tensors: dict[str, torch.Tensor] = {}
+    entries: dict[str, dict] = {}
+
+    def add(key: str, t: torch.Tensor) -> None:
+        """Record tensor ``t`` under ``key`` with its digest and layout."""
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{key}: expected a tensor, got {type(t).__name__}")
+        t = t.detach().cpu()
+        entry = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape), "sha256": raw_sha256(t)}
+        layout = _layout(t)
+        if layout is not None:
+            entry["layout"] = layout
+        entries[key] = entry
+        tensors[key] = t.contiguous()
+
+    for k, t in static.items():
+        add(f"static.{k}", t)
+    manifest_calls = []
+    for i, (inputs, params) in enumerate(calls):
+        rows, steps = _call_shape(family, inputs)
+        for k, t in inputs.items():
+            add(f"call{i}.{k}", t)
+        outs = outputs[i] if outputs is not None else {}
+        for k, t in outs.items():
+            add(f"call{i}.out.{k}", t)
+        call = {"rows": rows, "params": dict(params), "inputs": sorted(inputs), "outputs": sorted(outs)}
+        if steps is not None:
+            call["steps"] = steps
+        manifest_calls.append(call)
+    prov = golden_provenance(device)
+    prov["producer"] = "recorder"
+    prov["source"] = source
+    manifest = {"format": FORMAT, "name": name, "family": family, "world": int(world),
+                "config": dict(config), "calls": manifest_calls, "state": dict(state or {}),
+                "provenance": prov, "payload": PAYLOAD, "tensors": entries}
+    path.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path / PAYLOAD), metadata={"format": "rankcheck-bundle-1"})
+    (path / MANIFEST).write_text(yaml.safe_dump(_plain(manifest), sort_keys=False, default_flow_style=None), encoding="utf-8")
+    return path
+
+
+def _check_safetensors_header(file: Path, shown: str) -> dict:
+    """The safetensors JSON header of ``file``; anything else is a ``BundleError``."""
+    try:
+        with open(file, "rb") as f:
+            head = f.read(8)
+            if len(head) != 8:
+                raise BundleError(f"{shown}: {PAYLOAD}: not a safetensors file (too short)")
+            (size,) = struct.unpack("<Q", head)
+            total = file.stat().st_size
+            if size == 0 or size > MAX_HEADER or 8 + size > total:
+                raise BundleError(f"{shown}: {PAYLOAD}: not a safetensors file (header size {size})")
+            header = f.read(size)
+    except OSError as exc:
+        raise BundleError(f"{shown}: {PAYLOAD}: cannot read: {exc}") from exc
+    if not header.startswith(b"{"):
+        raise BundleError(f"{shown}: {PAYLOAD}: not a safetensors file (no JSON header; "
+                          f"pickles and other payloads are refused)")
+    try:
+        parsed = json.loads(header.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{shown}: {PAYLOAD}: not a safetensors file (bad header: {exc})") from exc
+    if not isinstance(parsed, dict):
+        raise BundleError(f"{shown}: {PAYLOAD}: not a safetensors file (header is not an object)")
+    return parsed
+
+
+@dataclass(frozen=True)
+class RecordedScenario(Scenario):
+    """A scenario replayed from a bundle's recorded tensors."""
+
+    world: int = 1
+    state: Mapping[str, int] = field(default_factory=dict)
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+    tensors: Mapping[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
+    layouts: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def _tensor(self, key: str) -> torch.Tensor:
+        """A fresh copy of recorded tensor ``key`` in its recorded layout."""
+        return _with_layout(self.tensors[key].clone(), self.layouts.get(key))
+
+    def recorded_static(self) -> dict[str, torch.Tensor]:
+        """The recorded static tensors."""
+        return {k.split(".", 1)[1]: self._tensor(k) for k in self.tensors if k.startswith("static.")}
+
+    def recorded_call(self, call_index: int, world: int) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """The recorded inputs and params of call ``call_index`` (only at the recorded world)."""
+        if world != self.world:
+            raise ValueError(f"world: bundle {self.full_name} was recorded at world {self.world}, got {world}")
+        if not 0 <= call_index < len(self.calls):
+            raise IndexError(f"call_index: {self.full_name} has {len(self.calls)} calls, got {call_index}")
+        prefix = f"call{call_index}."
+        inputs = {k[len(prefix):]: self._tensor(k) for k in self.tensors
+                  if k.startswith(prefix) and not k.startswith(prefix + "out.")}
+        return inputs, dict(self.calls[call_index].params)
+
+    def recorded_outputs(self, call_index: int) -> dict[str, torch.Tensor]:
+        """The outputs recorded for call ``call_index`` (empty when none were)."""
+        prefix = f"call{call_index}.out."
+        return {k[len(prefix):]: self._tensor(k) for k in self.tensors if k.startswith(prefix)}
+
+    def initial_state(self) -> dict[str, int]:
+        """The counters at the start of the recording."""
+        return dict(self.state)
+
+
+_MANIFEST_KEYS = ("format", "name", "family", "world", "config", "calls", "state", "provenance", "payload",
+                  "tensors")
+
+
+def load_bundle(path: str | Path) -> RecordedScenario:
+    """Read, verify and return the bundle at ``path``."""
+    path = Path(path)
+    shown = str(path)
+    try:
+        manifest = yaml.safe_load((path / MANIFEST).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BundleError(f"{shown}: {MANIFEST}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise BundleError(f"{shown}: {MANIFEST}: not valid YAML: {exc}") from exc
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{shown}: {MANIFEST}: expected a mapping")
+    for key in manifest:
+        if key not in _MANIFEST_KEYS:
+            raise BundleError(f"{shown}: {MANIFEST}: {key}: unknown key")
+    for key in _MANIFEST_KEYS:
+        if key not in manifest:
+            raise BundleError(f"{shown}: {MANIFEST}: {key}: required key is missing")
+    if manifest["format"] != FORMAT:
+        raise BundleError(f"{shown}: {MANIFEST}: format: expected {FORMAT}, got {manifest['format']!r}")
+    if manifest["payload"] != PAYLOAD:
+        raise BundleError(f"{shown}: {MANIFEST}: payload: only {PAYLOAD} is accepted, got "
+                          f"{manifest['payload']!r}")
+    header = _check_safetensors_header(path / PAYLOAD, shown)
+    entries = manifest["tensors"]
+    if not isinstance(entries, dict):
+        raise BundleError(f"{shown}: {MANIFEST}: tensors: expected a mapping")
+    stored_names = set(header) - {"__metadata__"}
+    if stored_names != set(entries):
+        raise BundleError(f"{shown}: tensors: the payload holds {sorted(stored_names - set(entries))} not in "
+                          f"the manifest and lacks {sorted(set(entries) - stored_names)}")
+    tensors = load_file(str(path / PAYLOAD))
+    for key, entry in entries.items():
+        t = tensors[key]
+        if _dtype_name(t.dtype) != entry.get("dtype") or list(t.shape) != list(entry.get("shape", [])):
+            raise BundleError(f"{shown}: tensors.{key}: payload has {_dtype_name(t.dtype)} {list(t.shape)}, "
+                              f"manifest says {entry.get('dtype')} {entry.get('shape')}")
+        if raw_sha256(t) != entry.get("sha256"):
+            raise BundleError(f"{shown}: tensors.{key}: sha256 differs from the manifest (tampered or corrupt)")
+    raw_calls = manifest["calls"]
+    if not isinstance(raw_calls, list) or not raw_calls:
+        raise BundleError(f"{shown}: {MANIFEST}: calls: expected a non-empty list")
+    raw = {
+        "name": manifest["name"], "family": manifest["family"],
+        "description": f"recorded bundle {path.name}", "seed": 0, "worlds": [manifest["world"]],
+        "size": "cpu" if manifest["provenance"].get("device", "cpu") == "cpu" else "gpu",
+        "config": manifest["config"],
+        "calls": [{k: v for k, v in c.items() if k in ("rows", "steps", "params")} for c in raw_calls],
+        "expect": {"outcome": "golden"},
+    }
+    if manifest["family"] == "allreduce_mhc" and isinstance(manifest["config"], dict):
+        # The builder option is unused on replay; any count that every world divides will do.
+        top_k = manifest["config"].get("top_k", 8)
+        if isinstance(top_k, int) and isinstance(manifest["world"], int):
+            raw["inputs"] = {"experts": max(top_k, 1) * max(manifest["world"], 1)}
+    base = validate(raw, f"{shown}/{MANIFEST}")
+    fields = {f: getattr(base, f) for f in Scenario.__dataclass_fields__}
+    layouts = {k: e["layout"] for k, e in entries.items() if e.get("layout") is not None}
+    state = manifest["state"] or {}
+    if not isinstance(state, dict) or not all(isinstance(v, int) for v in state.values()):
+        raise BundleError(f"{shown}: {MANIFEST}: state: expected a mapping of ints")
+    return RecordedScenario(**fields, world=int(manifest["world"]), state=state,
+                            provenance=dict(manifest["provenance"]), tensors=tensors, layouts=layouts)
+
+
+__all__ = ["BundleError", "RecordedScenario", "load_bundle", "save_bundle"]

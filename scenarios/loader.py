@@ -1,0 +1,91 @@
+"""Finding and loading scenario files.
+
+Scenario files live at ``scenarios/<family>/<name>.yaml`` (this package's
+directory by default). ``load`` reads one with ``yaml.safe_load`` (never a
+loader that can build Python objects) and validates it
+(``scenarios.schema.validate``); ``discover`` loads every file of a tree,
+optionally filtered by family and size, in a stable order (family, then file
+name), and rejects two scenarios with one ``family/name``; ``get`` finds one
+scenario by ``family/name``. The file's stem must equal its ``name`` so that
+a name always leads to its file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import yaml
+
+from scenarios.schema import FAMILIES, SIZES, Scenario, ScenarioError, validate
+
+DEFAULT_ROOT = Path(__file__).resolve().parent
+
+
+def _display(path: Path) -> str:
+    """``path`` relative to the repository root when it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(DEFAULT_ROOT.parent))
+    except ValueError:
+        return str(path)
+
+
+def load(path: str | os.PathLike) -> Scenario:
+    """Read and validate the scenario file at ``path``."""
+    path = Path(path)
+    shown = _display(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"{shown}: not valid YAML: {exc}") from exc
+    family_dir = path.parent.name if path.parent.name in FAMILIES else None
+    scenario = validate(raw, shown, family_dir=family_dir)
+    if path.stem != scenario.name:
+        raise ScenarioError(f"{shown}: name: expected the file's stem {path.stem!r}, got {scenario.name!r}")
+    return scenario
+
+
+def discover(root: str | os.PathLike | None = None, family: str | None = None,
+             size: str | None = None) -> list[Scenario]:
+    """Every scenario under ``root`` (``scenarios/<family>/*.yaml``), filtered, in stable order."""
+    root = DEFAULT_ROOT if root is None else Path(root)
+    if family is not None and family not in FAMILIES:
+        raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {family!r}")
+    if size is not None and size not in SIZES:
+        raise ValueError(f"size: expected one of {', '.join(SIZES)}, got {size!r}")
+    found: list[Scenario] = []
+    seen: dict[str, str] = {}
+    for fam in FAMILIES:
+        if family is not None and fam != family:
+            continue
+        folder = root / fam
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+            scenario = load(path)
+            if scenario.full_name in seen:
+                raise ScenarioError(f"{scenario.source}: name: {scenario.full_name} is already defined "
+                                    f"in {seen[scenario.full_name]}")
+            seen[scenario.full_name] = scenario.source
+            if size is None or scenario.size == size:
+                found.append(scenario)
+    return found
+
+
+def get(name: str, root: str | os.PathLike | None = None) -> Scenario:
+    """The scenario named ``family/name``."""
+    family, sep, short = name.partition("/")
+    if not sep or family not in FAMILIES or not short:
+        raise ValueError(f"scenario name: expected 'family/name' with family one of "
+                         f"{', '.join(FAMILIES)}, got {name!r}")
+    for scenario in discover(root, family=family):
+        if scenario.name == short:
+            return scenario
+    raise KeyError(f"no scenario {name!r} under {_display(Path(root) if root else DEFAULT_ROOT)}")
+
+
+__all__ = ["DEFAULT_ROOT", "discover", "get", "load"]
