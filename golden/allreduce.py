@@ -31,7 +31,7 @@ finite raises ``ValueError``.
 
 Protocols. LL: each rank gathers every rank's published contribution and
 sums all tokens. BT (``M >= bt_min_rows``, finalize ``bt_min_finalize_rows``,
-when ``capacity >= bt_min_rows``): token t is owned by rank ``t % tp``; each
+when ``capacity >= bt_min_rows``; no ``bt_min_rows`` in the config: LL only): token t is owned by rank ``t % tp``; each
 owner sums only its tokens (same order and precision), and the owners' BF16
 sums are gathered by every rank. ``protocol`` ``ll``/``bt`` forces one; the
 bits never depend on it.
@@ -39,7 +39,10 @@ bits never depend on it.
 Generation state (REFERENCE 4), per protocol (LL and BT each own mailboxes
 and a ``(NEXT, ACTIVE)`` pair, never exchanged): the publish reads NEXT and
 sets ACTIVE = NEXT; the consumer (BT: the owner reduce) sets
-NEXT = (ACTIVE + 1) % 3. ``state()`` returns ``calls`` and both pairs.
+NEXT = (ACTIVE + 1) % 3. Both pairs start at ``(start_generation,
+start_generation)`` (config, default 0). ``state()`` returns ``calls``,
+``generation_next``/``generation_active`` (LL) and
+``bt_generation_next``/``bt_generation_active``.
 Validation errors are raised before anything is computed or advanced.
 """
 
@@ -52,7 +55,8 @@ from typing import Any, Mapping
 import torch
 
 from golden.comm import Comm
-from golden.mhc import bf16_round, collapse, post_mix
+from golden.fp32 import bf16_round
+from golden.mhc import collapse, post_mix
 from golden.moe import check_routes, finalize_contribution
 from golden.mxfp8 import quantize as mxfp8_quantize
 from golden.rmsnorm import NormLayout, norm_layout, rms_norm
@@ -60,8 +64,8 @@ from golden.rmsnorm import NormLayout, norm_layout, rms_norm
 LAMPORT_GENERATIONS = 3
 NEGATIVE_ZERO_BITS = -32768  # 0x8000 as int16
 PROTOCOLS = ("auto", "ll", "bt")
-REQUIRED_CONFIG = ("hidden", "hc", "capacity", "top_k", "tp", "eps", "quantize", "residual_only", "bt_min_rows")
-OPTIONAL_CONFIG = ("bt_min_finalize_rows", "norm_threads", "norm_cluster", "start_generation")
+REQUIRED_CONFIG = ("hidden", "hc", "capacity", "top_k", "tp", "eps", "quantize", "residual_only")
+OPTIONAL_CONFIG = ("bt_min_rows", "bt_min_finalize_rows", "norm_threads", "norm_cluster", "start_generation")
 CALL_PARAMS = ("finalize", "protocol")
 
 
@@ -170,7 +174,10 @@ def check_config(config: Mapping[str, Any]) -> FamilyConfig:
     eps = config["eps"]
     if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
         raise ValueError(f"config.eps must be a finite float >= 0, got {eps!r}")
-    bt_min_rows = _positive_int(config, "bt_min_rows")
+    capacity = _positive_int(config, "capacity")
+    # Without a threshold the golden never picks BT (it cannot know a kernel's
+    # measured one); bits are the same either way, only the state differs.
+    bt_min_rows = capacity + 1 if config.get("bt_min_rows") is None else _positive_int(config, "bt_min_rows")
     threads = _positive_int(config, "norm_threads", 128)
     default_layout = norm_layout(hidden, threads)
     cluster = _positive_int(config, "norm_cluster", default_layout.cluster)
@@ -180,26 +187,30 @@ def check_config(config: Mapping[str, Any]) -> FamilyConfig:
     return FamilyConfig(
         hidden=hidden,
         hc=_positive_int(config, "hc"),
-        capacity=_positive_int(config, "capacity"),
+        capacity=capacity,
         top_k=_positive_int(config, "top_k"),
         tp=_positive_int(config, "tp"),
         eps=float(eps),
         quantize=config["quantize"],
         residual_only=config["residual_only"],
         bt_min_rows=bt_min_rows,
-        bt_min_finalize_rows=_positive_int(config, "bt_min_finalize_rows", bt_min_rows),
+        bt_min_finalize_rows=(
+            bt_min_rows if config.get("bt_min_finalize_rows") is None else _positive_int(config, "bt_min_finalize_rows")
+        ),
         layout=NormLayout(threads=threads, cluster=cluster),
         start_generation=start,
     )
 
 
+def _describe(value: Any) -> str:
+    """A short description of an argument for an error message: dtype and shape, or its type."""
+    return f"{value.dtype} {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
+
+
 def _expect(tensor: Any, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
     """``tensor`` if it is a ``dtype`` tensor of ``shape``, else a ``ValueError`` naming ``name``."""
     if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tuple(tensor.shape) != shape:
-        got = (
-            f"{tensor.dtype} {list(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
-        )
-        raise ValueError(f"{name} must be {dtype} {list(shape)}, got {got}")
+        raise ValueError(f"{name} must be {dtype} {list(shape)}, got {_describe(tensor)}")
     return tensor
 
 
@@ -233,7 +244,7 @@ def check_call(config: FamilyConfig, call_inputs: Mapping[str, Any], call_params
         raise ValueError(f"call_inputs must be a mapping, got {type(call_inputs).__name__}")
     residual = call_inputs.get("residual")
     if not isinstance(residual, torch.Tensor) or residual.dim() != 3:
-        raise ValueError(f"call_inputs['residual'] must be bfloat16 [M, {config.hc}, {config.hidden}], got {residual!r:.80}")
+        raise ValueError(f"call_inputs['residual'] must be bfloat16 [M, {config.hc}, {config.hidden}], got {_describe(residual)}")
     rows = residual.shape[0]
     if not 1 <= rows <= config.capacity:
         raise ValueError(f"call_inputs['residual'] has M={rows} rows, outside [1, config.capacity={config.capacity}]")
@@ -251,7 +262,7 @@ def check_call(config: FamilyConfig, call_inputs: Mapping[str, Any], call_params
     if finalize:
         gemm2 = call_inputs.get("gemm2_permuted")
         if not isinstance(gemm2, torch.Tensor) or gemm2.dim() != 3:
-            raise ValueError(f"call_inputs['gemm2_permuted'] must be bfloat16 [{tp}, rows, {hidden}], got {gemm2!r:.80}")
+            raise ValueError(f"call_inputs['gemm2_permuted'] must be bfloat16 [{tp}, rows, {hidden}], got {_describe(gemm2)}")
         _expect(gemm2, "call_inputs['gemm2_permuted']", torch.bfloat16, (tp, gemm2.shape[1], hidden))
         weights = _expect(call_inputs.get("expert_weights"), "call_inputs['expert_weights']", torch.float32, (rows, config.top_k))
         routes = _expect(
@@ -318,8 +329,9 @@ class GoldenAllReduceMHC:
         self.static = check_static(static, self.config)
         self.comm = comm
         self.calls = 0
-        self.ll_generation = LamportGeneration(next=self.config.start_generation)
-        self.bt_generation = LamportGeneration(next=self.config.start_generation)
+        start = self.config.start_generation
+        self.ll_generation = LamportGeneration(next=start, active=start)
+        self.bt_generation = LamportGeneration(next=start, active=start)
 
     def state(self) -> dict[str, int]:
         """Launch counter and both protocols' ``(NEXT, ACTIVE)`` generations, as plain ints."""

@@ -51,7 +51,9 @@ exact, i.e. it gives the bits the GPU instruction gives, by this contract:
   (``SOFT_CAP_TOLERANCE``). The seed's ``_TANH`` text is not in the seed
   excerpt; the instruction list here is libdevice's (CUDA 13.0
   ``libdevice.10.bc``, ``__nv_tanhf``), with plain ``fmul``/``fadd`` as
-  non-FTZ ``mul.rn.f32``/``add.rn.f32`` as in the seed's ``_logf``.
+  non-FTZ ``mul.rn.f32``/``add.rn.f32`` as in the seed's ``_logf``; it is
+  the sequence ``kernels/ptx.py`` emits, and ``tests/golden/test_fp32_gpu.py``
+  compares the two on the GPU.
 """
 
 from __future__ import annotations

@@ -122,10 +122,12 @@ def _as_i64(x, name: str) -> torch.Tensor:
     return t.to(torch.int64)
 
 
-def key_prefix(seed, col: int, pos) -> torch.Tensor:
-    """``_murmur_prefix``: the hash state after ``[step_seed_lo, step_seed_hi, salted_lo]``."""
-    seed, pos = _as_i64(seed, "seed"), _as_i64(pos, "pos")
-    step_seed = seed ^ (int(col) << 32)
+def key_prefix(seed, col, pos) -> torch.Tensor:
+    """``_murmur_prefix``: the hash state after ``[step_seed_lo, step_seed_hi, salted_lo]``.
+
+    ``col`` (the draft step) is an int or a tensor broadcasting with ``seed``."""
+    seed, pos, col = _as_i64(seed, "seed"), _as_i64(pos, "pos"), _as_i64(col, "col")
+    step_seed = seed ^ (col << 32)
     # Low word of pos - 1 + 2^30, computed on the low word so int64 never overflows.
     salted_lo = ((pos & _MASK32) - 1 + SALT) & _MASK32
     h = torch.zeros_like(step_seed + salted_lo)
@@ -134,7 +136,7 @@ def key_prefix(seed, col: int, pos) -> torch.Tensor:
     return murmur_mix(h, salted_lo)
 
 
-def draft_hash(seed, col: int, pos, vocab_ids) -> torch.Tensor:
+def draft_hash(seed, col, pos, vocab_ids) -> torch.Tensor:
     """The finalized hash of every vocab id (int64 words), broadcasting ``[..., 1]`` keys."""
     prefix = key_prefix(seed, col, pos)
     ids = _as_i64(vocab_ids, "vocab_ids")
@@ -151,7 +153,7 @@ def uniform_from_hash(h: torch.Tensor) -> torch.Tensor:
     return fma_f32(fh, f32_const(0x37800000), fl)
 
 
-def draft_uniform(seed, col: int, pos, vocab_ids) -> torch.Tensor:
+def draft_uniform(seed, col, pos, vocab_ids) -> torch.Tensor:
     """Seed 001's uniform u in (0, 1] for (seed, draft step, position, global vocab id)."""
     return uniform_from_hash(draft_hash(seed, col, pos, vocab_ids))
 
@@ -183,7 +185,7 @@ def gumbel_from_uniform(u: torch.Tensor) -> torch.Tensor:
     return log_neg(log1m_uniform(u))
 
 
-def noised_scores(logits_f32, temp, rcp_bits, seed, col: int, pos, vocab_ids, mask=None) -> torch.Tensor:
+def noised_scores(logits_f32, temp, rcp_bits, seed, col, pos, vocab_ids, mask=None) -> torch.Tensor:
     """The seed's ``_gumbel``: ``RN(div.full(logit, temp) - log(-log(1 - u)))``, -inf off ``mask``.
 
     ``temp`` (fp32), ``rcp_bits`` (the reciprocal bits of ``temp``, see

@@ -49,11 +49,9 @@ from golden.comm import Comm, SoloComm, shard_bounds
 from golden.fp32 import (
     add_bf16,
     as_f32,
-    bf16_bits,
     bf16_from_bits,
     bf16_round,
     bf16_to_f32,
-    f32_bits,
     f32_from_bits,
     load_rcp_table,
     mul_f32,
@@ -70,11 +68,12 @@ _NO_BITS = 1 << 20  # lsb exponent of a zero entry: above every real one
 # ------------------------------------------------------------------- bias
 
 
-def _lsb_exponent_bf16(x: torch.Tensor) -> torch.Tensor:
-    """Exponent of each bf16 value's last significand bit (``_NO_BITS`` for zeros)."""
-    bits = bf16_bits(x)
+def _lowest_lsb_exponent(x: torch.Tensor) -> torch.Tensor:
+    """Per row of the bf16 ``x``: the lowest exponent of a nonzero entry's last significand bit."""
+    bits = x.contiguous().view(torch.int16).to(torch.int32)
     lsb = torch.clamp((bits >> 7) & 0xFF, min=1) - 127 - 7
-    return torch.where((bits & 0x7FFF) == 0, torch.full_like(lsb, _NO_BITS), lsb)
+    lsb = torch.where((bits & 0x7FFF) == 0, torch.full_like(lsb, _NO_BITS), lsb)
+    return lsb.amin(dim=1).to(torch.int64)
 
 
 def _round_scaled_int_to_bf16(n: int, e: int) -> float:
@@ -122,7 +121,7 @@ def markov_bias(emb: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"emb [rows, {emb.shape[1]}] and w2 [V, {w2.shape[1]}] must share the row length R")
     a, b = emb.to(torch.float64), w2.to(torch.float64)
     s = a @ b.T
-    low = _lsb_exponent_bf16(emb).amin(dim=1)[:, None] + _lsb_exponent_bf16(w2).amin(dim=1)[None, :]
+    low = _lowest_lsb_exponent(emb)[:, None] + _lowest_lsb_exponent(w2)[None, :]
     limit = torch.ldexp(torch.ones_like(s), torch.clamp(low + 53, -1000, 1000).to(torch.float64))
     magnitude = a.abs() @ b.abs().T
     inexact = torch.isfinite(s) & (magnitude * (1 + 2.0**-30) >= limit)
@@ -379,15 +378,16 @@ class GoldenMarkovFused:
         if call_params is not None and not isinstance(call_params, Mapping):
             raise TypeError(f"call_params: expected a mapping, got {type(call_params).__name__}")
         sizes = self._check_inputs(call_inputs)
-        reciprocals = self._reciprocals(call_inputs)
+        reciprocals = self._reciprocals(call_inputs).to(call_inputs["temperature"].device)
         rows, steps = sizes["rows"], sizes["steps"]
         idx_map, pos = call_inputs["idx_map"], call_inputs["pos"]
         sharded = self.comm.world > 1
         anchors = call_inputs["input_ids"][call_inputs["anchor_idx"]].to(torch.int64)
         emb = self.w1[w1_rows(anchors, self.vocab)]
-        tokens = torch.empty((rows, steps), dtype=torch.int64)
+        device = call_inputs["base"].device
+        tokens = torch.empty((rows, steps), dtype=torch.int64, device=device)
         cache = call_inputs["cache"].clone()
-        local_cache = torch.empty((rows, steps, self.end - self.start), dtype=torch.bfloat16)
+        local_cache = torch.empty((rows, steps, self.end - self.start), dtype=torch.bfloat16, device=device)
         for col in range(steps):
             bias = markov_bias(emb, self.w2_shard)
             base = call_inputs["base"][:, col, self.start:self.end]

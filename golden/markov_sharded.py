@@ -38,8 +38,14 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
      products to the FP32 accumulator and rounds once to FP32. The kernel's
      fragments give MMA ``2c + h`` (chunk c = 0..7, h = 0, 1) the k set
      ``{32c + 8t + 4h + j : t, j in 0..3}``, not 16 consecutive k (see
-     ``mma_k_groups``). Published studies of NVIDIA tensor cores report
-     truncated alignment inside an MMA instead; the GPU decides.
+     ``mma_k_groups``). The exact sums are formed without rounding
+     (``exact_sum_to_f32``: double arithmetic where it is provably exact,
+     Python integers elsewhere). Fasi, Higham, Mikaitis and Pranesh
+     ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) report
+     truncating alignment inside an MMA on earlier GPUs instead, so this is
+     a model to test, not a fact; the GPU decides.
+
+   Both start from a +0.0 accumulator, as the kernel's ``acc.fill(0.0)``.
 3. ``bias = bf16(acc)``: ``cvt.rn.bf16.f32`` then widened back to FP32.
 4. ``base``: BF16 base logits widened exactly, or FP32 loaded as is. The
    base holds the full vocabulary (``base_column = k V/world``) or, with
@@ -61,7 +67,7 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    keep no NaN payload); torch on a CPU keeps the input's payload and sign,
    so the ops come from ``golden.fp32`` (``add_f32``, ``div_full_f32``,
    ``bf16_round``), which canonicalize. A BF16 cache stores NaN as 0x7FFF.
-8. Candidate key (``candidate_key``): with ``b`` the score's bits,
+8. Candidate key (``candidate_keys``; the seed's ``candidate_key``): with ``b`` the score's bits,
    ``ordered = b | 0x80000000`` for a clear sign bit, ``~b`` otherwise;
    ``key = ordered << 17 | (0x1FFFF - index)`` (index = global vocab id).
    Larger key wins; 0 means "no key". Consequences: order is the float
@@ -75,7 +81,8 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
 9. Exchange: each rank's per-row maximum key travels as the record
    ``key << 15 | tag`` with the 15-bit tag ``1 + launches % 32767`` of the
    rank's uint32 launch counter; rows ``rows .. max_rows-1`` post the zero
-   key. A receiver checks every awaited record's tag (a mismatch, which
+   key. A receiver checks the tag of every record it awaits (rows below
+   ``rows``, every rank; a mismatch, which
    hangs the kernel until its timeout, raises here), takes the maximum key
    over ranks, and the token is ``0x1FFFF - (key & 0x1FFFF)``. The next
    step's embedding is that token's row.
@@ -105,7 +112,6 @@ MAX_ROWS = 8
 MAX_STEPS = 8
 MAX_RANKS = 8
 TILE_ROWS = 16
-MMA_K = 16
 INDEX_BITS = 17
 INDEX_MASK = (1 << INDEX_BITS) - 1
 MAX_VOCAB = 1 << INDEX_BITS
@@ -128,10 +134,11 @@ BiasFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 def fp32_k_order_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Tensor:
     """FP32 ``[rows, n]`` sums of FP32-rounded products, added one k at a time in order 0..255."""
-    products = embeds.float()[:, None, :] * head_shard.float()[None, :, :]
-    acc = torch.zeros(products.shape[:2], dtype=torch.float32, device=products.device)
-    for k in range(products.shape[2]):
-        acc = acc + products[:, :, k]
+    e = embeds.float()
+    columns = head_shard.float().t().contiguous()  # [256, n]: one contiguous head column per k
+    acc = torch.zeros((e.shape[0], columns.shape[1]), dtype=torch.float32, device=columns.device)
+    for k in range(columns.shape[0]):
+        acc = acc + e[:, k : k + 1] * columns[k]
     return acc
 
 
@@ -144,15 +151,6 @@ def mma_k_groups(dim: int = HEAD_DIM) -> list[list[int]]:
                 [32 * chunk + 8 * t + 4 * half + j for t in range(4) for j in range(4)]
             )
     return groups
-
-
-def _lowest_bit_exponents(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """For nonzero finite doubles, the exponents of their highest and lowest set bits."""
-    mantissa, exponent = torch.frexp(x)
-    integer = (mantissa.abs() * 2.0**53).to(torch.int64)
-    lowest = (integer & -integer).double()
-    trailing = torch.frexp(lowest)[1] - 1
-    return exponent.to(torch.int64) - 1, exponent.to(torch.int64) - 53 + trailing.to(torch.int64)
 
 
 def round_scaled_int_to_f32(n: int, e: int) -> float:
@@ -190,23 +188,24 @@ def _exact_sum_python(terms: list[float]) -> float:
 
 
 def exact_sum_to_f32(terms: torch.Tensor) -> torch.Tensor:
-    """FP32 of the exact sum over the last axis of exactly-representable doubles, rounded once.
+    """FP32 of the exact sum over the last axis (at most 32 doubles of at most 24 significant bits), rounded once.
 
-    A sum whose terms span at most 47 bits between the highest and lowest set
-    bit is exact in double arithmetic in any order, so it is summed with
-    torch; any other element is summed exactly with Python integers. Infinite
-    and NaN terms follow IEEE double addition (NaN canonicalized later).
+    When the largest magnitude is below 2^24 times the smallest nonzero one,
+    every term is a multiple of 2^(e_min - 23) and every partial sum stays
+    below 2^(e_max + 6), so at most 53 bits are ever needed: the double sum
+    is exact in any order and its conversion is the single rounding. Other
+    elements are summed exactly with Python integers. A NaN or infinite term
+    follows IEEE double addition (the caller canonicalizes NaN).
     """
+    if terms.shape[-1] > 32:
+        raise ValueError(f"terms: at most 32 per sum for the exactness bound, got {terms.shape[-1]}")
     total = terms[..., 0].clone()
     for j in range(1, terms.shape[-1]):
         total = total + terms[..., j]
-    finite_nonzero = torch.isfinite(terms) & (terms != 0)
-    top, low = _lowest_bit_exponents(torch.where(finite_nonzero, terms, torch.ones_like(terms)))
-    big = torch.iinfo(torch.int64).max
-    top = torch.where(finite_nonzero, top, torch.full_like(top, -big)).amax(-1)
-    low = torch.where(finite_nonzero, low, torch.full_like(low, big)).amin(-1)
-    span_bits = 53 - math.ceil(math.log2(terms.shape[-1])) - 1
-    inexact = finite_nonzero.any(-1) & torch.isfinite(total) & (top - low > span_bits)
+    magnitude = terms.abs()
+    largest = magnitude.amax(-1)
+    smallest = torch.where(magnitude == 0, torch.full_like(magnitude, math.inf), magnitude).amin(-1)
+    inexact = torch.isfinite(total) & (largest != 0) & ~(largest < smallest * 2.0**24)
     result = total.to(torch.float32)
     if bool(inexact.any()):
         flat_terms = terms.reshape(-1, terms.shape[-1])
@@ -237,7 +236,7 @@ BIAS_FUNCTIONS: dict[str, BiasFn] = {
 
 
 # --------------------------------------------------------------------------
-# Keys, records, canonical NaN
+# Keys and mailbox records
 # --------------------------------------------------------------------------
 
 
@@ -414,7 +413,8 @@ class GoldenMarkovSharded:
             )
         base = call_inputs["base_logits"]
         if not isinstance(base, torch.Tensor) or base.dim() != 3:
-            raise ValueError(f"call_inputs['base_logits']: expected a 3-d [rows, steps, vocab] tensor, got {base!r:.80}")
+            got = tuple(base.shape) if isinstance(base, torch.Tensor) else type(base).__name__
+            raise ValueError(f"call_inputs['base_logits']: expected a 3-d [rows, steps, vocab] tensor, got {got}")
         rows = call_params.get("rows", base.shape[0])
         rows = _int("call_params['rows']", rows, 1, self.max_rows)
         steps, vocab = self.steps, self.vocab
@@ -430,7 +430,8 @@ class GoldenMarkovSharded:
         )
         ids = call_inputs["input_ids"]
         if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.dim() != 1:
-            raise ValueError(f"call_inputs['input_ids']: expected a 1-d int32 tensor, got {ids!r:.80}")
+            got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+            raise ValueError(f"call_inputs['input_ids']: expected a 1-d int32 tensor, got {got}")
         needed = (rows - 1) * query_per_row + 1
         if ids.shape[0] < needed:
             raise ValueError(
@@ -469,7 +470,6 @@ class GoldenMarkovSharded:
                 raise ValueError(f"call_inputs['temperature']: {exc}") from exc
         return _Call(
             rows=rows,
-            query_per_row=query_per_row,
             anchors=anchors,
             states=states,
             temps=temps,

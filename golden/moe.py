@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import torch
 
-from golden.mhc import bf16_round, fma_f32
+from golden.fp32 import bf16_round, fma_f32
 
 DROPPED_ROUTE = -1
 

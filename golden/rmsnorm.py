@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import torch
 
-from golden.mhc import bf16_round, fma_f32
+from golden.fp32 import bf16_round, fma_f32
 
 VEC = 8
 WARP = 32

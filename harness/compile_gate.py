@@ -29,7 +29,9 @@ spilled; 1 otherwise (the table says which); 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
 import pkgutil
@@ -132,15 +134,18 @@ def discover(package: str = "kernels") -> tuple[list[tuple[str, Callable]], list
 
 
 def _capture_fd2(thunk: Callable[[], object]) -> tuple[str, BaseException | None]:
-    """Run ``thunk`` with file descriptor 2 redirected to a temporary file;
-    return what was written there and the exception raised, if any."""
+    """Run ``thunk`` with file descriptor 2 and ``sys.stderr`` redirected
+    (the DSL prints its remarks from Python, ptxas from C); return what was
+    written to either and the exception raised, if any."""
     sys.stderr.flush()
     saved = os.dup(2)
     error = None
+    python_side = io.StringIO()
     with tempfile.TemporaryFile(mode="w+b") as tmp:
         os.dup2(tmp.fileno(), 2)
         try:
-            thunk()
+            with contextlib.redirect_stderr(python_side):
+                thunk()
         except Exception as exc:  # noqa: BLE001 - reported per variant
             error = exc
         finally:
@@ -149,7 +154,7 @@ def _capture_fd2(thunk: Callable[[], object]) -> tuple[str, BaseException | None
             os.close(saved)
         tmp.seek(0)
         text = tmp.read().decode("utf-8", "replace")
-    return text, error
+    return text + "\n" + python_side.getvalue(), error
 
 
 def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_spill: bool) -> VariantResult:

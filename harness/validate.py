@@ -9,27 +9,27 @@ has ``world`` ranks split into ``world / T`` TP groups side by side, each
 validated on its own (cases run at TP size T).
 
 On the cpu launcher the system under test is the golden per-rank loop over
-real processes, compared with the unsharded golden reference; in addition
-the stored golden bits (``golden/store.py``) are checked against
-recomputation, when the store module exists. Scenarios that expect an error
+real processes, compared with the unsharded golden reference. On every
+launcher the reference outputs of each golden-outcome case are also checked
+against the stored golden bits (``golden/store.py``, variant ``world<tp>``;
+``store="record"`` records them instead, for ``harness golden
+--regenerate``); each check is one more report line, ``<name>:stored-bits``. Scenarios that expect an error
 or a timeout pass when they end that way (a timeout must name the right
 rank and launch).
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from harness.families import NotAvailable
 from harness.families.catalog import Case, discover, select
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
 from harness.launchers.jobs import JobRunner
-from harness.report import CaseResult, Report
+from harness.report import Report
 
 
 @dataclass
@@ -49,7 +49,7 @@ class ValidateRequest:
     startup: float = 90.0
     scenario_root: str | None = None
     impl: str | None = None
-    store: bool = True
+    store: str | None = "check"
     nnodes: int = 1
     node_rank: int = 0
     rdzv_backend: str | None = None
@@ -88,33 +88,6 @@ def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> list[tuple[int, 
     return [(w, [c for c in cases if w in c.worlds]) for w in worlds]
 
 
-def check_store(report: Report, cases: Sequence[Case]) -> None:
-    """Check the stored golden bits against recomputation (one result per stored entry)."""
-    try:
-        store = importlib.import_module("golden.store")
-    except Exception as exc:  # noqa: BLE001
-        report.note(f"golden store: not checked ({type(exc).__name__}: {exc})")
-        return
-    verify = getattr(store, "verify_all", None) or getattr(store, "check_all", None)
-    if not callable(verify):
-        report.note("golden store: golden.store has no verify_all(); not checked")
-        return
-    started = time.monotonic()
-    try:
-        outcomes = verify([c.key for c in cases])
-    except Exception as exc:  # noqa: BLE001
-        report.add(CaseResult("store", "golden-bits", 1, "store", "error", detail=f"{type(exc).__name__}: {exc}",
-                              time_s=time.monotonic() - started))
-        return
-    for item in outcomes or []:
-        get = item.get if isinstance(item, dict) else (lambda k, d=None, i=item: getattr(i, k, d))
-        ok = bool(get("ok", False))
-        report.add(CaseResult(str(get("family", "store")), str(get("name", get("key", "?"))) + ":stored-bits",
-                              int(get("world", 1) or 1), "store", "pass" if ok else "fail",
-                              detail=str(get("detail", "")), mismatch_count=int(get("mismatches", 0) or 0),
-                              time_s=float(get("time_s", 0.0) or 0.0)))
-
-
 def run_validate(req: ValidateRequest, *, stream=None) -> int:
     """Run the requested validation and return the exit code (0: nothing failed)."""
     gpus = gpu_count()
@@ -140,11 +113,9 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
                                     startup_s=req.startup, tp=req.tp, impl=req.impl, nnodes=req.nnodes,
                                     node_rank=req.node_rank, rdzv_backend=req.rdzv_backend,
                                     rdzv_endpoint=req.rdzv_endpoint, rdzv_id=req.rdzv_id,
-                                    nproc_per_node=req.nproc_per_node)
+                                    nproc_per_node=req.nproc_per_node, store=req.store)
             JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(world_cases, world)
-        if launcher == "cpu" and req.store and not req.scenarios:
-            check_store(report, cases)
     return report.exit_code()
 
 
-__all__ = ["NotAvailable", "ValidateRequest", "run_validate", "plan_worlds", "default_run_dir"]
+__all__ = ["ValidateRequest", "default_run_dir", "plan_worlds", "run_validate"]

@@ -123,18 +123,23 @@ class Supervised:
              interval_s: float = 0.2) -> Outcome:
         """Wait up to ``deadline`` seconds, or until ``poll()`` says time is up; then end everything."""
         timed_out = False
-        while True:
-            self._seen_groups.update(processes_with_token(self.token).values())
-            rc = self.proc.poll()
-            if rc is not None:
-                break
-            if poll is not None and poll():
-                timed_out = True
-                break
-            if time.monotonic() - self.started > deadline:
-                timed_out = True
-                break
-            time.sleep(interval_s)
+        try:
+            while True:
+                self._seen_groups.update(processes_with_token(self.token).values())
+                rc = self.proc.poll()
+                if rc is not None:
+                    break
+                if poll is not None and poll():
+                    timed_out = True
+                    break
+                if time.monotonic() - self.started > deadline:
+                    timed_out = True
+                    break
+                time.sleep(interval_s)
+        except BaseException:
+            # interrupted (Ctrl-C, an error in poll): nothing started here may outlive the harness
+            self.end_all()
+            raise
         leftovers = self.end_all()
         return Outcome(self.proc.returncode, timed_out, time.monotonic() - self.started, leftovers,
                        sorted(self._seen_groups))
@@ -291,18 +296,22 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
     return Diagnosis(laggard, launch, step, text, beliefs, list(kernel_records))
 
 
-def kernel_diag_records(run_dir: str | os.PathLike) -> list[dict]:
-    """Kernel diagnostic records found in ``run_dir`` (via kernels.diag when it is importable)."""
-    try:
-        from kernels import diag  # noqa: PLC0415 - optional, written by another package
-    except Exception:  # noqa: BLE001 - absent or broken: no kernel records
+def kernel_diag_records(case_dir: str | os.PathLike) -> list[dict]:
+    """Kernel diagnostic records dumped by the ranks into ``case_dir`` (``rank<k>.diag.json``), decoded."""
+    paths = sorted(Path(case_dir).glob("rank*.diag.json"))
+    if not paths:
         return []
-    for name in ("read_run_dir", "read_records", "load_records", "read_dir"):
-        reader = getattr(diag, name, None)
-        if callable(reader):
-            try:
-                records = reader(Path(run_dir))
-            except Exception:  # noqa: BLE001 - a torn record must not hide the progress diagnosis
-                return []
-            return [r if isinstance(r, dict) else getattr(r, "__dict__", {"record": str(r)}) for r in records or []]
-    return []
+    try:
+        from kernels import diag  # noqa: PLC0415 - written by the kernels package; host side needs torch only
+    except Exception as exc:  # noqa: BLE001
+        return [{"file": str(p), "problem": f"kernels.diag not importable: {exc}"} for p in paths]
+    out = []
+    for path in paths:
+        try:
+            report = diag.load_dump(path)
+        except Exception as exc:  # noqa: BLE001 - a torn or foreign file is reported, not fatal
+            out.append({"file": str(path), "problem": f"{type(exc).__name__}: {exc}"})
+            continue
+        if report is not None:
+            out.append(report.to_json() | {"file": str(path), "text": report.describe()})
+    return out

@@ -17,15 +17,18 @@ in ``<run>/cases/<family>.<name>/w<tp>[.g<group>]/``:
 
 Per case, the rank builds the scenario's full inputs (identical on every
 rank, from the scenario's seed), makes its system (which takes its shard),
-and for every launch of the flat plan computes the unsharded reference
-itself and compares bit for bit. Injected faults addressed to this rank are
+and for every launch of the flat plan compares its outputs bit for bit with
+the unsharded reference (computed by one rank per launch and shared through
+``ReferenceCache``, also across world sizes when the inputs are equal). Injected faults addressed to this rank are
 acted on here: ``hang`` (record it, then sleep forever before the launch),
 ``crash`` (record it, then exit with ``CRASH_EXIT``, kill itself with
 SIGKILL, or raise), ``skip_launch`` (record it and do not launch),
 ``repeat_launch`` (launch twice), ``delay`` (sleep first);
 ``rank_disagree`` and ``bad_input`` arrive through the inputs the builders
 make for this rank. A refused call (``bad_input``) is checked here: the
-error's type and message, and the system state unchanged. An unexpected exception inside a
+error's type and message, and the system state unchanged. On the golden
+path every launch first checks that all ranks make the same call
+(``check_agreement``). An unexpected exception inside a
 launch may leave peers inside a collective, so the rank then writes its
 result and exits with ``ABANDON_EXIT``: the launcher ends the job and runs
 the remaining cases in a fresh one.
@@ -106,8 +109,168 @@ def _error_matches(exc: BaseException, expected: Any) -> bool:
     return expected.type in names and re.search(expected.match, str(exc)) is not None
 
 
+AGREEMENT_BYTES = 1024
+
+
+class CallDisagreement(RuntimeError):
+    """Ranks are not making the same call (raised on every rank at the same exchange, so they stay in step)."""
+
+
+def _call_description(launch: Any) -> dict:
+    """What this rank is about to launch: index, call, params, and each input's shape and dtype."""
+    shapes = {k: [list(v.shape), str(v.dtype).replace("torch.", "")] for k, v in sorted(launch.call_inputs.items())
+              if hasattr(v, "shape")}
+    return {"launch": launch.index, "call": launch.call, "params": {k: repr(v) for k, v in
+                                                                   sorted(launch.call_params.items())},
+            "inputs": shapes}
+
+
+def check_agreement(comm: Any, launch: Any) -> None:
+    """Raise RuntimeError naming every rank's call when the ranks of ``comm`` are not making the same call.
+
+    The golden loops exchange data but no protocol metadata (the kernels'
+    launch tags and generations), so on the golden path the harness checks
+    that every rank makes the same launch with the same parameters and input
+    shapes before it starts; a disagreement (a skipped or repeated launch, a
+    rank with other rows or parameters) is then named here instead of
+    silently pairing unrelated exchanges.
+    """
+    import torch  # noqa: PLC0415
+
+    mine = _call_description(launch)
+    payload = json.dumps(mine, sort_keys=True).encode()[: AGREEMENT_BYTES - 4]
+    buf = torch.zeros(AGREEMENT_BYTES, dtype=torch.uint8)
+    buf[:4] = torch.tensor(list(len(payload).to_bytes(4, "little")), dtype=torch.uint8)
+    buf[4:4 + len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
+    gathered = comm.all_gather(buf).cpu()
+    views = []
+    for row in gathered:
+        raw = bytes(row.tolist())
+        views.append(json.loads(raw[4:4 + int.from_bytes(raw[:4], "little")].decode()))
+    if all(v == views[0] for v in views):
+        return
+    keys = sorted({k for v in views for k in v} - {"inputs"}) + ["inputs"]
+    differing = [k for k in keys if any(v.get(k) != views[0].get(k) for v in views)]
+    parts = [f"rank {r}: " + ", ".join(f"{k} {v.get(k)}" for k in differing) for r, v in enumerate(views)]
+    raise CallDisagreement(f"ranks disagree on the call at rank {comm.rank}'s launch {launch.index}: " + "; ".join(parts))
+
+
+REFERENCE_POLL_S = 0.02
+
+
+def tensor_digest(h: Any, name: str, tensor: Any) -> None:
+    """Feed a tensor's name, dtype, shape and bytes (not its strides) into hash ``h``."""
+    import torch  # noqa: PLC0415
+
+    t = tensor.detach().cpu().contiguous()
+    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+class ReferenceCache:
+    """Reference outputs shared by the ranks of a run, keyed by a digest of everything they depend on.
+
+    The unsharded reference of a launch is the same for every rank of a TP
+    group and, when the inputs are, for every world size. So one rank (the
+    owner, ``launch % tp``) computes it and stores it as safetensors under
+    ``<run>/refcache/<digest>.safetensors`` (atomically); the others wait for
+    the file up to ``wait_s`` and compute it themselves if it does not come.
+    The digest covers the family, the config without its TP key, the static
+    tensors, the call's agreed inputs (dtype, shape, bytes) and parameters.
+    """
+
+    def __init__(self, run_dir: str | Path, family: str, tp_key: str, config: dict, static: dict) -> None:
+        import hashlib  # noqa: PLC0415
+
+        self.directory = Path(run_dir) / "refcache"
+        self.directory.mkdir(parents=True, exist_ok=True)
+        base = hashlib.sha256()
+        base.update(family.encode())
+        base.update(repr(sorted((k, repr(v)) for k, v in config.items() if k != tp_key)).encode())
+        for name in sorted(static):
+            tensor_digest(base, name, static[name])
+        self._base = base
+
+    def key(self, inputs: dict, params: dict) -> str:
+        """The digest of one launch's reference."""
+        h = self._base.copy()
+        for name in sorted(inputs):
+            value = inputs[name]
+            if hasattr(value, "shape"):
+                tensor_digest(h, name, value)
+            else:
+                h.update(f"{name}={value!r}".encode())
+        h.update(repr(sorted((k, repr(v)) for k, v in params.items())).encode())
+        return h.hexdigest()[:32]
+
+    def get(self, key: str, compute: Callable[[], dict], *, owner: bool, wait_s: float) -> dict:
+        """The reference for ``key``: loaded, computed and stored (owner), or waited for then computed."""
+        from safetensors.torch import load_file, save_file  # noqa: PLC0415
+
+        path = self.directory / f"{key}.safetensors"
+        deadline = time.monotonic() + (0.0 if owner else wait_s)
+        while True:
+            if path.exists():
+                return load_file(str(path))
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(REFERENCE_POLL_S)
+        outputs = compute()
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")
+        save_file({k: v.detach().cpu().contiguous() for k, v in outputs.items()}, str(tmp))
+        os.replace(tmp, path)
+        return outputs
+
+
+def threading_ident() -> int:
+    """The current thread's id (virtual ranks share a process)."""
+    import threading  # noqa: PLC0415
+
+    return threading.get_ident()
+
+
+def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict], outputs: dict) -> dict:
+    """Check (``mode`` check) or record (``record``) the reference outputs' digests in golden/store.py.
+
+    The entry is ``family/name`` with variant ``world<tp>``; outputs are
+    flattened to ``launch<k>.<name>``; the input digest covers the static
+    tensors and each compared launch's agreed inputs, in launch order.
+    """
+    try:
+        from golden import store  # noqa: PLC0415
+    except Exception as exc:  # noqa: BLE001
+        return {"status": "missing", "message": f"golden.store not importable: {exc}"}
+    digest = store.inputs_digest(static, *agreed)
+    variant = f"world{tp}"
+    try:
+        if mode == "record":
+            store.record(case.key, digest, outputs, variant=variant, regenerate=True)
+            return {"status": "recorded", "message": f"{len(outputs)} outputs recorded ({variant})"}
+        store.check(case.key, digest, outputs, variant=variant)
+        return {"status": "ok", "message": f"{len(outputs)} outputs match the stored bits ({variant})"}
+    except store.GoldenMissing as exc:
+        return {"status": "missing", "message": str(exc)}
+    except store.InputDigestMismatch as exc:
+        return {"status": "input-changed", "message": str(exc)}
+    except store.GoldenError as exc:
+        return {"status": "mismatch", "message": str(exc)}
+
+
+def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
+    """Dump the system's kernel diagnostic record (``kernels.diag.DiagRecord``), if it keeps one, as JSON."""
+    for name in ("diag_record", "diag"):
+        record = getattr(system, name, None)
+        if record is not None and callable(getattr(record, "dump", None)):
+            try:
+                record.dump(out_dir / f"rank{rank}.diag.json", rank=rank, launch=launch)
+            except Exception:  # noqa: BLE001 - the progress records still tell the story
+                pass
+            return
+
+
 def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
-             run_dir: str, make_handle: Callable[[Any], Any]) -> dict:
+             run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None) -> dict:
     """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) and write its result."""
     from harness import compare as cmp  # noqa: PLC0415
     from harness.families import NotAvailable, adapter, catalog  # noqa: PLC0415
@@ -129,9 +292,15 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         static, config, launches = catalog.plan(scenario, tp, group_rank)
         config.update(fam.start_config(scenario.initial_state()))
         total = cmp.Comparison(tolerance_ulps=case.tolerance_ulps)
+        refs = ReferenceCache(run_dir, case.family, fam.tp_key, config, static)
+        store_mode = store if group_rank == 0 and not group and case.outcomes == ("golden",) else None
+        agreed: list[dict] = []
+        store_outputs: dict = {}
         phase = "construct"
         try:
-            system = fam.make_system(impl, make_handle(fam), static, config)
+            handle = make_handle(fam)
+            agreement_comm = handle if callable(getattr(handle, "all_gather", None)) else None
+            system = fam.make_system(impl, handle, static, config)
             for launch in launches:
                 k = launch.index
                 inj = {i.kind: i for i in launch.injections}
@@ -152,6 +321,8 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                 for attempt in range(2 if "repeat_launch" in inj else 1):
                     before = _safe_state(system)
                     progress.begin(k, launch.call_params, before)
+                    if impl == "golden" and agreement_comm is not None:
+                        check_agreement(agreement_comm, launch)
                     try:
                         outputs = system.launch(launch.call_inputs, launch.call_params)
                     except Exception as exc:
@@ -175,7 +346,13 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                         progress.write("repeat", k, launch.call_params, _safe_state(system))
                         continue
                     result["launches_done"] += 1
-                    reference = fam.reference(static, config, launch.agreed_inputs, launch.agreed_params)
+                    reference = refs.get(
+                        refs.key(launch.agreed_inputs, launch.agreed_params),
+                        lambda launch=launch: fam.reference(static, config, launch.agreed_inputs, launch.agreed_params),
+                        owner=k % tp == group_rank, wait_s=case.per_launch_s(None))
+                    if store_mode:
+                        agreed.append(launch.agreed_inputs)
+                        store_outputs.update({f"launch{k}.{n}": t for n, t in reference.items()})
                     total.merge(cmp.compare_outputs(outputs, reference, rank=group_rank, axes=fam.output_axes,
                                                     names=fam.compared_outputs(reference),
                                                     tolerance_ulps=case.tolerance_ulps, launch=k), keep=8)
@@ -184,11 +361,14 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         except Exception as exc:  # noqa: BLE001 - recorded; expected errors are judged by the launcher
             result["status"] = "error"
             result["error"] = _error_of(exc) | {"phase": phase}
+            _dump_diag(system, out_dir, rank, result["launches_done"])
             progress.write("error", -1, {}, _safe_state(system), error=f"{type(exc).__name__}: {exc}")
-            if phase != "construct" and "error" not in case.outcomes:
+            if phase != "construct" and "error" not in case.outcomes and not isinstance(exc, CallDisagreement):
                 result["abandon"] = True
         result["comparison"] = total.to_json()
         result["state"] = _safe_state(system)
+        if store_mode and result["status"] == "ok" and store_outputs:
+            result["store"] = store_golden(store_mode, case, tp, static, agreed, store_outputs)
     except NotAvailable as exc:
         result["status"] = "not-available"
         result["error"] = {"type": "NotAvailable", "message": str(exc)}
@@ -254,7 +434,8 @@ def run_distributed(job: dict) -> int:
         for spec in job["cases"]:
             res = run_case(spec, rank=rank, group_rank=comm.rank, tp=tp,
                            group=my_group if tp < world else None, impl=job.get("impl", "golden"),
-                           run_dir=job["run_dir"], make_handle=_distributed_handle(job.get("impl", "golden"), comm, device))
+                           run_dir=job["run_dir"], make_handle=_distributed_handle(job.get("impl", "golden"), comm, device),
+                           store=job.get("store"))
             if res.get("abandon"):
                 sys.stdout.flush()
                 os._exit(ABANDON_EXIT)
@@ -295,7 +476,7 @@ def run_virtual(job: dict, world: int) -> int:
             def body(comm: Any, make_handle: Callable[[Any], Any]) -> dict:
                 """One virtual rank's run of the case."""
                 return run_case(spec, rank=g * tp + comm.rank, group_rank=comm.rank, tp=tp, group=group,
-                                impl=impl, run_dir=job["run_dir"], make_handle=make_handle)
+                                impl=impl, run_dir=job["run_dir"], make_handle=make_handle, store=job.get("store"))
 
             fabrics, reason = None, ""
             if impl == "kernel":

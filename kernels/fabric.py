@@ -41,7 +41,9 @@ Providers
   need ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1`` and a gloo group (NCCL
   refuses two ranks on one GPU); construction checks both and names what is
   missing. Collective headers travel over the group (CPU tensors on gloo,
-  device tensors on NCCL).
+  device tensors on NCCL). With ``device="cpu"`` the collectives work and
+  ``alloc`` refuses after the agreement (the CPU tests check the protocol
+  over real gloo processes this way).
 - ``VirtualFabric.create(world, device)``: ``world`` ranks in one process, on
   one device, one thread and one stream per rank (``VirtualFabric.run``);
   buffers are plain allocations, the collectives meet in-process.
@@ -126,7 +128,8 @@ def describe_header(header: Mapping) -> str:
         )
     if op == "all_gather":
         return f"all_gather {header['dtype']} {header['shape']} [collective {seq}]"
-    return f"{op} [collective {seq}]"
+    details = " ".join(f"{k}={v}" for k, v in sorted(header.items()) if k not in ("op", "seq"))
+    return f"{op}{' ' + details if details else ''} [collective {seq}]"
 
 
 def parse_alloc_spec(name: object, spec: object) -> tuple[tuple[int, ...], torch.dtype]:
@@ -163,6 +166,22 @@ def multicast_gate(handle_multicast_ptr: int, env: Mapping[str, str] | None = No
     if env.get(ALLOW_MULTICAST_ENV) != "1":
         return False, f"{ALLOW_MULTICAST_ENV} is not 1 (multicast is opt-in)"
     return True, "multicast allowed"
+
+
+def placement_problem(places: Sequence[Mapping], backend: str, env: Mapping[str, str] | None = None) -> str | None:
+    """Why ranks at ``places`` (``host``, ``device`` per rank) cannot share symmetric memory, or None."""
+    env = os.environ if env is None else env
+    shared: dict[tuple[str, str], list[int]] = {}
+    for rank, place in enumerate(places):
+        shared.setdefault((place["host"], place["device"]), []).append(rank)
+    overlapping = [ranks for ranks in shared.values() if len(ranks) > 1]
+    if not overlapping:
+        return None
+    if backend == "nccl":
+        return f"ranks {overlapping[0]} share one GPU, which NCCL refuses; use a gloo group"
+    if env.get(OVERLAPPING_DEVICES_ENV) != "1":
+        return f"ranks {overlapping[0]} share one GPU; set {OVERLAPPING_DEVICES_ENV}=1 in every rank's environment"
+    return None
 
 
 def _first_disagreement(headers: Sequence[Mapping]) -> int | None:
@@ -527,21 +546,9 @@ class SymmetricFabric(_FabricBase):
         self._seq += 1
         if self.device.type != "cuda":
             return
-        shared: dict[tuple[str, str], list[int]] = {}
-        for rank, place in enumerate(places):
-            shared.setdefault((place["host"], place["device"]), []).append(rank)
-        overlapping = [ranks for ranks in shared.values() if len(ranks) > 1]
-        if not overlapping:
-            return
-        if self.backend == "nccl":
-            raise ValueError(
-                f"SymmetricFabric: ranks {overlapping[0]} share one GPU, which NCCL refuses; use a gloo group"
-            )
-        if os.environ.get(OVERLAPPING_DEVICES_ENV) != "1":
-            raise ValueError(
-                f"SymmetricFabric: ranks {overlapping[0]} share one GPU; set {OVERLAPPING_DEVICES_ENV}=1 "
-                "in every rank's environment"
-            )
+        problem = placement_problem(places, self.backend)
+        if problem is not None:
+            raise ValueError(f"SymmetricFabric: {problem}")
 
     def _group_gather(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
         """All-gather ``tensor`` over the group within the deadline; return the CPU stack by rank."""
@@ -619,4 +626,5 @@ __all__: Sequence[str] = (
     "describe_header",
     "multicast_gate",
     "parse_alloc_spec",
+    "placement_problem",
 )

@@ -14,9 +14,11 @@ contraction, FTZ, a faster division) can change a bit.
 Conventions:
 
 - A predicate argument is an ``Int32`` (non-zero: do it). A predicated load
-  yields its fallback (zero unless stated) where the predicate is off; the
-  ``setp`` comes first in every sequence, so an output register that shares
-  a physical register with the predicate operand cannot clobber it.
+  yields its fallback (zero unless stated) where the predicate is off.
+- LLVM may give an output the register of an input (no early clobber; f32
+  and b32 share one register class), so in every sequence each output is
+  written only after the last read of every input: results go to scoped
+  temporaries first and are moved out at the end.
 - Loads that a loop polls, and every load or store whose place in program
   order matters, are emitted with side effects (LLVM keeps them in order and
   never deletes them); pure arithmetic is side-effect free.
@@ -113,15 +115,15 @@ def _load_words(opcode, address, nbytes, predicate, loc, ip):
     words = _WORDS_OF[nbytes]
     outs = [f"${i}" for i in range(words)]
     dest = "{" + ", ".join(outs) + "}" if words > 1 else outs[0]
-    zero = "".join(f"mov.b32 {o}, 0;\n\t" for o in outs)
+    zero = "".join(f"@!p mov.b32 {o}, 0;\n\t" for o in outs)
     addr, pred = f"${words}", f"${words + 1}"
     if nbytes == 2:
-        body = f"@p {opcode}.b16 h, [{addr}];\n\t@p cvt.u32.u16 $0, h;"
+        body = f"@p {opcode}.b16 h, [{addr}];\n\t@p cvt.u32.u16 $0, h;\n\t"
     else:
-        body = f"@p {opcode}.{_VECTOR_SUFFIX[nbytes]} {dest}, [{addr}];"
+        body = f"@p {opcode}.{_VECTOR_SUFFIX[nbytes]} {dest}, [{addr}];\n\t"
     text = (
         "{\n\t.reg .pred p;\n\t.reg .b16 h;\n\t"
-        f"setp.ne.s32 p, {pred}, 0;\n\t{zero}{body}\n\t}}"
+        f"setp.ne.s32 p, {pred}, 0;\n\t{body}{zero}}}"
     )
     result = T.i32() if words == 1 else llvm.StructType.get_literal([T.i32()] * words)
     out = _asm(
@@ -166,6 +168,14 @@ def ld_volatile_global(address: Int64, nbytes: int, predicate: Int32, *, loc=Non
 
 
 @dsl_user_op
+def ld_global_cg(address: Int64, nbytes: int, predicate: Int32, *, loc=None, ip=None) -> list:
+    """``ld.global.cg.{b16,...,v4.b32}``: ``nbytes`` as 32-bit words (zeros
+    off the predicate), cached in L2 only, for data a peer GPU stored into
+    this rank's memory during the kernel (an L1 line could be stale)."""
+    return _load_words("ld.global.cg", address, nbytes, predicate, loc, ip)
+
+
+@dsl_user_op
 def ld_global_nc_b64(address: Int64, predicate: Int32, *, loc=None, ip=None) -> Int64:
     """``ld.global.nc.b64`` of an int64 input written before the kernel (0 off
     the predicate)."""
@@ -173,8 +183,8 @@ def ld_global_nc_b64(address: Int64, predicate: Int32, *, loc=None, ip=None) -> 
         _asm(
             T.i64(),
             _ir((Int64(address), Int32(predicate)), loc, ip),
-            "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $2, 0;\n\tmov.b64 $0, 0;\n\t"
-            "@p ld.global.nc.b64 $0, [$1];\n\t}",
+            "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $2, 0;\n\t"
+            "@p ld.global.nc.b64 $0, [$1];\n\t@!p mov.b64 $0, 0;\n\t}",
             "=l,l,r",
             True,
             loc,
@@ -194,8 +204,8 @@ def ld_volatile_b32_or(
         _asm(
             T.i32(),
             _ir((Int64(address), Int32(predicate), Uint32(other)), loc, ip),
-            "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $2, 0;\n\tmov.b32 $0, $3;\n\t"
-            "@p ld.volatile.global.b32 $0, [$1];\n\t}",
+            "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $2, 0;\n\t"
+            "@p ld.volatile.global.b32 $0, [$1];\n\t@!p mov.b32 $0, $3;\n\t}",
             "=r,l,r,r",
             True,
             loc,
@@ -380,6 +390,40 @@ def ld_shared_b32(address: Int32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
+def st_shared_v4(address: Int32, words: list, *, loc=None, ip=None) -> None:
+    """``st.shared.v4.b32`` of four 32-bit words at a 16-byte aligned
+    shared-window address (ordered for other threads by a later barrier)."""
+    if len(words) != 4:
+        raise ValueError(f"a v4 shared store takes 4 words, got {len(words)}")
+    _asm(
+        None,
+        _ir((Int32(address), *[Uint32(w) for w in words]), loc, ip),
+        "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        True,
+        loc,
+        ip,
+    )
+
+
+@dsl_user_op
+def ld_shared_v4(address: Int32, *, loc=None, ip=None) -> list:
+    """``ld.shared.v4.b32``: four 32-bit words at a 16-byte aligned
+    shared-window address (side effects keep it below the barrier that
+    published them)."""
+    out = _asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        _ir((Int32(address),), loc, ip),
+        "ld.shared.v4.b32 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r",
+        True,
+        loc,
+        ip,
+    )
+    return list(_unpack(out, (Uint32,) * 4, loc, ip))
+
+
+@dsl_user_op
 def st_shared_cluster_b32(address: Int32, cta_rank: Int32, value: Uint32, *, loc=None, ip=None) -> None:
     """``mapa.shared::cluster.u32`` + ``st.shared::cluster.b32``: store into
     the same shared variable of CTA ``cta_rank`` of this cluster (distributed
@@ -422,6 +466,29 @@ def atom_add_u32(
     )
 
 
+_ATOM_B64 = {"max.u64", "exch.b64"}
+
+
+@dsl_user_op
+def atom_b64(address: Int64, value: Int64, op: str, *, loc=None, ip=None) -> Int64:
+    """``atom.global.{max.u64,exch.b64}`` (relaxed, gpu scope), returning the
+    old value: a rank-local maximum of 64-bit keys that CTAs fold into, and
+    its read-and-reset by the CTA that arrives last."""
+    if op not in _ATOM_B64:
+        raise ValueError(f"op must be one of {sorted(_ATOM_B64)}, got {op!r}")
+    return Int64(
+        _asm(
+            T.i64(),
+            _ir((Int64(address), Int64(value)), loc, ip),
+            f"atom.global.{op} $0, [$1], $2;",
+            "=l,l,l",
+            True,
+            loc,
+            ip,
+        )
+    )
+
+
 @dsl_user_op
 def fence(kind: str, *, loc=None, ip=None) -> None:
     """``membar.{cta,gl,sys}`` or ``fence.{acq_rel,sc}.{cta,gpu,sys}``: orders
@@ -445,10 +512,10 @@ def shfl_bfly_pair(value: Float32, index: Int32, lane_mask: int, *, loc=None, ip
     struct = _asm(
         llvm.StructType.get_literal([T.f32(), T.i32()]),
         _ir((Float32(value), Int32(index)), loc, ip),
-        "{\n\t.reg .b32 vb;\n\tmov.b32 vb, $2;\n\t"
+        "{\n\t.reg .b32 vb, ib;\n\tmov.b32 vb, $2;\n\t"
         f"shfl.sync.bfly.b32 vb, vb, {int(lane_mask)}, 31, -1;\n\t"
-        "mov.b32 $0, vb;\n\t"
-        f"shfl.sync.bfly.b32 $1, $3, {int(lane_mask)}, 31, -1;\n\t}}",
+        f"shfl.sync.bfly.b32 ib, $3, {int(lane_mask)}, 31, -1;\n\t"
+        "mov.b32 $0, vb;\n\tmov.b32 $1, ib;\n\t}",
         "=f,=r,f,r",
         True,
         loc,
@@ -520,6 +587,42 @@ def min_u64(value: Int64, limit, *, loc=None, ip=None) -> Int64:
     return Int64(
         _asm(T.i64(), _ir((Int64(value), Int64(limit)), loc, ip), "min.u64 $0, $1, $2;", "=l,l,l", False, loc, ip)
     )
+
+
+@dsl_user_op
+def opaque_b32(value: Int32, *, loc=None, ip=None) -> Int32:
+    """``mov.b32`` with side effects: a copy the compiler can neither fold nor
+    hoist out of a loop, so addresses derived from it are recomputed on each
+    trip instead of occupying registers for the whole loop."""
+    return Int32(_asm(T.i32(), _ir((Int32(value),), loc, ip), "mov.b32 $0, $1;", "=r,r", True, loc, ip))
+
+
+@dsl_user_op
+def max_s64(a: Int64, b: Int64, *, loc=None, ip=None) -> Int64:
+    """``max.s64``: the larger of two int64 values (candidate keys are below
+    2^49, so this is also their unsigned order)."""
+    return Int64(_asm(T.i64(), _ir((Int64(a), Int64(b)), loc, ip), "max.s64 $0, $1, $2;", "=l,l,l", False, loc, ip))
+
+
+@dsl_user_op
+def mma_m16n8k16_bf16(acc: list, a: list, b: list, *, loc=None, ip=None) -> list:
+    """``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32``: ``acc`` four
+    FP32 (C/D fragment), ``a`` four and ``b`` two 32-bit words of packed BF16
+    pairs (A row-major, B column-major fragments); returns D. Side-effect
+    free: the warp-synchronous instruction stays where its operands are."""
+    if len(acc) != 4 or len(a) != 4 or len(b) != 2:
+        raise ValueError(f"m16n8k16 takes 4 acc, 4 a and 2 b words, got {len(acc)}, {len(a)}, {len(b)}")
+    out = _asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        _ir((*[Uint32(w) for w in a], *[Uint32(w) for w in b], *[Float32(v) for v in acc]), loc, ip),
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+        "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+        False,
+        loc,
+        ip,
+    )
+    return list(_unpack(out, (Float32,) * 4, loc, ip))
 
 
 @dsl_user_op
@@ -652,14 +755,15 @@ def argmax_combine(v1: Float32, i1: Int32, v2: Float32, i2: Int32, *, loc=None, 
     struct = _asm(
         llvm.StructType.get_literal([T.f32(), T.i32()]),
         _ir((Float32(v1), Int32(i1), Float32(v2), Int32(i2)), loc, ip),
-        "{\n\t.reg .pred lower, keep, nan1;\n\t"
+        "{\n\t.reg .pred lower, keep, nan1;\n\t.reg .b32 vo, io;\n\t"
         "setp.lt.s32 lower, $3, $5;\n\t"
         "setp.eq.and.f32 keep, $2, $4, lower;\n\t"
         "setp.gt.or.f32 keep, $2, $4, keep;\n\t"
         "setp.num.or.f32 nan1, $4, $4, lower;\n\t"
         "setp.nan.and.f32 nan1, $2, $2, nan1;\n\t"
         "or.pred keep, keep, nan1;\n\t"
-        "selp.f32 $0, $2, $4, keep;\n\tselp.b32 $1, $3, $5, keep;\n\t}",
+        "selp.b32 vo, $2, $4, keep;\n\tselp.b32 io, $3, $5, keep;\n\t"
+        "mov.b32 $0, vo;\n\tmov.b32 $1, io;\n\t}",
         "=f,=r,f,r,f,r",
         False,
         loc,
@@ -675,9 +779,10 @@ def argmax_combine_in_order(v1: Float32, i1: Int32, v2: Float32, i2: Int32, *, l
     struct = _asm(
         llvm.StructType.get_literal([T.f32(), T.i32()]),
         _ir((Float32(v1), Int32(i1), Float32(v2), Int32(i2)), loc, ip),
-        "{\n\t.reg .pred nan1, keep;\n\tsetp.nan.f32 nan1, $2, $2;\n\t"
+        "{\n\t.reg .pred nan1, keep;\n\t.reg .b32 vo, io;\n\tsetp.nan.f32 nan1, $2, $2;\n\t"
         "setp.ge.or.f32 keep, $2, $4, nan1;\n\t"
-        "selp.f32 $0, $2, $4, keep;\n\tselp.b32 $1, $3, $5, keep;\n\t}",
+        "selp.b32 vo, $2, $4, keep;\n\tselp.b32 io, $3, $5, keep;\n\t"
+        "mov.b32 $0, vo;\n\tmov.b32 $1, io;\n\t}",
         "=f,=r,f,r,f,r",
         False,
         loc,
@@ -770,13 +875,13 @@ def output_logit(
         _ir((Uint32(a_bits), Uint32(b_bits), Float32(mult), Float32(inv_cap), Float32(cap), Int32(mask)), loc, ip),
         "{\n\t.reg .pred pm;\n\t.reg .b16 ha, hb, hx;\n\t.reg .f32 x, y, z, w, l;\n\t"
         + _TANHF_REGS
-        + "cvt.u16.u32 ha, $2;\n\tcvt.u16.u32 hb, $3;\n\t"
+        + "setp.ne.s32 pm, $7, 0;\n\tcvt.u16.u32 ha, $2;\n\tcvt.u16.u32 hb, $3;\n\t"
         "add.rn.bf16 hx, ha, hb;\n\tcvt.f32.bf16 x, hx;\n\t"
         "mul.rn.f32 y, $4, x;\n\t"
         + transform
         + "cvt.rn.bf16.f32 hx, w;\n\t"
-        "cvt.u32.u16 $0, hx;\n\tcvt.f32.bf16 l, hx;\n\t"
-        "setp.ne.s32 pm, $7, 0;\n\tselp.f32 $1, l, 0fFF800000, pm;\n\t}",
+        "cvt.f32.bf16 l, hx;\n\tselp.f32 l, l, 0fFF800000, pm;\n\t"
+        "cvt.u32.u16 $0, hx;\n\tmov.f32 $1, l;\n\t}",
         "=r,=f,r,r,f,f,f,r",
         False,
         loc,

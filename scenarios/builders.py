@@ -308,9 +308,8 @@ def _finalize_inputs(s: Scenario, call_index: int, rows: int, world: int) -> dic
                                               "call", call_index, "route_values", r))
     capacity_rows = max(rows * top_k, 1)
     # Rows no route lands on hold noise, so a wrong index shows in the output.
-    gemm2 = torch.stack([_per_row(capacity_rows, lambda p: _normal(seed, (h,), 1.0, torch.bfloat16,
-                                                                   "call", call_index, "gemm2_unused", k, p))
-                         for k in range(world)])
+    gemm2 = torch.stack([_normal(seed, (capacity_rows, h), 1.0, torch.bfloat16,
+                                 "call", call_index, "gemm2_unused", k, rows) for k in range(world)])
     index = torch.full((world, rows, top_k), -1, dtype=torch.int32)
     for k in range(world):
         local = [(int(routes[m, j]), m, j) for m in range(rows) for j in range(top_k)
@@ -465,8 +464,8 @@ def _apply_data_injections(s: Scenario, call_index: int, t: dict, rows: int, ste
 # bad_input
 
 
-def _break_input(t: dict, inj: Injection) -> None:
-    """Break ``t[argument]`` as ``bad_input`` says (wrong dtype/shape, misaligned, strided, missing)."""
+def _break_input(s: Scenario, t: dict, inj: Injection) -> None:
+    """Break ``t[argument]`` as ``bad_input`` says (wrong dtype/shape, misaligned, strided, missing, out of range)."""
     name, how = inj.get("argument"), inj.get("how")
     if name not in t:
         raise ScenarioError(f"bad_input: argument {name!r} is not an input of this call (has {sorted(t)})")
@@ -485,6 +484,12 @@ def _break_input(t: dict, inj: Injection) -> None:
         view = storage[1:].view(tensor.shape)
         view.copy_(tensor)
         t[name] = view
+    elif how == "out_of_range":
+        # element 0: row 0's anchor token for input_ids, row 0's index for the index inputs
+        vocab = s.config.get("vocab", 0)
+        broken = tensor.clone()
+        broken.view(-1)[0] = resolve_token(inj.get("value"), vocab)
+        t[name] = broken
     elif how == "noncontiguous":
         wide = torch.empty(tuple(tensor.shape[:-1]) + (tensor.shape[-1] * 2,), dtype=tensor.dtype)
         view = wide[..., ::2]
@@ -539,7 +544,7 @@ def build_call(scenario: Scenario, call_index: int, world: int, *, rank: int | N
     if break_inputs:
         for inj in scenario.injections("bad_input"):
             if inj.get("call") == call_index:
-                _break_input(t, inj)
+                _break_input(scenario, t, inj)
     return t, dict(params)
 
 

@@ -190,6 +190,10 @@ class RecordedScenario(Scenario):
     tensors: Mapping[str, torch.Tensor] = field(default_factory=dict, compare=False, repr=False)
     layouts: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
+    def __hash__(self) -> int:
+        """Hash by name and bundle path (the tensors are not hashable)."""
+        return hash((self.full_name, self.source))
+
     def _tensor(self, key: str) -> torch.Tensor:
         """A fresh copy of recorded tensor ``key`` in its recorded layout."""
         return _with_layout(self.tensors[key].clone(), self.layouts.get(key))

@@ -30,10 +30,21 @@ def _display(path: Path) -> str:
         return str(path)
 
 
+_CACHE: dict[Path, tuple[tuple[int, int], Scenario]] = {}
+
+
 def load(path: str | os.PathLike) -> Scenario:
-    """Read and validate the scenario file at ``path``."""
+    """Read and validate the scenario file at ``path`` (cached until the file changes; do not mutate)."""
     path = Path(path)
     shown = _display(path)
+    try:
+        st = path.stat()
+        stamp = (st.st_mtime_ns, st.st_size)
+    except OSError:
+        stamp = None
+    cached = _CACHE.get(path.resolve()) if stamp is not None else None
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -46,6 +57,8 @@ def load(path: str | os.PathLike) -> Scenario:
     scenario = validate(raw, shown, family_dir=family_dir)
     if path.stem != scenario.name:
         raise ScenarioError(f"{shown}: name: expected the file's stem {path.stem!r}, got {scenario.name!r}")
+    if stamp is not None:
+        _CACHE[path.resolve()] = (stamp, scenario)
     return scenario
 
 

@@ -22,6 +22,10 @@ Declaring a case::
         return Prepared(bytes_moved=..., input_bytes=..., new_input_set=new_input_set,
                         launch=launch, kernels_per_call=1)
 
+A case that spans several virtual ranks (one stream each) forks from the
+current stream to the rank streams and joins back with events inside
+``launch``, so that the whole call is one capturable sequence.
+
 ``bytes_moved`` is the DRAM traffic a call cannot avoid (inputs it must read
 plus outputs it must write), the numerator of the floor; ``input_bytes`` is
 the size of one input set, from which the runner chooses how many sets to

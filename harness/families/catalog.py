@@ -73,11 +73,20 @@ class Case:
                 parts.append(o)
         return " | ".join(parts)
 
-    @property
-    def isolated(self) -> bool:
-        """True when the case may hang or end its ranks, so it runs in a job of its own."""
-        risky = {"hang", "crash", "skip_launch", "repeat_launch", "rank_disagree", "delay"}
-        return "timeout" in self.outcomes or bool(risky & set(self.harness_kinds))
+    def isolated(self, impl: str) -> bool:
+        """True when the case may hang or end its ranks under ``impl``, so it runs in a job of its own.
+
+        On the golden path a skipped or repeated launch and disagreeing ranks
+        are caught at the next exchange on every rank at once (the ranks stay
+        in step), so only hangs, crashes and delays need a job of their own;
+        a kernel may hang on any of them.
+        """
+        risky = {"hang", "crash", "delay"}
+        if impl != "golden":
+            risky |= {"skip_launch", "repeat_launch", "rank_disagree"}
+            if "timeout" in self.outcomes:
+                return True
+        return bool(risky & set(self.harness_kinds))
 
     def per_launch_s(self, default: float | None) -> float:
         """The per-launch deadline: the scenario's ``deadline_s``, else ``default``."""

@@ -35,6 +35,7 @@ from harness.launchers import records
 from harness.launchers.verdict import judge
 from harness.report import CaseResult
 from harness.watchdog import Supervised, diagnose, kernel_diag_records
+from harness.worker import case_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -58,6 +59,7 @@ class JobSettings:
     rdzv_endpoint: str | None = None
     rdzv_id: str | None = None
     nproc_per_node: int | None = None
+    store: str | None = None
     env: dict = field(default_factory=dict)
 
 
@@ -83,8 +85,8 @@ class JobRunner:
         tp = self.settings.tp or world
         if world % tp:
             raise ValueError(f"--tp {tp} must divide the world size {world}")
-        batch = [c for c in cases if not c.isolated]
-        alone = [c for c in cases if c.isolated]
+        batch = [c for c in cases if not c.isolated(self.settings.impl)]
+        alone = [c for c in cases if c.isolated(self.settings.impl)]
         if batch:
             self._run_pending(batch, world, tp)
         for case in alone:
@@ -113,7 +115,7 @@ class JobRunner:
         path = s.run_dir / "jobs" / f"job{self.job_index}{node}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         longest = max(self._case_budget(c) for c in cases)
-        doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp,
+        doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp, "store": s.store,
                "collective_timeout_s": longest + s.startup_s,
                "cases": [{"family": c.family, "name": c.name, "path": c.path} for c in cases]}
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -198,11 +200,22 @@ class JobRunner:
         """Judge each group of a case and hand the verdicts to the report."""
         for g in groups:
             diagnosis = None
-            if not end.completed:
+            if not end.completed or any(r.get("status") == "error" for r in results[g].values()):
                 progress = records.read_group_progress(self.settings.run_dir, case.family, case.name, tp, g, world)
-                diagnosis = diagnose(progress, kernel_records=kernel_diag_records(self.settings.run_dir))
+                directory = case_dir(self.settings.run_dir, case.family, case.name, tp, g)
+                diagnosis = diagnose(progress, kernel_records=kernel_diag_records(directory))
+            stored = (results[g].get(0) or {}).get("store")
+            if stored:
+                self.on_result(store_result(case, tp, stored))
             self.on_result(judge(case, world=tp, launcher=self.settings.launcher, impl=self.settings.impl,
                                  group=g, results=results[g], end=end, diagnosis=diagnosis, time_s=time_s))
+
+
+def store_result(case: Case, tp: int, stored: dict) -> CaseResult:
+    """The verdict of the stored-golden-bits check of one case (rank 0's reference outputs)."""
+    status = {"ok": "pass", "recorded": "pass", "missing": "not-available"}.get(stored["status"], "fail")
+    return CaseResult(case.family, f"{case.name}:stored-bits", tp, "store", status, expected="stored digests",
+                      detail=f"{stored['status']}: {stored['message']}", impl="golden")
 
 
 def python() -> str:

@@ -13,8 +13,10 @@ the job while the case ran; ``exit``: a rank or the agent exited first).
 - expected ``error``: pass when the expected exception (type or a base
   class, message regex; on the named rank when one is given) was raised.
 - expected ``timeout``: pass when the case did not complete and the
-  diagnosis names the expected rank and launch (a crash at that launch also
-  counts: the rank never reached it).
+  diagnosis names the expected rank and launch. On the golden path a
+  skipped or repeated launch is detected at the next exchange (the ranks'
+  calls disagree) rather than by a deadline; that also passes when the
+  diagnosis from the progress records names the same rank and launch.
 Several expected outcomes (``[error, timeout]``) pass when any one holds.
 """
 
@@ -41,6 +43,12 @@ def _error_matches(error: dict, expected: dict) -> bool:
     if expected["type"] not in error.get("types", [error.get("type")]):
         return False
     return re.search(expected["match"], error.get("message", "")) is not None
+
+
+def _names_expected(diagnosis: Diagnosis | None, want: dict | None) -> bool:
+    """Whether the diagnosis names the expected timeout's rank and launch."""
+    return (diagnosis is not None and want is not None and diagnosis.rank == want["rank"]
+            and diagnosis.launch == want["launch"])
 
 
 def _expected_error_rank(results: Mapping[int, dict], want: dict | None) -> int | None:
@@ -119,7 +127,7 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
         cause = "timed out" if end.timed_out else f"ended early (exit code {end.returncode})"
         if "timeout" in outcomes and case.expect_timeout and diagnosis is not None:
             want = case.expect_timeout
-            if diagnosis.rank == want["rank"] and diagnosis.launch == want["launch"]:
+            if _names_expected(diagnosis, want):
                 return CaseResult(status="pass", detail=f"{cause} as expected: {what}", **base)
             verdicts.append(("fail", f"{cause}: {what}; expected rank {want['rank']} at launch {want['launch']}"))
         err = _first_error(results)
@@ -144,6 +152,10 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
         got = "; ".join(f"rank {r}: {e['type']}: {e['message'][:150]}" for r, e in sorted(raised.items()))
         return CaseResult(status="fail", detail=f"expected {case.expected_text}; got {got or 'no error'}", **base)
     err = _first_error(results)
+    if err is not None and "timeout" in outcomes and _names_expected(diagnosis, case.expect_timeout):
+        rank, e = err
+        return CaseResult(status="pass", detail=f"desynchronisation named as expected ({diagnosis.text}); detected "
+                          f"at the next exchange by rank {rank}: {e['type']}: {e['message'][:200]}", **base)
     if err is not None:
         rank, e = err
         return CaseResult(status="error", detail=f"rank {rank} ({e.get('phase', '?')}): {e['type']}: {e['message'][:300]}",

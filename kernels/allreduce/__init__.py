@@ -4,7 +4,8 @@ Modules: ``layout`` (buffer shapes, thread maps, constants), ``config``
 (argument validation), ``device`` (DSL building blocks), ``publish``,
 ``owner_reduce`` and ``consumer`` (the three kernels), ``variants`` (compile
 cache and ``compile_variants`` for the compile gate), ``host``
-(``AllReduceMHC``, the per-rank system of ``docs/interfaces.md``).
+(``AllReduceMHC``, the per-rank system of ``docs/interfaces.md``). The compile
+gate finds ``kernels.allreduce.variants.compile_variants``.
 Importing the package does not import CuTe DSL; the kernels are loaded on
 first use of ``AllReduceMHC`` or ``compile_variants``.
 """
@@ -18,11 +19,7 @@ def __getattr__(name: str):
         from kernels.allreduce.host import AllReduceMHC
 
         return AllReduceMHC
-    if name == "compile_variants":
-        from kernels.allreduce.variants import compile_variants
-
-        return compile_variants
     raise AttributeError(name)
 
 
-__all__ = ["AllReduceMHC", "compile_variants"]
+__all__ = ["AllReduceMHC"]

@@ -115,6 +115,12 @@ class LamportMHCConsumer:
         self.sources = 1 if reduced_input else tp
         self.scale_cols = mxfp8_padded_cols(hidden)
 
+    def __str__(self) -> str:
+        """The configuration as an identifier: CuTe DSL mangles it into the kernel's symbol
+        name, which must differ between variants (a default repr differs only in its
+        address, which the mangler drops, and same-named variants collide at load)."""
+        return "_".join(str(part) for part in self.key())
+
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""
         return ("consumer", self.hidden, self.hc, self.tp, self.capacity, self.reduced_input, self.output, self.arch,

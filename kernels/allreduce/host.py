@@ -8,7 +8,7 @@ allocates through the fabric, in this order on every rank,
 ``allreduce_mhc.bt_reduced`` BF16 ``[3, capacity, H]`` (BT only when
 ``capacity >= bt_min_rows``), fills every half with the sentinel 0x8000,
 creates the two generation pairs ``int32 [NEXT, ACTIVE]`` (local, never
-exchanged, both starting at ``start_generation``) and meets the other ranks
+exchanged, both starting at ``start_generation``, as the golden's) and meets the other ranks
 in ``fabric.barrier()``, so no rank publishes into a mailbox not yet filled.
 
 Fan-out is chosen once from the fabric: NVLink multicast (``multimem.st``)
@@ -20,7 +20,8 @@ where the fabric reports 0 (always, on the lent machines).
 before the first launch, picks LL below the row threshold and BT from it on
 (``protocol`` may force one), allocates the outputs and enqueues on the
 current stream: publish (or finalize publish), for BT the owner reduce, then
-the consumer, chained by programmatic dependent launch. Nothing compiles
+the consumer, chained by programmatic dependent launch. Inputs must already
+be on the instance's device. Nothing compiles
 there, so a call may be captured into a CUDA graph; under capture the route
 values are not read (that would synchronize) and inputs must already be on
 the device.
@@ -173,7 +174,7 @@ class AllReduceMHC:
         self.bt_enabled = cfg.capacity >= self.bt_min_rows
 
     def _compile_all(self) -> dict[tuple, Any]:
-        """Every variant this instance can launch, compiled now (never during a call)."""
+        """Every variant this instance can launch, compiled and loaded now (never during a call)."""
         cfg = self.config
         shape = dict(hidden=cfg.hidden, tp=cfg.tp, capacity=cfg.capacity)
         output = "residual" if cfg.residual_only else ("mxfp8" if cfg.quantize else "plain")
@@ -193,6 +194,8 @@ class AllReduceMHC:
             )
         if self.bt_enabled:
             kernels["owner_reduce"] = variants.compiled(OwnerReduceKernel(**shape, fanout=self.fanout), self.arch)
+        for function in kernels.values():
+            variants.preload(function)
         return kernels
 
     def state(self) -> dict[str, int]:

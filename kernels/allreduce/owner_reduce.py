@@ -60,6 +60,12 @@ class OwnerReduceKernel:
         self.ctas_per_token = math.ceil(self.fragments / threads)
         self.owner_capacity = owner_capacity(capacity, tp)
 
+    def __str__(self) -> str:
+        """The configuration as an identifier: CuTe DSL mangles it into the kernel's symbol
+        name, which must differ between variants (a default repr differs only in its
+        address, which the mangler drops, and same-named variants collide at load)."""
+        return "_".join(str(part) for part in self.key())
+
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""
         return ("owner_reduce", self.hidden, self.tp, self.capacity, self.fanout, self.threads)

@@ -16,7 +16,7 @@ residual-only outputs) at the seed's preset shape, for the compile gate.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
@@ -53,8 +53,9 @@ def _capturing() -> bool:
         return False
 
 
-def compiled(kernel: Any, arch: str, options: str = "") -> Any:
-    """The compiled ``kernel`` for ``arch`` (``sm_90a``/``sm_100a``), compiled on first use only."""
+def compiled(kernel: Any, arch: str, options: str = "", *, with_arch: bool = True) -> Any:
+    """The compiled ``kernel`` for ``arch`` (``sm_90a``/``sm_100a``), compiled on first use only;
+    ``with_arch`` adds ``--gpu-arch`` to ``options`` (the compile gate passes its own)."""
     key = (kernel.key(), arch, options)
     with _LOCK:
         if key not in _CACHE:
@@ -63,10 +64,43 @@ def compiled(kernel: Any, arch: str, options: str = "") -> Any:
                     f"allreduce kernel {kernel.key()} is not compiled and the stream is capturing a CUDA graph: "
                     "construct the instance (which compiles every variant it uses) before capture"
                 )
-            _CACHE[key] = cute.compile(
-                kernel, *placeholder_args(kernel), options=f"--gpu-arch {arch} {options}".strip()
-            )
+            full = f"--gpu-arch {arch} {options}".strip() if with_arch else options
+            _CACHE[key] = cute.compile(kernel, *placeholder_args(kernel), options=full)
         return _CACHE[key]
+
+
+def _check(result: tuple, what: str) -> tuple:
+    """The values of a cuda-python call after its status, or a RuntimeError naming ``what``."""
+    status, *values = result
+    if int(status) != 0:
+        raise RuntimeError(f"{what} failed: {status}")
+    return tuple(values)
+
+
+def preload(function: Any) -> None:
+    """Load every kernel of a compiled function into the current CUDA context now.
+
+    Under CUDA's default lazy loading a kernel's code is loaded at its first
+    launch, and that load waits for the device: if a peer rank's grid is
+    spinning on this rank's next kernel (virtual ranks share one device), the
+    load never returns. ``cuFuncLoad`` at construction takes that wait out of
+    the calls.
+    """
+    import cuda.bindings.driver as driver
+    import cuda.bindings.runtime as runtime
+
+    function.to(None)  # loads the library (its kernels stay lazy)
+    kernels = []
+    for library in getattr(function.jit_module, "cuda_library", []):
+        (count,) = _check(runtime.cudaLibraryGetKernelCount(library), "cudaLibraryGetKernelCount")
+        (found,) = _check(runtime.cudaLibraryEnumerateKernels(count, library), "cudaLibraryEnumerateKernels")
+        kernels += [driver.CUkernel(int(kernel)) for kernel in found]
+    kernels += [loaded.kernel for loaded in getattr(function.jit_module, "cuda_modules", [])]
+    if not kernels:
+        raise RuntimeError("preload: the compiled function exposes no kernels to load")
+    for kernel in kernels:
+        (handle,) = _check(driver.cuKernelGetFunction(kernel), "cuKernelGetFunction")
+        _check(driver.cuFuncLoad(handle), "cuFuncLoad")
 
 
 def gate_kernels(arch: str, shape: dict | None = None) -> dict[str, Any]:
@@ -76,17 +110,17 @@ def gate_kernels(arch: str, shape: dict | None = None) -> dict[str, Any]:
     for protocol in PROTOCOLS:
         for source in SOURCES:
             for fanout in FANOUTS if protocol == "ll" else ("unicast",):
-                kernels[f"publish_{protocol}_{source}_{fanout}"] = PublishKernel(
+                kernels[f"publish[{protocol},{source},{fanout}]"] = PublishKernel(
                     hidden=s["hidden"], tp=s["tp"], capacity=s["capacity"], protocol=protocol, source=source,
                     fanout=fanout, top_k=s["top_k"],
                 )
     for fanout in FANOUTS:
-        kernels[f"owner_reduce_{fanout}"] = OwnerReduceKernel(
+        kernels[f"owner_reduce[{fanout}]"] = OwnerReduceKernel(
             hidden=s["hidden"], tp=s["tp"], capacity=s["capacity"], fanout=fanout
         )
     for reduced_input in (False, True):
         for output in OUTPUTS:
-            name = f"consumer_{'bt' if reduced_input else 'll'}_{output}"
+            name = f"consumer[{'bt' if reduced_input else 'll'},{output}]"
             kernels[name] = LamportMHCConsumer(
                 hidden=s["hidden"], hc=s["hc"], tp=s["tp"], capacity=s["capacity"], reduced_input=reduced_input,
                 output=output, arch=arch,
@@ -94,6 +128,12 @@ def gate_kernels(arch: str, shape: dict | None = None) -> dict[str, Any]:
     return kernels
 
 
-def compile_variants(arch: str, options: str = "") -> dict[str, Any]:
-    """Compile every variant for ``arch`` without a GPU; returns the compiled functions by name."""
-    return {name: compiled(kernel, arch, options) for name, kernel in gate_kernels(arch).items()}
+def compile_variants(arch: str) -> list[tuple[str, Callable[[str], Any], bool]]:
+    """The compile gate's registry (``harness/compile_gate.py``): ``(name, thunk(options), must_not_spill)``
+    for every variant; a thunk compiles with the gate's options (which carry ``--gpu-arch``) unchanged."""
+
+    def thunk_of(kernel: Any) -> Callable[[str], Any]:
+        """A thunk compiling ``kernel`` with the gate's options."""
+        return lambda options: compiled(kernel, arch, options, with_arch=False)
+
+    return [(f"allreduce.{name}", thunk_of(kernel), True) for name, kernel in gate_kernels(arch).items()]

@@ -28,11 +28,12 @@ here). ``arrivals`` int32 ``[rows]`` (owned here). ``packets`` int32
 ``[rows, 4]`` = (FP32 bits of the winning score, global vocab id, 0, 0),
 16-byte aligned. ``draft`` (sharded) BF16 ``[rows, steps, V / tp]``.
 
-Memory ordering. Inputs written before the loop (base, ids, positions,
-seeds, temperatures, weights, gathered packets and shards) are read through
-``ld.global.nc``, except what the preceding kernel writes (the bias, the
-packets under PDL), read with weak ``ld.global`` after
-``griddepcontrol.wait``. Each CTA of a step stores its (score, id) with weak
+Memory ordering. Inputs no running grid writes (base, ids, anchors,
+positions, seeds, temperatures, weights, the gathered shards of the fill)
+are read through ``ld.global.nc``; what the immediately preceding kernel
+writes (the bias from the GEMV, the gathered packets of the pick) is read
+with weak ``ld.global``, after ``griddepcontrol.wait`` when launched with
+PDL (before the wait such a grid reads only inputs and stores nothing). Each CTA of a step stores its (score, id) with weak
 stores, then thread 0 does ``atom.add.acq_rel.gpu`` on the row's arrival
 counter after a ``bar.sync``: the release publishes the CTA's result, and the
 CTA whose ticket completes a multiple of ``blocks`` acquires every earlier
@@ -67,6 +68,7 @@ from cutlass.memory import SmemAllocator
 
 from kernels import ptx
 
+SYSTEM_CLASS = "FusedMarkovLoop"
 THREADS = 128
 WARP = 32
 PICK_THREADS = 32

@@ -23,8 +23,8 @@ raw addresses of flat tensors (``in0..in5``), outputs ``out0`` (and
   mult f32, inv_cap f32, cap f32 -> (cached BF16 bits i32, logit f32)
 
 The host functions below take and return torch tensors; the reciprocal
-table writer produces ``golden/data/rcp_f32_<arch>.json``'s format
-(``{"reciprocals": {"0x<t bits>": "0x<rcp bits>"}, ...}``).
+table writer merges into ``golden/data/rcp_f32_<arch>.json``'s format
+(``{"reciprocals": {"0x<t bits>": "0x<rcp bits>"}, "arch", "provenance"}``).
 """
 
 from __future__ import annotations
@@ -218,37 +218,64 @@ def output_logit(base_bits, bias_bits, mult, inv_cap, cap, has_cap: bool):
 
 
 def measure_reciprocal_table(temperatures, device: str = "cuda") -> dict:
-    """The reciprocal table document (golden's ``rcp_f32_<arch>.json`` format)
-    for the given temperatures, measured on ``device``, with provenance."""
+    """``{"reciprocals": {"0x<t bits>": "0x<rcp bits>"}, "arch", "provenance"}``
+    (golden's ``rcp_f32_<arch>.json`` fields) for the given temperatures,
+    measured on ``device``."""
     t = torch.tensor([float(x) for x in temperatures], dtype=torch.float32, device=device)
-    bad = t.abs()
-    if bool(((bad < 2.0**-126) | (bad > 2.0**126) | ~torch.isfinite(t)).any()):
+    mag = t.abs()
+    if bool(((mag < 2.0**-126) | (mag > 2.0**126) | ~torch.isfinite(t)).any()):
         raise ValueError("temperatures: every entry must be a finite normal fp32 in [2^-126, 2^126]")
     rcp = reciprocal_bits(t).cpu().tolist()
     t_bits = (t.view(torch.int32).to(torch.int64) & 0xFFFFFFFF).cpu().tolist()
     props = torch.cuda.get_device_properties(t.device)
     return {
         "reciprocals": {f"0x{tb:08X}": f"0x{rb:08X}" for tb, rb in sorted(zip(t_bits, rcp))},
-        "temperatures": {f"0x{tb:08X}": float(x) for tb, x in sorted(zip(t_bits, t.cpu().tolist()))},
-        "instruction": "div.full.f32 q, 1.0, t (kernels/markov/probe.py reciprocal_bits)",
-        "device": props.name,
         "arch": f"sm_{props.major}{props.minor}",
-        "torch": torch.__version__,
-        "measured": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "provenance": {
+            "device": props.name,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "python3 -m kernels.markov.probe OUT.json TEMPERATURE... (div.full.f32 q, 1.0, t)",
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+        },
     }
 
 
+def write_reciprocal_table(path: str, temperatures) -> dict:
+    """Measure ``temperatures`` and merge them into the table at ``path``
+    (created if absent; other keys such as ``note`` are kept; a temperature
+    measured before must give the same bits, else ValueError)."""
+    measured = measure_reciprocal_table(temperatures)
+    doc = {}
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except FileNotFoundError:
+        pass
+    old = {int(k, 16): int(v, 16) for k, v in doc.get("reciprocals", {}).items()}
+    for key, value in measured["reciprocals"].items():
+        t_bits, r_bits = int(key, 16), int(value, 16)
+        if t_bits in old and old[t_bits] != r_bits:
+            raise ValueError(f"{path}: temperature 0x{t_bits:08X} was stored as 0x{old[t_bits]:08X}, measured 0x{r_bits:08X}")
+        old[t_bits] = r_bits
+    if doc.get("arch") not in (None, measured["arch"]):
+        raise ValueError(f"{path}: table of {doc['arch']}, measured on {measured['arch']}")
+    doc.update(arch=measured["arch"], provenance=measured["provenance"])
+    doc["reciprocals"] = {f"0x{t:08X}": f"0x{r:08X}" for t, r in sorted(old.items())}
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return doc
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kernels.markov.probe OUT.json T1 T2 ...``: measure and write a reciprocal table."""
+    """``python -m kernels.markov.probe OUT.json T1 T2 ...``: measure and merge a reciprocal table."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2:
         print("usage: python -m kernels.markov.probe OUT.json TEMPERATURE...", file=sys.stderr)
         return 2
-    doc = measure_reciprocal_table([float(a) for a in args[1:]])
-    with open(args[0], "w") as f:
-        json.dump(doc, f, indent=1, sort_keys=True)
-        f.write("\n")
-    print(f"wrote {len(doc['reciprocals'])} reciprocals to {args[0]}")
+    doc = write_reciprocal_table(args[0], [float(a) for a in args[1:]])
+    print(f"{args[0]}: {len(doc['reciprocals'])} reciprocals ({doc['provenance']['device']})")
     return 0
 
 

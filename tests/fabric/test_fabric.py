@@ -17,8 +17,10 @@ from kernels.fabric import (
     Fabric,
     FabricMismatch,
     VirtualFabric,
+    OVERLAPPING_DEVICES_ENV,
     multicast_gate,
     parse_alloc_spec,
+    placement_problem,
 )
 
 
@@ -181,6 +183,17 @@ def test_multicast_gate(ptr, env, allowed, reason):
     ok, why = multicast_gate(ptr, env)
     assert ok is allowed
     assert reason in why
+
+
+def test_placement_of_ranks_sharing_a_gpu():
+    shared = [{"host": "h", "device": "cuda:0"}, {"host": "h", "device": "cuda:1"}, {"host": "h", "device": "cuda:0"}]
+    apart = [{"host": "a", "device": "cuda:0"}, {"host": "b", "device": "cuda:0"}]
+    assert placement_problem(apart, "nccl", {}) is None
+    assert "ranks [0, 2] share one GPU; set TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1" in placement_problem(
+        shared, "gloo", {}
+    )
+    assert placement_problem(shared, "gloo", {OVERLAPPING_DEVICES_ENV: "1"}) is None
+    assert "NCCL refuses" in placement_problem(shared, "nccl", {OVERLAPPING_DEVICES_ENV: "1"})
 
 
 def test_symmetric_protocol_over_gloo_processes(tmp_path):

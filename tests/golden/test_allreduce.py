@@ -13,7 +13,8 @@ import torch
 
 from golden.allreduce import GoldenAllReduceMHC, rank_order_sum, reference, sanitize_negative_zero
 from golden.comm import SoloComm, ThreadWorld, run_ranks
-from golden.mhc import bf16_bits, post_mix
+from golden.fp32 import bf16_bits, bf16_from_bits
+from golden.mhc import post_mix
 
 HIDDEN, HC, TOP_K = 256, 4, 3
 
@@ -29,12 +30,6 @@ def assert_same_outputs(got: dict, want: dict) -> None:
     for key in want:
         assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
         assert torch.equal(bits_of(got[key]), bits_of(want[key])), key
-
-
-def bf16_from_bits(bits) -> torch.Tensor:
-    """BF16 tensor with the given 16-bit patterns."""
-    raw = torch.tensor(bits, dtype=torch.int32)
-    return torch.where(raw >= 0x8000, raw - 0x10000, raw).to(torch.int16).view(torch.bfloat16)
 
 
 def numpy_rank_order(parts: np.ndarray) -> np.ndarray:
@@ -80,7 +75,12 @@ def make_call(tp: int, rows: int, seed: int, finalize: bool = False) -> dict:
             shared_output=randn(tp, rows, HIDDEN).bfloat16(),
         )
     else:
-        inputs["x"] = (randn(tp, rows, HIDDEN) * 2).bfloat16()
+        x = (randn(tp, rows, HIDDEN) * 2).bfloat16()
+        # Sentinel-shaped values: negative zeros and negative subnormals on every rank.
+        raw = x.view(torch.int16)
+        raw[:, 0, :8] = -32768  # 0x8000
+        raw[:, 0, 8:16] = torch.arange(8, dtype=torch.int16) - 32767  # 0x8001..0x8008
+        inputs["x"] = x
     return inputs
 
 
@@ -185,7 +185,7 @@ def test_thread_world_equals_reference_ll_and_bt(tp, finalize):
 
 def model_state(protocols: list[str], start: int = 0) -> dict:
     """The expected state after calls on the given protocols, from REFERENCE 4's rule."""
-    pairs = {"ll": [start, 0], "bt": [start, 0]}
+    pairs = {"ll": [start, start], "bt": [start, start]}
     for protocol in protocols:
         pair = pairs[protocol]
         pair[1] = pair[0]  # publish: ACTIVE = NEXT
@@ -241,6 +241,13 @@ def test_auto_protocol_follows_the_thresholds():
     small = GoldenAllReduceMHC(SoloComm(), make_static(), make_config(1, quantize=False, capacity=3))
     small.launch(make_call(1, 3, seed=4), {})  # capacity < bt_min_rows: never BT
     assert small.state() == model_state(["ll"])
+    unset = make_config(1, quantize=False)
+    del unset["bt_min_rows"]
+    no_threshold = GoldenAllReduceMHC(SoloComm(), make_static(), unset)
+    no_threshold.launch(make_call(1, 8, seed=5), {})  # no threshold: LL only
+    assert no_threshold.state() == model_state(["ll"])
+    with pytest.raises(ValueError, match="'bt' needs"):
+        no_threshold.launch(make_call(1, 8, seed=5), {"protocol": "bt"})
 
 
 # ---------------------------------------------------------------- errors
@@ -289,7 +296,7 @@ def test_bad_finalize_routes_are_named():
     "overrides,match",
     [
         ({"residual_only": True}, "exclude each other"),
-        ({"hidden": 200}, "multiple of 8"),
+        ({"hidden": 204}, "multiple of 8"),
         ({"hidden": 264}, "multiple of 128"),
         ({"eps": float("nan")}, "config.eps"),
         ({"tp": 0}, "config.tp"),

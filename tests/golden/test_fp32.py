@@ -329,11 +329,14 @@ def test_reciprocal_bits_exact_cases_and_missing_temperature():
 def test_rcp_table_file_is_valid_and_never_invented():
     with open(fp32.rcp_table_path("sm_90")) as f:
         doc = json.load(f)
-    assert "note" in doc and "provenance" in doc
     table = fp32.load_rcp_table("sm_90")
-    if table:
-        # Measured entries must come with the device and command that measured them.
-        assert doc["provenance"]["device"] and doc["provenance"]["command"]
-        for t_bits, r_bits in table.items():
-            t = f32_of(t_bits)
-            assert ulp_distance(f32_of(r_bits), float(np.float32(1.0 / t))) <= 2
+    if not table:
+        assert "note" in doc  # an unmeasured table says so
+        return
+    # Measured entries come with the device that measured them (top level, as
+    # kernels/markov/probe.py writes it, or under "provenance").
+    assert (doc.get("provenance") or {}).get("device") or doc.get("device")
+    for t_bits, r_bits in table.items():
+        t = f32_of(t_bits)
+        assert 2.0**-126 <= abs(t) <= 2.0**126  # unscaled range: the entry is rcp(t) itself
+        assert ulp_distance(f32_of(r_bits), float(np.float32(1.0 / t))) <= 2

@@ -6,7 +6,6 @@ import math
 import random
 from fractions import Fraction
 
-import numpy as np
 import pytest
 import torch
 

@@ -27,6 +27,15 @@ from golden.markov_fused import (
 NAN = float("nan")
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_intra_op_thread():
+    """Small tensors on a shared CPU: one intra-op thread is faster (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def bf16_value(bits: int) -> float:
     """Python float of a bf16 bit pattern."""
     return float(bf16_from_bits(torch.tensor([bits])).float())
@@ -102,23 +111,20 @@ def test_markov_bias_specials_and_zero_sign():
 
 def test_logit_transform_without_cap_matches_numpy():
     rng = random.Random(3)
-    a = [rng.getrandbits(16) for _ in range(3000)]
-    b = [rng.getrandbits(16) for _ in range(3000)]
+    a = [rng.getrandbits(16) for _ in range(2000)]
+    b = [rng.getrandbits(16) for _ in range(2000)]
+    fa = bf16_from_bits(torch.tensor(a)).float().tolist()
+    fb = bf16_from_bits(torch.tensor(b)).float().tolist()
+    finite = [i for i in range(len(a)) if math.isfinite(fa[i]) and math.isfinite(fb[i])]
+    sums = np.array([ref_round_bf16(Fraction(fa[i]) + Fraction(fb[i])) for i in finite], dtype=np.float32)
     for mult in (1.0, 0.7, -3.25):
         cached, logit = logit_transform(torch.tensor(a), torch.tensor(b), mult, 0.0, 0.0, False)
-        for x, y, c, l in zip(a, b, bf16_bits(cached).tolist(), logit.tolist()):
-            fx, fy = bf16_value(x), bf16_value(y)
-            if not (math.isfinite(fx) and math.isfinite(fy)):
-                continue
-            s = ref_round_bf16(Fraction(fx) + Fraction(fy))
-            with np.errstate(all="ignore"):
-                w = np.float32(mult) * np.float32(s)
-            want = torch.tensor([float(w)], dtype=torch.float32).to(torch.bfloat16)
-            if math.isnan(float(w)):
-                assert c == 0x7FFF
-                continue
-            assert c == bf16_bits(want).item(), (hex(x), hex(y), mult)
-            assert l == float(want)
+        with np.errstate(all="ignore"):
+            w = torch.from_numpy(np.float32(mult) * sums)  # numpy: one IEEE fp32 rounding
+        want = bf16_bits(w.to(torch.bfloat16))
+        want = torch.where(torch.isnan(w), torch.full_like(want, 0x7FFF), want)
+        assert bf16_bits(cached)[finite].tolist() == want.tolist()
+        assert f32_bits(logit)[finite].tolist() == f32_bits(bf16_from_bits(want).float()).tolist()
 
 
 def test_logit_transform_cap_bounds_and_exact_small_range():
@@ -194,7 +200,7 @@ def make_case(seed: int, *, has_cap: bool, rows: int = 5, steps: int = 3, max_re
         "anchor_idx": torch.tensor([0, 1, 2, 3, 4][:rows], dtype=torch.int64),
         "base": base,
         # Row 3 is CUDA-graph padding throughout, row 4 only at step 1.
-        "idx_map": torch.tensor([[0, 0, 0], [1, 1, 1], [2, 2, 2], [-1, -1, -1], [5, -1, 5]])[:rows, :steps],
+        "idx_map": torch.tensor([[0, 0, 0], [1, 1, 1], [2, 2, 2], [-1, -1, -1], [5, -1, 4]])[:rows, :steps],
         # Positions whose low 32 bits wrap (2^32 -> position low word 0xFFFFFFFF).
         "pos": torch.tensor([[1, 2, 3], [2**32, 2**32 + 1, 2**32 + 2], [0, 1, 2], [9, 9, 9],
                              [2**62, 2**62 + 1, 2**62 + 2]])[:rows, :steps],

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from golden.mhc import bf16_bits, fma_f32
+from golden.fp32 import bf16_bits, fma_f32
 from golden.moe import finalize_contribution
 
 
 def scalar_fma(a: float, b: float, c: float) -> float:
-    """FP32 single-rounding FMA of scalars (golden.mhc.fma_f32, checked against rationals in test_mhc)."""
+    """FP32 single-rounding FMA of scalars (golden.fp32.fma_f32, exact single rounding)."""
     t = lambda v: torch.tensor([v], dtype=torch.float32)  # noqa: E731
     return fma_f32(t(a), t(b), t(c)).item()
 

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from golden.mhc import fma_f32
+from golden.fp32 import fma_f32
 from golden.rmsnorm import NormLayout, inv_rms, norm_layout, rms_norm, sum_of_squares
 
 
 def scalar_fma(a: float, b: float, c: float) -> np.float32:
-    """FP32 single-rounding FMA of scalars (golden.mhc.fma_f32, itself checked against rationals)."""
+    """FP32 single-rounding FMA of scalars (golden.fp32.fma_f32, exact single rounding)."""
     t = lambda v: torch.tensor([v], dtype=torch.float32)  # noqa: E731
     return np.float32(fma_f32(t(a), t(b), t(c)).item())
 

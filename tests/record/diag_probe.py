@@ -11,7 +11,6 @@ child process (the trap kills the context).
 from __future__ import annotations
 
 import cuda.bindings.driver as cuda
-import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64, Uint32
 

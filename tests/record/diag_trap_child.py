@@ -8,6 +8,7 @@ is dead after the trap, so nothing here touches CUDA once the failure is seen.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 
@@ -40,6 +41,8 @@ def main(dump_path: str) -> int:
     except Exception as exc:  # noqa: BLE001 - the expected launch failure
         print(f"launch failed as expected: {exc}", flush=True)
         record.dump(dump_path, error=str(exc))
+        # The device printf sits in libc's stdout buffer; os._exit would drop it.
+        ctypes.CDLL(None).fflush(None)
         os._exit(3)  # skip CUDA teardown on a dead context
     record.dump(dump_path, error=None)
     return 0

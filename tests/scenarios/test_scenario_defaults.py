@@ -54,7 +54,7 @@ def _kinds(family: str, size: str | None = None) -> set[str]:
 @pytest.mark.parametrize("family,kinds", [
     ("markov_fused", {"padding_rows", "nan_logits", "corrupt_token_ids", "misaligned_stride", "hang", "crash",
                       "skip_launch", "rank_disagree", "bad_input"}),
-    ("markov_sharded", {"padding_rows", "nan_logits", "corrupt_token_ids", "launch_counter", "hang", "crash",
+    ("markov_sharded", {"padding_rows", "nan_logits", "launch_counter", "hang", "crash",
                         "skip_launch", "repeat_launch", "rank_disagree", "bad_input", "delay"}),
     ("allreduce_mhc", {"generation", "adversarial_sum", "negative_zero", "negative_subnormal", "nan_input",
                        "hang", "crash", "skip_launch", "rank_disagree", "bad_input"}),
@@ -102,7 +102,8 @@ def test_allreduce_coverage():
                for s in gen)
     assert any(s.config["quantize"] and any(c.rows % 128 for c in s.calls) for s in ar)
     assert any(s.config["residual_only"] for s in ar)
-    assert any(c.params["finalize"] for s in ar for c in s.calls)
+    assert any({s.config["bt_min_finalize_rows"] - 1, s.config["bt_min_finalize_rows"]}
+               <= {c.rows for c in s.calls if c.params["finalize"]} for s in ar)
 
 
 def test_gpu_sizes_are_realistic():
@@ -143,3 +144,20 @@ def test_bad_input_scenarios_have_valid_calls_after():
 
 def test_scenario_error_is_value_error():
     assert issubclass(ScenarioError, ValueError)
+
+
+def test_sharded_corrupt_ids_are_refused_then_golden():
+    s = get("markov_sharded/corrupt_token_ids")
+    bad = s.injections("bad_input")
+    assert {i.get("how") for i in bad} == {"out_of_range"} and {i.get("argument") for i in bad} == {"input_ids"}
+    assert s.expect.outcome == "golden" and len(s.calls) - 1 not in s.bad_call_indices()
+
+
+def test_soft_cap_scenarios_declare_the_golden_tolerance():
+    from golden.fp32 import SOFT_CAP_TOLERANCE
+
+    capped = [s for s in discover(family="markov_fused") if s.config["has_cap"]]
+    assert capped
+    for s in capped:
+        assert s.tolerance is not None and s.tolerance.ulps == SOFT_CAP_TOLERANCE["ulps"]
+    assert all(s.tolerance is None for s in ALL if not (s.family == "markov_fused" and s.config["has_cap"]))

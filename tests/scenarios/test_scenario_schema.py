@@ -119,6 +119,7 @@ def test_repo_relative_path_in_message(tmp_path):
     (_with(FUSED, expect={"outcome": "error"}), "expect.error", "required"),
     (_with(FUSED, expect={"outcome": "golden", "timeout": {"rank": 0, "launch": 0}}), "expect.timeout", "only"),
     (_with(FUSED, tolerance={"ulps": 2}), "tolerance.reason", "required"),
+    (_with(FUSED, config__has_cap=True, tolerance={"ulps": 0, "reason": "r"}), "tolerance.ulps", ">= 1|1\\.\\."),
     (_with(FUSED, name="Bad-Name"), "name", "matching"),
     (_with(SHARDED, calls__0__rows=9), r"calls\[0\].rows", "max_rows"),
     (_with(SHARDED, calls__0__steps=3), r"calls\[0\].steps", "config.steps=2"),
@@ -127,7 +128,9 @@ def test_repo_relative_path_in_message(tmp_path):
     (_with(SHARDED, calls__0__params={"query_per_row": 0}), r"calls\[0\].params.query_per_row", ">= 1|1\\.\\.64"),
     (_with(ALLREDUCE, calls__1__rows=65), r"calls\[1\].rows", "capacity"),
     (_with(ALLREDUCE, calls__0__steps=2), r"calls\[0\].steps", "no steps"),
-    (_with(ALLREDUCE, config__quantize=True, config__hidden=264), "config.hidden", "multiple of 32"),
+    (_with(ALLREDUCE, config__quantize=True, config__hidden=264), "config.hidden", "multiple of 128"),
+    (_with(ALLREDUCE, config__quantize=True, config__hidden=288), "config.hidden", "multiple of 128"),
+    (_with(FUSED, tolerance={"ulps": 1, "reason": "r"}), "tolerance", "exactly"),
     (_with(ALLREDUCE, config__hidden=260), "config.hidden", "multiple of 8"),
     (_with(ALLREDUCE, config__residual_only=True, config__quantize=True), "config.quantize", "residual_only"),
     (_with(ALLREDUCE, calls__0__params={"protocol": "ring"}), r"calls\[0\].params.protocol", "auto, ll, bt"),
@@ -168,7 +171,7 @@ def test_rejected_injections(tmp_path, inject, field, what):
 
 def test_adversarial_sum_needs_its_ranks_at_every_world(tmp_path):
     raw = _with(ALLREDUCE, inject=[{"kind": "adversarial_sum", "positions": [[0, 0]]}])
-    _reject(tmp_path, raw, r"inject\[0\].ranks", "world 1")
+    _reject(tmp_path, raw, r"inject\[0\].ranks\[1\]", r"expected int in 0\.\.0, got 1")
     raw["worlds"] = [4]
     assert load(_write(tmp_path, raw)).injections("adversarial_sum")
 

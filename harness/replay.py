@@ -1,0 +1,119 @@
+"""``harness replay SCENARIO``: one scenario, one world, verbose per-rank diagnostics.
+
+For a developer reproducing a hang or a disagreement. The scenario runs
+once through the chosen launcher (as ``validate`` would run it), optionally
+with extra injections given on the command line (``--inject
+hang:rank=1,launch=2``; values are read as YAML scalars). Extra injections
+are added to a copy of the scenario file in the run directory, which the
+scenarios loader validates like any other file. Afterwards every rank's
+progress records are printed side by side (one column per rank: event,
+launch, parameters, state), then each rank's result (error, first
+mismatches), the watchdog's diagnosis and any kernel diagnostic records.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+import yaml
+
+from harness.families.catalog import discover, select
+from harness.launchers import records
+from harness.validate import ValidateRequest, default_run_dir, run_validate
+from harness.watchdog import diagnose, kernel_diag_records
+from harness.worker import case_dir
+
+
+def parse_injection(text: str) -> dict:
+    """``kind:key=value,key=value`` as an injection mapping (ValueError naming the text otherwise)."""
+    kind, sep, rest = text.partition(":")
+    if not kind or (sep and not rest):
+        raise ValueError(f"--inject: expected KIND:key=value,..., got {text!r}")
+    out: dict = {"kind": kind}
+    for item in filter(None, rest.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"--inject {text!r}: expected key=value, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
+def _cell(record: dict) -> str:
+    """One progress record as a short table cell."""
+    launch = record.get("launch")
+    where = f" L{launch}" if launch is not None and launch >= 0 else ""
+    params = record.get("params") or {}
+    state = record.get("state") or {}
+    extra = record.get("error") or ""
+    text = f"{record.get('event')}{where}"
+    if params:
+        text += " " + json.dumps(params, sort_keys=True)
+    if state:
+        text += " " + json.dumps(state, sort_keys=True)
+    if extra:
+        text += f" {extra[:120]}"
+    return text
+
+
+def side_by_side(progress: dict[int, list[dict]]):
+    """A rich table: one column per rank, one row per record index."""
+    from rich.table import Table  # noqa: PLC0415
+
+    table = Table(title="progress records (one column per rank)")
+    table.add_column("#")
+    for rank in sorted(progress):
+        table.add_column(f"rank {rank}")
+    depth = max((len(v) for v in progress.values()), default=0)
+    for i in range(depth):
+        table.add_row(str(i), *[_cell(progress[r][i]) if i < len(progress[r]) else "" for r in sorted(progress)])
+    return table
+
+
+def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto", inject: Sequence[str] = (),
+               run_dir: str | None = None, deadline: float | None = None, impl: str | None = None,
+               scenario_root: str | None = None) -> int:
+    """Run one scenario verbosely and print the per-rank diagnostics; return the validate exit code."""
+    from rich.console import Console  # noqa: PLC0415
+
+    extra = [parse_injection(t) for t in inject]
+    (case,) = select(discover(scenario_root), names=[scenario])
+    world = world or case.worlds[0]
+    if world not in case.worlds:
+        raise ValueError(f"--world: {case.key} runs at {list(case.worlds)}, got {world}")
+    out = Path(run_dir) if run_dir else default_run_dir()
+    root = scenario_root
+    if extra:
+        raw = yaml.safe_load(Path(case.path).read_text(encoding="utf-8"))
+        raw["inject"] = list(raw.get("inject") or []) + extra
+        copy = out / "scenario" / case.family / f"{case.name}.yaml"
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+        root = str(out / "scenario")
+    code = run_validate(ValidateRequest(launcher=launcher, scenarios=[case.key], worlds=[world], size="all",
+                                        run_dir=str(out), deadline=deadline, impl=impl, scenario_root=root,
+                                        store=False))
+    console = Console()
+    progress = records.read_group_progress(out, case.family, case.name, world, None, world)
+    console.print(side_by_side(progress))
+    results = records.read_results(out, case.family, case.name, world, None, world)
+    for rank in range(world):
+        res = results.get(rank)
+        if res is None:
+            console.print(f"rank {rank}: no result (ended before writing it)", markup=False)
+            continue
+        comp = res.get("comparison") or {}
+        line = f"rank {rank}: {res['status']}, {res.get('launches_done', 0)} launches, " \
+               f"{comp.get('mismatch_count', 0)} mismatching elements"
+        if res.get("error"):
+            line += f"; {res['error']['type']}: {res['error']['message'][:300]}"
+        console.print(line, markup=False)
+        for m in comp.get("first", [])[:4]:
+            console.print(f"    {m['output']} {m['where']} got {m['actual_hex']} ({m['actual']}) "
+                          f"expected {m['expected_hex']} ({m['expected']})", markup=False)
+    kernel = kernel_diag_records(case_dir(out, case.family, case.name, world, None))
+    console.print("diagnosis: " + diagnose(progress, kernel_records=kernel).text, markup=False)
+    for rec in kernel:
+        console.print(f"kernel record: {rec}", markup=False)
+    return code

@@ -1,0 +1,569 @@
+"""Seed 000's ShardedMarkovSample: the sharded Markov draft chain as one cooperative CuTe DSL kernel.
+
+For request row r and step i, with p the row's previous token (its anchor
+``input_ids[r * query_per_row]`` for i = 0)::
+
+    logits[r, i] = cache_round(base[r, i] + bf16(head_shard . embed_table[p]))
+    token[r, i]  = argmax(logits[r, i])                      temperature 0
+                 = argmax(logits[r, i] / T + noise[r, i])    otherwise
+
+Work split. Rank k owns rows ``[k V/world, (k+1) V/world)`` of the head. A
+CTA is 16 warps (512 threads, one CTA per SM: the register file is full);
+warp w of CTA c keeps head tile ``c * 16 + w`` (16 rows x 256 BF16) in
+registers for the whole launch (lane ``4 g + t`` holds rows g and g + 8,
+16 bytes at k = 32 chunk + 8 t of each of the 8 chunks); tiles beyond one per
+warp (small grids) are streamed from L2 every step. The eight request rows'
+embeddings sit in shared memory (``[8][256]`` BF16) and are the eight
+columns of ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate): MMA ``2 chunk +
+h`` covers k = ``{32 chunk + 8 t + 4 h + j}``, chained in that order from a
++0.0 accumulator (``golden.markov_sharded.mma_k_groups``). Lane (g, t) ends
+with the FP32 sums of vocab rows g, g + 8 for request rows 2t, 2t + 1.
+
+Per tile and request row (straight-line, predicated on ``r < rows``):
+``bias = cvt.rn.bf16(acc)``, ``value = add.rn.f32(base, bias)`` (rounded to
+BF16 again for a BF16 cache), the value's cache bits go to the warp's shared
+staging ``[warp][row 8][16]`` (32-bit words), the score is ``value`` or
+``add.rn(div.full(value, T), noise)`` (``selp`` on ``T != 0``), and the
+lane's best 64-bit candidate key (``sharded_layout``) per request row is
+kept. Then the tile's cache elements leave as 16-byte vectors, one per lane
+and request row, into the local cache (``logits_cache[state, i, :]``) and
+every peer's staging buffer (rows whose request index is negative are
+padding: nothing is cached).
+
+Per step, the exchange (warp 0 of every CTA): the CTA's best key per row
+(butterflies over the lanes sharing t, then the 16 warps through shared
+memory) is folded into the rank-local maximum (``atom.max.u64`` on the
+control words); lane 0 fences (``membar.sys`` on the last step, publishing
+every peer staging store of the CTA, else ``membar.gl``) and counts the CTA's
+arrival (``atom.add.acq_rel.gpu``). The CTA that arrives last reads and
+clears the maxima (``atom.exch``), clears the count, and stores the record
+``key << 15 | tag`` for every row slot below ``max_rows`` (rows past
+``rows`` post the zero key, so each slot is rewritten on every launch of its
+parity) into every rank's mailbox with ``st.relaxed.sys`` (after
+``membar.sys`` on the last step). Every CTA then polls its own mailbox
+(``ld.relaxed.sys``) until each rank's record of each row below ``rows``
+carries this launch's tag: that is the grid barrier and the cross-rank
+argmax at once, so the grid must be co-resident (cooperative launch). Lanes
+hold (row, source rank) pairs ``row * 8 + rank`` in two passes of 32, so any
+world up to 8 reduces over ranks with three butterflies. The winners'
+embedding rows are loaded for the next step; CTA 0 writes the tokens.
+
+After the last step (fenced with ``membar.sys`` after the awaits) every CTA
+copies the peers' shards of its share of (row, step) from this rank's
+staging buffer (``ld.global.cg``: peers wrote it) into the cache. The last
+CTA to finish clears the end count and advances the launch counter.
+
+A wait with ``timeout_ns > 0`` that exceeds it commits the
+``kernels.diag`` record (step, awaited rank, expected and seen tag, launch
+counter, ``WaitKind.MAILBOX_TAG``) at ``diag`` and traps.
+
+Addresses are raw 64-bit integers; every access is a ``kernels.ptx`` helper
+naming its state space, cache operator and ordering. Inputs written before
+the launch (weights, logits, noise, ids, request rows, temperatures) are
+read with ``ld.global.nc``.
+"""
+
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, Uint32, const_expr
+from cutlass.memory import SmemAllocator
+
+from kernels import ptx
+from kernels.diag import WaitKind, write_diag_and_trap
+from kernels.markov.sharded_layout import (
+    ARRIVAL_WORD,
+    CHUNKS,
+    COMBINE_WORD,
+    DTYPE_BYTES,
+    END_WORD,
+    INDEX_BITS,
+    INDEX_MASK,
+    KEY_BITS,
+    LAUNCH_WORD,
+    MAX_RANKS,
+    MAX_ROWS,
+    MAX_STEPS,
+    RECORD_BYTES,
+    ROW_BYTES,
+    STAGING_OFFSET,
+    TAG_BITS,
+    TAG_MASK,
+    TAG_PERIOD,
+    THREADS,
+    TILE_ROWS,
+    VECTOR_BYTES,
+    WARP,
+    WARPS,
+)
+
+KEY_MASK = (1 << KEY_BITS) - 1
+ROWS_PER_PASS = WARP // MAX_RANKS
+
+
+# ---------------------------------------------------------------------------
+# Traced helpers (plain functions: straight-line code, inlined at trace time)
+# ---------------------------------------------------------------------------
+
+
+def _widen_bf16(bits: Uint32) -> Float32:
+    """The FP32 value of the BF16 held in the low half of ``bits``."""
+    return ptx.f32_from_bits(bits << Uint32(16))
+
+
+def _bf16_bits(value: Float32) -> Uint32:
+    """``cvt.rn.bf16.f32`` of ``value``, its 16 bits in the low half."""
+    return ptx.cvt_rn_bf16x2_f32(Float32(0.0), value) & Uint32(0xFFFF)
+
+
+def _candidate_key(score: Float32, index: Int32) -> Int64:
+    """The 64-bit key ``ordered << 17 | (0x1FFFF - index)`` of an FP32 score."""
+    bits = ptx.f32_bits(score)
+    negative = bits >> Uint32(31)
+    ordered = (bits ^ (Uint32(0) - negative)) | ((negative ^ Uint32(1)) << Uint32(31))
+    return ((Int64(ordered) & 0xFFFFFFFF) << INDEX_BITS) | Int64(INDEX_MASK - index)
+
+
+def _key_token(key: Int64) -> Int64:
+    """The global vocab index a candidate key carries."""
+    return Int64(INDEX_MASK) - (key & INDEX_MASK)
+
+
+def _shuffle_xor_s64(value: Int64, lane_mask: int) -> Int64:
+    """``shfl.sync.bfly`` of a 64-bit value (two 32-bit halves) from lane ``lane ^ lane_mask``."""
+    lo = ptx.shfl_bfly_b32(Uint32(value & 0xFFFFFFFF), lane_mask)
+    hi = ptx.shfl_bfly_b32(Uint32((value >> 32) & 0xFFFFFFFF), lane_mask)
+    return (Int64(hi) << 32) | (Int64(lo) & 0xFFFFFFFF)
+
+
+def _shuffle_idx_s64(value: Int64, source: Int32) -> Int64:
+    """``shfl.sync.idx`` of a 64-bit value (two 32-bit halves) from lane ``source``."""
+    lo = cute.arch.shuffle_sync(Uint32(value & 0xFFFFFFFF), source)
+    hi = cute.arch.shuffle_sync(Uint32((value >> 32) & 0xFFFFFFFF), source)
+    return (Int64(hi) << 32) | (Int64(lo) & 0xFFFFFFFF)
+
+
+def _st_shared_s64(address: Int32, value: Int64) -> None:
+    """Store a 64-bit value as two 32-bit shared words (low word first)."""
+    ptx.st_shared_b32(address, Uint32(value & 0xFFFFFFFF))
+    ptx.st_shared_b32(address + 4, Uint32((value >> 32) & 0xFFFFFFFF))
+
+
+def _ld_shared_s64(address: Int32) -> Int64:
+    """Load a 64-bit value stored by ``_st_shared_s64``."""
+    lo = ptx.ld_shared_b32(address)
+    hi = ptx.ld_shared_b32(address + 4)
+    return (Int64(hi) << 32) | (Int64(lo) & 0xFFFFFFFF)
+
+
+def _peer_base(peers: Int64, peer, predicate: Int32) -> Int64:
+    """Rank ``peer``'s buffer base from the device peer table (0 off the predicate)."""
+    return ptx.ld_global_nc_b64(peers + Int64(peer) * 8, predicate)
+
+
+def _tile_bias(fragment, embedding_row: Int32) -> list:
+    """The FP32 C fragment of the resident head tile times the eight
+    embeddings: 16 chained m16n8k16 MMAs, chunk by chunk; ``fragment(chunk)``
+    gives the lane's (lo, hi) four words of rows g and g + 8 for that chunk."""
+    acc = [Float32(0.0)] * 4
+    for chunk in range(CHUNKS):
+        lo, hi = fragment(chunk)
+        x = ptx.ld_shared_v4(embedding_row + chunk * 64)
+        acc = ptx.mma_m16n8k16_bf16(acc, [lo[0], hi[0], lo[1], hi[1]], [x[0], x[1]])
+        acc = ptx.mma_m16n8k16_bf16(acc, [lo[2], hi[2], lo[3], hi[3]], [x[2], x[3]])
+    return acc
+
+
+# ---------------------------------------------------------------------------
+# The kernel
+# ---------------------------------------------------------------------------
+
+
+class ShardedMarkovSample:
+    """The sharded Markov chain for ``steps`` draft positions, base logits of
+    ``base_dtype`` and a draft-logits cache of ``cache_dtype`` (``"bfloat16"``
+    or ``"float32"``); see the module docstring."""
+
+    def __init__(self, steps: int, base_dtype: str, cache_dtype: str) -> None:
+        if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
+            raise ValueError(f"steps: expected an int in [1, {MAX_STEPS}], got {steps!r}")
+        for name, dtype in (("base_dtype", base_dtype), ("cache_dtype", cache_dtype)):
+            if dtype not in DTYPE_BYTES:
+                raise ValueError(f"{name}: expected one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+        self.steps = steps
+        self.base_bf16 = base_dtype == "bfloat16"
+        self.cache_bf16 = cache_dtype == "bfloat16"
+        self.cache_bytes = DTYPE_BYTES[cache_dtype]
+        # One 16-byte vector holds this many cache elements; a tile row is
+        # this many vectors.
+        self.vector_elements = VECTOR_BYTES // self.cache_bytes
+        self.tile_vectors = TILE_ROWS // self.vector_elements
+
+    @cute.jit
+    def __call__(
+        self,
+        base_logits: Int64,  # [rows, steps, vocab or vocab_local] of base_dtype, vocab stride 1
+        base_row_stride: Int64,  # elements
+        base_step_stride: Int64,
+        base_column: Int64,  # column of this rank's first vocab entry
+        embed_table: Int64,  # BF16 [vocab, 256]
+        head_shard: Int64,  # BF16 [vocab_local, 256], this rank's rows
+        input_ids: Int64,  # int32; row r's anchor at [r * query_per_row]
+        idx_mapping: Int64,  # int64 [rows * steps] request rows (negative: padding)
+        temperature: Int64,  # FP32 [max_reqs]
+        noise: Int64,  # FP32 at [r * steps + i][this rank's first column]
+        noise_row_stride: Int64,  # elements
+        logits_cache: Int64,  # [max_reqs, steps, vocab] of cache_dtype, vocab stride 1
+        cache_stride0: Int64,
+        cache_stride1: Int64,
+        draft_tokens: Int64,  # int64 [rows, steps], contiguous
+        peers: Int64,  # int64 [world] peer buffer bases
+        control: Int64,  # this rank's control words
+        diag: Int64,  # kernels.diag record (pinned host memory) or 0
+        timeout_ns: Int64,  # 0: wait forever
+        query_per_row: Int32,
+        rank: Int32,
+        world: Int32,
+        vocab_local: Int32,
+        rows: Int32,
+        max_rows: Int32,
+        ctas: Int32,
+        stream: cuda.CUstream,
+    ):
+        """Launch the chain as a cooperative grid of ``ctas`` CTAs of 512 threads."""
+        self.kernel(
+            base_logits, base_row_stride, base_step_stride, base_column, embed_table, head_shard, input_ids,
+            idx_mapping, temperature, noise, noise_row_stride, logits_cache, cache_stride0, cache_stride1,
+            draft_tokens, peers, control, diag, timeout_ns, query_per_row, rank, world, vocab_local, rows,
+            max_rows,
+        ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=True)
+
+    # -- per-tile epilogue ----------------------------------------------------
+
+    def _load_base(self, base_logits, row_stride, step_stride, column, r, step, row, live) -> Float32:
+        """Base logit of request row ``r``, ``step`` and shard row ``row``, widened to FP32 (0 off ``live``)."""
+        element = Int64(r) * row_stride + Int64(step) * step_stride + column + Int64(row)
+        if const_expr(self.base_bf16):
+            return _widen_bf16(ptx.ld_global_nc(base_logits + element * 2, 2, live)[0])
+        return ptx.f32_from_bits(ptx.ld_global_nc(base_logits + element * 4, 4, live)[0])
+
+    def _tile_logits(self, acc, tile, step, temps, best, lanes, inputs) -> None:
+        """The tile's logits from its C fragment: cache bits into the warp's
+        shared staging, each request row's best candidate key into ``best``."""
+        warp, g, t, rows, vocab_offset, tile_words = lanes
+        base_logits, row_stride, step_stride, column, noise, noise_row_stride = inputs
+        for col in range(2):
+            r = 2 * t + col
+            live = Int32(r < rows)
+            noisy = ptx.nonzero_f32(temps[col])
+            for half in range(2):
+                row = tile * TILE_ROWS + g + 8 * half
+                base = self._load_base(base_logits, row_stride, step_stride, column, r, step, row, live)
+                noise_at = noise + (Int64(r * self.steps + step) * noise_row_stride + Int64(row)) * 4
+                gumbel = ptx.f32_from_bits(ptx.ld_global_nc(noise_at, 4, live)[0])
+                # The bias GEMM's BF16 output, then the eager add's FP32 sum
+                # rounded once to the cache type.
+                value = ptx.add_rn_f32(base, _widen_bf16(_bf16_bits(acc[2 * half + col])))
+                if const_expr(self.cache_bf16):
+                    bits = _bf16_bits(value)
+                    value = _widen_bf16(bits)
+                else:
+                    bits = ptx.f32_bits(value)
+                ptx.st_shared_b32(tile_words + ((warp * MAX_ROWS + r) * TILE_ROWS + g + 8 * half) * 4, bits)
+                noised = ptx.add_rn_f32(ptx.div_full_f32(value, temps[col]), gumbel)
+                score = ptx.select_f32(noisy, noised, value)
+                best[col] = ptx.max_s64(best[col], _candidate_key(score, vocab_offset + row))
+
+    def _store_tile(self, tile, step, lanes, outputs) -> None:
+        """The tile's cache elements as 16-byte vectors, one per lane and
+        request row: into the local cache and every peer's staging buffer."""
+        warp, lane, rows, vocab_offset, tile_words, rank, world = lanes
+        idx_mapping, logits_cache, cache_stride0, cache_stride1, peers, staging_row0, vocab = outputs
+        vec_row = lane // self.tile_vectors
+        vec = lane - vec_row * self.tile_vectors
+        live = Int32(lane < rows * self.tile_vectors)
+        state = ptx.ld_global_nc_b64(idx_mapping + Int64(vec_row * self.steps + step) * 8, live)
+        write = live & Int32(state >= 0)
+        source = tile_words + (((warp * MAX_ROWS + vec_row % MAX_ROWS) * TILE_ROWS) + vec * self.vector_elements) * 4
+        if const_expr(self.cache_bf16):
+            words = ptx.ld_shared_v4(source) + ptx.ld_shared_v4(source + 16)
+            packed = [(words[2 * j] & Uint32(0xFFFF)) | (words[2 * j + 1] << Uint32(16)) for j in range(4)]
+        else:
+            packed = ptx.ld_shared_v4(source)
+        element = Int64(vocab_offset + tile * TILE_ROWS + vec * self.vector_elements)
+        cache_at = (state * cache_stride0 + Int64(step) * cache_stride1 + element) * self.cache_bytes
+        ptx.st_global(logits_cache + cache_at, packed, VECTOR_BYTES, write)
+        staged = (staging_row0 + Int64(vec_row * self.steps + step) * vocab + element) * self.cache_bytes
+        self._store_to_peers(peers, rank, world, staged, write, packed[0], packed[1], packed[2], packed[3])
+
+    @cute.jit
+    def _store_to_peers(
+        self, peers: Int64, rank: Int32, world: Int32, offset: Int64, write: Int32, w0: Uint32, w1: Uint32,
+        w2: Uint32, w3: Uint32,
+    ):
+        """If ``write``, one 16-byte vector at ``offset`` of every peer's
+        buffer (a loop, so one peer address is live at a time)."""
+        for peer in cutlass.range(world, unroll=1):
+            to_peer = write & Int32(peer != rank)
+            ptx.st_global(_peer_base(peers, peer, to_peer) + offset, [w0, w1, w2, w3], VECTOR_BYTES, to_peer)
+
+    def _process_tile(self, acc, tile, work) -> None:
+        """One head tile of one step, given its C fragment: logits and keys, and its cache vectors."""
+        step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs = work
+        self._tile_logits(acc, tile, step, temps, best, tile_lanes, tile_inputs)
+        # Other lanes read the warp's shared staging; the next tile rewrites it.
+        cute.arch.sync_warp()
+        self._store_tile(tile, step, store_lanes, store_outputs)
+        cute.arch.sync_warp()
+
+    @cute.jit
+    def _streamed_bias(self, head_shard: Int64, tile: Int32, g: Int32, t: Int32, embedding_row: Int32, acc: cute.Tensor):
+        """The C fragment of a tile that is not resident, into ``acc``: the
+        same 16 MMAs in the same order, a chunk per loop trip, so that only
+        one chunk's fragments are live next to the resident tile."""
+        row = head_shard + Int64(tile * TILE_ROWS + g) * ROW_BYTES + Int64(t * 16)
+        for j in cutlass.range_constexpr(4):
+            acc[j] = Float32(0.0)
+        for chunk in cutlass.range(CHUNKS, unroll=1):
+            lo = ptx.ld_global_nc(row + Int64(chunk * 64), 16, Int32(1))
+            hi = ptx.ld_global_nc(row + Int64(8 * ROW_BYTES + chunk * 64), 16, Int32(1))
+            x = ptx.ld_shared_v4(embedding_row + chunk * 64)
+            c = [acc[0], acc[1], acc[2], acc[3]]
+            c = ptx.mma_m16n8k16_bf16(c, [lo[0], hi[0], lo[1], hi[1]], [x[0], x[1]])
+            c = ptx.mma_m16n8k16_bf16(c, [lo[2], hi[2], lo[3], hi[3]], [x[2], x[3]])
+            for j in cutlass.range_constexpr(4):
+                acc[j] = c[j]
+
+    # -- exchange ---------------------------------------------------------------
+
+    @cute.jit
+    def _await_record(
+        self, address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, rank: Int32, launches: Uint32,
+        step: Int32, source: Int32,
+    ) -> Int64:
+        """Poll the mailbox record at ``address`` until it carries ``tag``;
+        return its key. Past a positive ``timeout_ns``: diagnostic record and trap."""
+        record = ptx.ld_ordered_b64(address, "relaxed", "sys")
+        seen = Uint32(record & TAG_MASK)
+        if seen != tag:
+            start = ptx.globaltimer()
+            while seen != tag:
+                record = ptx.ld_ordered_b64(address, "relaxed", "sys")
+                seen = Uint32(record & TAG_MASK)
+                if timeout_ns > 0:
+                    elapsed = ptx.globaltimer() - start
+                    if elapsed > timeout_ns:
+                        write_diag_and_trap(
+                            diag, rank, Int32(launches), step, source, tag, seen, Int32(int(WaitKind.MAILBOX_TAG)),
+                            elapsed, timeout_ns,
+                        )
+        return (record >> TAG_BITS) & KEY_MASK
+
+    @cute.jit
+    def _exchange(
+        self, lane: Int32, step: Int32, last_step: Int32, rows: Int32, max_rows: Int32, ctas: Int32, rank: Int32,
+        world: Int32, warp_best: Int32, winner: Int32, control: Int64, peers: Int64, own_buffer: Int64,
+        launches: Uint32, tag: Uint32, parity: Int32, timeout_ns: Int64, diag: Int64,
+    ):
+        """Warp 0 of a CTA: fold the CTA's best keys into the rank-local
+        maximum, post (last CTA) and await every rank's records; the winning
+        key of each row goes to ``winner`` in shared memory."""
+        combine = control + COMBINE_WORD * 4 + Int64(step * MAX_ROWS + lane) * 8
+        arrivals = control + ARRIVAL_WORD * 4 + Int64(step) * 4
+        if lane < rows:
+            key = Int64(0)
+            for w in cutlass.range_constexpr(WARPS):
+                key = ptx.max_s64(key, _ld_shared_s64(warp_best + (w * MAX_ROWS + lane) * 8))
+            ptx.atom_b64(combine, key, "max.u64")
+        cute.arch.sync_warp()
+        arrived = Uint32(0)
+        if lane == 0:
+            # The last step's system fence also publishes every peer staging
+            # store this CTA made before its arrival is counted.
+            if last_step != 0:
+                ptx.fence("membar.sys")
+            else:
+                ptx.fence("membar.gl")
+            arrived = ptx.atom_add_u32(arrivals, Uint32(1), "acq_rel", "gpu")
+        arrived = cute.arch.shuffle_sync(arrived, 0)
+        if arrived == Uint32(ctas - 1):
+            if lane == 0:
+                ptx.fence("membar.gl")
+            cute.arch.sync_warp()
+            rank_key = Int64(0)
+            if lane < rows:
+                rank_key = ptx.atom_b64(combine, Int64(0), "exch.b64")
+            if lane == 0:
+                ptx.st_ordered_b32(arrivals, Uint32(0), "relaxed", "gpu")
+            if last_step != 0:
+                ptx.fence("membar.sys")
+            for half in cutlass.range_constexpr(2):
+                row = half * ROWS_PER_PASS + lane // MAX_RANKS
+                target = lane % MAX_RANKS
+                mine = _shuffle_idx_s64(rank_key, row)
+                slot = (((parity * MAX_STEPS + step) * MAX_ROWS + row) * MAX_RANKS + rank) * RECORD_BYTES
+                if (target < world) & (row < max_rows):
+                    ptx.st_ordered_b64(
+                        _peer_base(peers, target, Int32(1)) + Int64(slot), (mine << TAG_BITS) | Int64(tag),
+                        "relaxed", "sys",
+                    )
+        for half in cutlass.range_constexpr(2):
+            row = half * ROWS_PER_PASS + lane // MAX_RANKS
+            source = lane % MAX_RANKS
+            found = Int64(0)
+            if (source < world) & (row < rows):
+                slot = (((parity * MAX_STEPS + step) * MAX_ROWS + row) * MAX_RANKS + source) * RECORD_BYTES
+                found = self._await_record(
+                    own_buffer + Int64(slot), tag, timeout_ns, diag, rank, launches, step, source
+                )
+            for level in cutlass.range_constexpr(3):
+                found = ptx.max_s64(found, _shuffle_xor_s64(found, 1 << level))
+            if (source == 0) & (row < rows):
+                _st_shared_s64(winner + row * 8, found)
+        if last_step != 0:
+            # Acquire side of the peers' staging stores (copied after the loop).
+            ptx.fence("membar.sys")
+
+    # -- the kernel ---------------------------------------------------------------
+
+    @cute.kernel
+    def kernel(
+        self, base_logits: Int64, base_row_stride: Int64, base_step_stride: Int64, base_column: Int64,
+        embed_table: Int64, head_shard: Int64, input_ids: Int64, idx_mapping: Int64, temperature: Int64,
+        noise: Int64, noise_row_stride: Int64, logits_cache: Int64, cache_stride0: Int64, cache_stride1: Int64,
+        draft_tokens: Int64, peers: Int64, control: Int64, diag: Int64, timeout_ns: Int64, query_per_row: Int32,
+        rank: Int32, world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32,
+    ):
+        """One CTA of 16 warps; see the module docstring."""
+        steps = self.steps
+        cache_bytes = self.cache_bytes
+        thread, _, _ = cute.arch.thread_idx()
+        cta, _, _ = cute.arch.block_idx()
+        ctas, _, _ = cute.arch.grid_dim()
+        warp = thread // WARP
+        lane = thread % WARP
+        g = lane // 4
+        t = lane % 4
+        tiles = vocab_local // TILE_ROWS
+        first_tile = cta * WARPS + warp
+        vocab_offset = rank * vocab_local
+        vocab = Int64(vocab_local) * Int64(world)
+
+        smem = SmemAllocator()
+        embedding = smem.allocate(MAX_ROWS * ROW_BYTES, byte_alignment=16).toint()
+        tile_words = smem.allocate(WARPS * MAX_ROWS * TILE_ROWS * 4, byte_alignment=16).toint()
+        warp_best = smem.allocate(WARPS * MAX_ROWS * 8, byte_alignment=16).toint()
+        winner = smem.allocate(MAX_ROWS * 8, byte_alignment=16).toint()
+        counter = smem.allocate(16, byte_alignment=16).toint()
+
+        # The resident tile, read once per launch.
+        resident = Int32(first_tile < tiles)
+        resident_row = head_shard + Int64(first_tile * TILE_ROWS + g) * ROW_BYTES + Int64(t * 16)
+        resident_lo, resident_hi = [], []
+        for chunk in cutlass.range_constexpr(CHUNKS):
+            resident_lo.append(ptx.ld_global_nc(resident_row + chunk * 64, 16, resident))
+            resident_hi.append(ptx.ld_global_nc(resident_row + 8 * ROW_BYTES + chunk * 64, 16, resident))
+
+        if thread == 0:
+            ptx.st_shared_b32(counter, ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0])
+        if warp < MAX_ROWS:
+            # Rows past `rows` keep zero embeddings; an anchor outside the
+            # vocabulary (the host rejects it) is clamped to stay in bounds.
+            anchor_live = Int32(warp < rows)
+            anchor = Int64(Int32(ptx.ld_global_nc(input_ids + Int64(warp * query_per_row) * 4, 4, anchor_live)[0]))
+            token = ptx.min_u64(anchor, vocab - 1)
+            words = ptx.ld_global_nc(embed_table + token * ROW_BYTES + Int64(lane * 16), 16, anchor_live)
+            ptx.st_shared_v4(embedding + warp * ROW_BYTES + lane * 16, words)
+        cute.arch.barrier()
+        launches = ptx.ld_shared_b32(counter)
+        tag = Uint32(1) + launches % Uint32(TAG_PERIOD)
+        parity = Int32(launches & Uint32(1))
+        own_buffer = _peer_base(peers, rank, Int32(1))
+        # Staging elements of this launch's parity: [max_rows][steps][vocab].
+        staging_row0 = Int64(STAGING_OFFSET // cache_bytes) + Int64(parity * max_rows * steps) * vocab
+        embedding_row = embedding + g * ROW_BYTES + t * 16
+
+        tile_lanes = (warp, g, t, rows, vocab_offset, tile_words)
+        tile_inputs = (base_logits, base_row_stride, base_step_stride, base_column, noise, noise_row_stride)
+        store_lanes = (warp, lane, rows, vocab_offset, tile_words, rank, world)
+        best = cute.make_rmem_tensor((2,), Int64)
+        streamed = cute.make_rmem_tensor((4,), Float32)
+        for step in cutlass.range(steps, unroll=1):
+            last_step = Int32(step + 1 == steps)
+            temps = []
+            for col in cutlass.range_constexpr(2):
+                r = 2 * t + col
+                live = Int32(r < rows)
+                state = ptx.ld_global_nc_b64(idx_mapping + Int64(r * steps + step) * 8, live)
+                active = live & Int32(state >= 0)
+                temps.append(ptx.f32_from_bits(ptx.ld_global_nc(temperature + state * 4, 4, active)[0]))
+            store_outputs = (idx_mapping, logits_cache, cache_stride0, cache_stride1, peers, staging_row0, vocab)
+            best[0] = Int64(0)
+            best[1] = Int64(0)
+            work = (step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs)
+            if first_tile < tiles:
+                # An opaque copy keeps the tile's addresses from living across the step loop.
+                self._process_tile(
+                    _tile_bias(lambda c: (resident_lo[c], resident_hi[c]), embedding_row),
+                    ptx.opaque_b32(first_tile), work,
+                )
+            # Tiles beyond one per warp (small grids) stream from L2.
+            for tile in cutlass.range(first_tile + ctas * WARPS, tiles, ctas * WARPS, unroll=1):
+                self._streamed_bias(head_shard, tile, g, t, embedding_row, streamed)
+                self._process_tile([streamed[j] for j in range(4)], tile, work)
+
+            # Each request row's best key over the lanes sharing t, then the CTA.
+            for col in cutlass.range_constexpr(2):
+                key = best[col]
+                for level in cutlass.range_constexpr(3):
+                    key = ptx.max_s64(key, _shuffle_xor_s64(key, 4 << level))
+                if g == 0:
+                    _st_shared_s64(warp_best + (warp * MAX_ROWS + 2 * t + col) * 8, key)
+            cute.arch.barrier()
+            if warp == 0:
+                self._exchange(
+                    lane, step, last_step, rows, max_rows, ctas, rank, world, warp_best, winner, control, peers,
+                    own_buffer, launches, tag, parity, timeout_ns, diag,
+                )
+            cute.arch.barrier()
+            if cta == 0:
+                if thread < rows:
+                    token = _key_token(_ld_shared_s64(winner + thread * 8))
+                    ptx.st_global_b64(draft_tokens + Int64(thread * steps + step) * 8, token, Int32(1))
+            if step + 1 < steps:
+                if warp < rows:
+                    token = ptx.min_u64(_key_token(_ld_shared_s64(winner + warp * 8)), vocab - 1)
+                    words = ptx.ld_global_nc(embed_table + token * ROW_BYTES + Int64(lane * 16), 16, Int32(1))
+                    ptx.st_shared_v4(embedding + warp * ROW_BYTES + lane * 16, words)
+            cute.arch.barrier()
+
+        # The peers' shards are in this rank's staging buffer: copy them into
+        # the cache, 16 bytes per task.
+        vectors = vocab_local * cache_bytes // VECTOR_BYTES
+        per_row_step = (world - 1) * vectors
+        total = rows * steps * per_row_step
+        for task in cutlass.range(cta * THREADS + thread, total, ctas * THREADS, unroll=1):
+            row_step = task // per_row_step
+            within = task - row_step * per_row_step
+            source = within // vectors
+            source_vector = within - source * vectors
+            source = source + Int32(source >= rank)
+            state = ptx.ld_global_nc_b64(idx_mapping + Int64(row_step) * 8, Int32(1))
+            keep = Int32(state >= 0)
+            element = Int64(source) * Int64(vocab_local) + Int64(source_vector * self.vector_elements)
+            staged = (staging_row0 + Int64(row_step) * vocab + element) * cache_bytes
+            words = ptx.ld_global_cg(own_buffer + staged, VECTOR_BYTES, keep)
+            cache_at = (state * cache_stride0 + Int64(row_step % steps) * cache_stride1 + element) * cache_bytes
+            ptx.st_global(logits_cache + cache_at, words, VECTOR_BYTES, keep)
+
+        if thread == 0:
+            ptx.fence("membar.gl")
+            previous = ptx.atom_add_u32(control + END_WORD * 4, Uint32(1), "acq_rel", "gpu")
+            if previous == Uint32(ctas - 1):
+                ptx.st_ordered_b32(control + END_WORD * 4, Uint32(0), "relaxed", "gpu")
+                ptx.st_ordered_b32(control + LAUNCH_WORD * 4, launches + Uint32(1), "relaxed", "gpu")
+
+
+__all__ = ["ShardedMarkovSample"]

@@ -1,0 +1,97 @@
+"""Watchdog: progress records, the diagnosis of who fell behind, and ending a process tree for certain."""
+
+import os
+import subprocess
+import sys
+import time
+
+from harness.progress import ProgressWriter, read_all_progress, read_progress
+from harness.watchdog import Supervised, deadline_s, diagnose, group_alive, processes_with_token
+
+
+def records(*events):
+    """Progress records from (event, launch) pairs."""
+    return [{"event": e, "launch": k, "params": {"rows": 2}, "state": {"launches": k}} for e, k in events]
+
+
+def test_progress_records_are_durable_and_torn_lines_ignored(tmp_path):
+    writer = ProgressWriter(tmp_path, 3)
+    writer.begin(0, {"rows": 2}, {"launches": 0})
+    writer.end(0, {"rows": 2}, {"launches": 1})
+    writer.close()
+    with open(tmp_path / "rank3.progress.jsonl", "a") as f:
+        f.write('{"rank": 3, "launch": 1, "ev')  # a process killed mid-write
+    recs = read_progress(tmp_path / "rank3.progress.jsonl")
+    assert [(r["event"], r["launch"], r["state"]) for r in recs] == [("begin", 0, {"launches": 0}),
+                                                                     ("end", 0, {"launches": 1})]
+    assert read_all_progress(tmp_path, 2, first_rank=3) == {3: recs, 4: []}
+
+
+def test_diagnose_names_the_rank_that_never_began_the_launch():
+    progress = {0: records(("begin", 0), ("end", 0), ("begin", 1)),
+                1: records(("begin", 0), ("end", 0)),
+                2: records(("begin", 0), ("end", 0), ("begin", 1))}
+    d = diagnose(progress)
+    assert (d.rank, d.launch) == (1, 1)
+    assert "rank 1 did not begin launch 1" in d.text and "0, 2" in d.text
+    assert d.beliefs[1]["state"] == {"launches": 0} and d.beliefs[0]["launch"] == 1
+
+
+def test_diagnose_prefers_injected_markers():
+    hang = {0: records(("begin", 0), ("end", 0), ("begin", 1)), 1: records(("begin", 0), ("end", 0), ("hang", 1))}
+    assert (diagnose(hang).rank, diagnose(hang).launch) == (1, 1)
+    repeat = {0: records(("begin", 2), ("end", 2), ("begin", 2), ("end", 2), ("repeat", 2)),
+              1: records(("begin", 2), ("end", 2), ("begin", 3))}
+    assert (diagnose(repeat).rank, diagnose(repeat).launch) == (0, 2)
+
+
+def test_diagnose_without_a_laggard_says_so():
+    progress = {0: records(("begin", 2)), 1: records(("begin", 2))}
+    d = diagnose(progress)
+    assert d.rank is None and d.launch == 2 and "no single rank" in d.text
+
+
+def test_diagnose_uses_kernel_records_when_progress_agrees():
+    progress = {0: records(("begin", 0)), 1: records(("begin", 0))}
+    d = diagnose(progress, kernel_records=[{"awaited_rank": 1, "step": 3}])
+    assert (d.rank, d.step) == (1, 3)
+
+
+def test_deadline_budget():
+    assert deadline_s(4, 2.5, 10) == 20.0
+
+
+CHILD = r"""
+import subprocess, sys, time
+# a grandchild in a session of its own, as torchrun starts its workers
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+time.sleep(600)
+"""
+
+
+def test_expired_tree_is_ended_including_other_sessions():
+    started = time.monotonic()
+    sup = Supervised([sys.executable, "-c", CHILD], grace_s=1.0)
+    time.sleep(0.5)
+    outcome = sup.wait(2.0)
+    assert outcome.timed_out
+    assert time.monotonic() - started < 2.0 + 10
+    assert len(outcome.groups) >= 2, outcome.groups  # the child's group and the grandchild's session
+    assert outcome.leftovers == []
+    assert processes_with_token(sup.token) == {}
+    for pgid in outcome.groups:
+        assert not group_alive(pgid)
+
+
+def test_poll_can_end_a_run_early():
+    calls = []
+    sup = Supervised([sys.executable, "-c", "import time; time.sleep(600)"], grace_s=0.5)
+    outcome = sup.wait(60, poll=lambda: calls.append(1) or len(calls) > 3, interval_s=0.05)
+    assert outcome.timed_out and outcome.elapsed_s < 10 and not group_alive(sup.proc.pid)
+
+
+def test_clean_exit_is_reported():
+    sup = Supervised([sys.executable, "-c", "raise SystemExit(3)"], stdout=subprocess.DEVNULL)
+    outcome = sup.wait(30)
+    assert (outcome.returncode, outcome.timed_out, outcome.leftovers) == (3, False, [])
+    assert os.environ.get("RANKCHECK_RUN_TOKEN") is None  # the token is the child's, never ours

@@ -1,0 +1,52 @@
+"""Child process of the timeout test: rank 1 of two virtual ranks skips a call.
+
+Rank 0's consumer polls for rank 1's fragment, passes its deadline, commits
+the diagnostic record and traps; the CUDA context is then dead, so this runs
+in its own process. It writes ``{"launch_failed", "report"}`` as JSON to
+``argv[1]`` and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from allreduce_cases import make_call, make_config, make_static, to_device  # noqa: E402
+from kernels.allreduce import AllReduceMHC  # noqa: E402
+from kernels.fabric import VirtualFabric  # noqa: E402
+
+
+def main(path: str) -> None:
+    """Run the skipped call and dump what rank 0's record says."""
+    config = make_config(1024, 2)
+    static = make_static(config, 1)
+    call = make_call(config, 2, 2)
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def body(fabric):
+        system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=300)
+        if fabric.rank == 1:
+            return None  # skips the call
+        system.launch(to_device(call, device), {})
+        try:
+            torch.cuda.current_stream().synchronize()
+            failed = False
+        except RuntimeError:
+            failed = True
+        report = system.diag_record.read()
+        return {"launch_failed": failed, "report": None if report is None else report.to_json()}
+
+    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
+    with open(path, "w") as fh:
+        json.dump(results[0], fh)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,235 @@
+"""CPU tests of the all-reduce kernels: layouts against the golden's, argument
+validation, and compiled variants (sm_90a and sm_100a, no GPU) read back as PTX:
+the multicast fan-out really is one multimem store and the unicast one a store
+per peer, arithmetic is the correctly rounded instruction sequence the golden
+reproduces, SM90 derives the UE8M0 exponent without the SM100 instruction, and
+every variant compiles to a distinct kernel symbol."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+import torch
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from golden import mxfp8 as golden_mxfp8  # noqa: E402
+from golden import rmsnorm as golden_rmsnorm  # noqa: E402
+from kernels.allreduce import layout  # noqa: E402
+from kernels.allreduce.config import check_call, check_config  # noqa: E402
+
+CPU = torch.device("cpu")
+SMALL = {"hidden": 1024, "hc": 4, "tp": 4, "capacity": 8, "top_k": 8}
+
+
+def _config(**extra) -> dict:
+    config = dict(hidden=1024, hc=4, capacity=8, top_k=8, tp=2, eps=1e-6, quantize=False, residual_only=False,
+                  bt_min_rows=4)
+    config.update(extra)
+    return config
+
+
+def _inputs(rows: int = 3, tp: int = 2, hidden: int = 1024, finalize: bool = False) -> dict:
+    inputs = {
+        "residual": torch.zeros(rows, 4, hidden, dtype=torch.bfloat16),
+        "post": torch.zeros(rows, 4),
+        "comb": torch.zeros(rows, 4, 4),
+        "pre": torch.zeros(rows, 4),
+    }
+    if finalize:
+        inputs.update(
+            gemm2_permuted=torch.zeros(tp, 5, hidden, dtype=torch.bfloat16),
+            expert_weights=torch.zeros(rows, 8),
+            expanded_idx_to_permuted_idx=torch.full((tp, rows, 8), -1, dtype=torch.int32),
+            shared_output=torch.zeros(tp, rows, hidden, dtype=torch.bfloat16),
+        )
+    else:
+        inputs["x"] = torch.zeros(tp, rows, hidden, dtype=torch.bfloat16)
+    return inputs
+
+
+@pytest.mark.parametrize("hidden", [256, 1024, 5120, 7168])
+def test_norm_layout_matches_golden(hidden):
+    ours = layout.norm_layout(hidden)
+    theirs = golden_rmsnorm.norm_layout(hidden)
+    assert (ours.cluster, ours.threads) == (theirs.cluster, theirs.threads)
+    fragments = hidden // layout.VEC
+    owners = {ours.owner(f) for f in range(fragments)}
+    assert len(owners) == fragments, "every fragment has its own (CTA, thread, trip)"
+    assert max(trip for _, _, trip in owners) == ours.trips(hidden) - 1
+
+
+@pytest.mark.parametrize("rows,hidden", [(1, 1024), (130, 5120), (257, 7168)])
+def test_scale_layout_matches_golden(rows, hidden):
+    assert layout.mxfp8_scale_bytes(rows, hidden) == golden_mxfp8.scale_bytes(rows, hidden)
+    row = torch.arange(rows)[:, None].expand(rows, hidden // 32)
+    col = torch.arange(hidden // 32)[None, :].expand(rows, hidden // 32)
+    want = golden_mxfp8.swizzled_scale_index(row, col, layout.mxfp8_padded_cols(hidden))
+    got = torch.tensor([[layout.mxfp8_scale_index(r, c, hidden) for c in range(hidden // 32)] for r in range(rows)])
+    assert torch.equal(got, want)
+
+
+def test_mailbox_shapes():
+    assert layout.ll_mailbox_shape(4, 10, 5120) == (3, 4, 10, 5120)
+    assert layout.bt_mailbox_shape(4, 10, 5120) == (3, 4, 3, 5120)
+    assert layout.bt_reduced_shape(10, 5120) == (3, 10, 5120)
+
+
+@pytest.mark.parametrize(
+    "change,needle",
+    [
+        ({"hidden": 1004}, "config.hidden"),
+        ({"quantize": True, "residual_only": True}, "exclude"),
+        ({"quantize": True, "hidden": 1064}, "multiple of 128"),
+        ({"hc": 9}, "config.hc"),
+        ({"eps": float("nan")}, "config.eps"),
+        ({"top_k": 0}, "config.top_k"),
+        ({"unknown": 1}, "unknown keys"),
+        ({"start_generation": 3}, "config.start_generation"),
+        ({"norm_threads": 100}, "config.norm_threads"),
+    ],
+)
+def test_config_errors_name_the_key(change, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        check_config(_config(**change))
+
+
+def test_config_accepts_the_golden_keys():
+    cfg = check_config(_config(bt_min_finalize_rows=6, norm_threads=64, start_generation=2))
+    assert (cfg.bt_min_rows, cfg.bt_min_finalize_rows, cfg.layout.threads, cfg.start_generation) == (4, 6, 64, 2)
+    assert check_config({k: v for k, v in _config().items() if k != "bt_min_rows"}).bt_min_rows is None
+
+
+def test_call_shards_by_rank_and_validates():
+    cfg = check_config(_config())
+    inputs = _inputs()
+    inputs["x"][1].fill_(1.0)
+    call = check_call(cfg, 1, CPU, inputs, {}, True)
+    assert call.rows == 3 and bool((call.x == 1).all()) and call.pre is not None
+    final = check_call(cfg, 0, CPU, _inputs(finalize=True), {"finalize": True}, True)
+    assert final.gemm2.shape == (5, 1024) and final.routes.shape == (3, 8)
+
+
+@pytest.mark.parametrize(
+    "mutate,params,error,needle",
+    [
+        (lambda i: i.update(x=i["x"].float()), {}, ValueError, "call_inputs['x']"),
+        (lambda i: i.update(residual=torch.zeros(9, 4, 1024, dtype=torch.bfloat16)), {}, ValueError, "capacity"),
+        (lambda i: i.update(comb=i["comb"].transpose(1, 2)), {}, ValueError, "contiguous"),
+        (lambda i: i.pop("pre"), {}, TypeError, "call_inputs['pre']"),
+        (lambda i: None, {"protocol": "fast"}, ValueError, "protocol"),
+        (lambda i: None, {"finalize": 1}, ValueError, "finalize"),
+        (lambda i: None, {"extra": 1}, ValueError, "unknown keys"),
+        (lambda i: None, {"finalize": True}, ValueError, "gemm2_permuted"),
+    ],
+)
+def test_call_errors_name_the_argument(mutate, params, error, needle):
+    cfg = check_config(_config())
+    inputs = _inputs()
+    mutate(inputs)
+    with pytest.raises(error, match=re.escape(needle)):
+        check_call(cfg, 0, CPU, inputs, params, True)
+
+
+def test_route_values_are_checked_unless_capturing():
+    cfg = check_config(_config())
+    inputs = _inputs(finalize=True)
+    inputs["expanded_idx_to_permuted_idx"][1, 2, 3] = 5  # rows of gemm2: 0..4
+    with pytest.raises(ValueError, match=r"expanded_idx_to_permuted_idx'\]\[1\].*got 5 at \(2, 3\)"):
+        check_call(cfg, 1, CPU, inputs, {"finalize": True}, True)
+    check_call(cfg, 1, CPU, inputs, {"finalize": True}, False)  # under capture the values are not read
+
+
+def test_misaligned_input_is_rejected():
+    cfg = check_config(_config())
+    inputs = _inputs()
+    storage = torch.zeros(inputs["x"].numel() + 8, dtype=torch.bfloat16)
+    inputs["x"] = storage[1 : 1 + inputs["x"].numel()].view(inputs["x"].shape)
+    with pytest.raises(ValueError, match="16-byte boundary"):
+        check_call(cfg, 0, CPU, inputs, {}, True)
+
+
+def test_threshold_provenance(tmp_path):
+    from kernels.allreduce.host import measured_threshold
+
+    path = tmp_path / "thresholds.json"
+    entry, why = measured_threshold("sm_90a", 8, 5120, str(path))
+    assert entry is None and "LL only" in why
+    path.write_text(json.dumps({"sm_90a/tp8/h5120": {"bt_min_rows": 96, "source": "docs/results/x.json"}}))
+    entry, why = measured_threshold("sm_90a", 8, 5120, str(path))
+    assert entry["bt_min_rows"] == 96 and "docs/results/x.json" in why
+    assert measured_threshold("sm_90a", 4, 5120, str(path))[0] is None
+
+
+# --------------------------------------------------------------------------- compiled PTX
+
+
+def _ptx(name: str, arch: str, shape=SMALL) -> str:
+    """The PTX of one gate variant at ``shape`` for ``arch`` (compiled once per test worker)."""
+    from kernels.allreduce.variants import compiled, gate_kernels
+
+    return compiled(gate_kernels(arch, shape)[name], arch, "--keep-ptx").artifacts.PTX
+
+
+def _body(ptx: str) -> str:
+    """PTX without comments."""
+    return "\n".join(line for line in ptx.splitlines() if not line.strip().startswith("//"))
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_fanout_variants(arch):
+    multicast = _body(_ptx("publish[ll,plain,multicast]", arch))
+    unicast = _body(_ptx("publish[ll,plain,unicast]", arch))
+    assert multicast.count("multimem.st.relaxed.sys.global.v4.f32") == 1
+    assert "st.global.v4" not in multicast
+    assert "multimem" not in unicast
+    assert unicast.count("st.global.v4.b32") == SMALL["tp"], "one store per peer"
+    assert unicast.count("ld.global.nc.b64") == SMALL["tp"], "peer bases from the table"
+    owner = _body(_ptx("owner_reduce[multicast]", arch))
+    assert owner.count("multimem.st.relaxed.sys.global.v4.f32") == 1
+
+
+def test_consumer_arithmetic_is_the_golden_sequence():
+    ptx = _body(_ptx("consumer[ll,mxfp8]", "sm_90a"))
+    assert "rsqrt" not in ptx and ".approx" not in ptx, "the inverse RMS is IEEE FP64, not rsqrt.approx"
+    assert "sqrt.rn.f64" in ptx and "div.rn.f64" in ptx and "div.rn.f32" in ptx
+    assert not re.search(r"\b(add|mul|fma)(\.rn)?\.ftz\.f32", ptx), "no flush to zero"
+    assert not re.search(r"\b(add|mul|fma)\.f32\b", ptx), "every FP32 op carries .rn (no contraction)"
+    assert "mapa.shared::cluster" in ptx and "st.shared::cluster.b32" in ptx
+    assert "cvt.rn.satfinite.e4m3x2.f32" in ptx
+    assert "ue8m0" not in ptx, "SM90 derives the scale exponent with integer ops"
+    assert "ld.volatile.global.v4.b32" in ptx and "griddepcontrol.wait" in ptx
+
+
+def test_sm100_uses_the_ue8m0_instruction():
+    assert "cvt.rp.satfinite.ue8m0x2.f32" in _ptx("consumer[bt,mxfp8]", "sm_100a")
+
+
+def test_every_variant_has_its_own_symbol():
+    from kernels.allreduce.variants import gate_kernels
+
+    names = []
+    for name in gate_kernels("sm_90a", SMALL):
+        names += re.findall(r"\.entry (\S+)\(", _ptx(name, "sm_90a"))
+    assert len(names) == len(set(names)) == 14
+
+
+def test_compile_variants_follow_the_gate_convention():
+    from kernels.allreduce.variants import compile_variants
+
+    variants = compile_variants("sm_90a")
+    assert len(variants) == 14 and len({name for name, _, _ in variants}) == 14
+    assert all(name.startswith("allreduce.") and callable(thunk) and strict for name, thunk, strict in variants)
+
+
+def test_no_compile_under_capture(monkeypatch):
+    from kernels.allreduce import variants
+    from kernels.allreduce.publish import PublishKernel
+
+    monkeypatch.setattr(variants, "_capturing", lambda: True)
+    kernel = PublishKernel(hidden=64, tp=1, capacity=1, protocol="ll", source="plain", fanout="unicast")
+    with pytest.raises(RuntimeError, match="capturing"):
+        variants.compiled(kernel, "sm_90a")

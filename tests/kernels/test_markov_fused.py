@@ -1,0 +1,106 @@
+"""kernels/markov/fused.py on the CPU: variant rules (vector vs scalar from
+alignment, finishing warps, row-copy width), configuration errors raised
+before anything touches a GPU, and the step kernel's PTX (ordering and the
+instructions of the contract) for a representative variant."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from kernels.markov import fused  # noqa: E402
+
+CONFIG = dict(vocab=4096, dim=64, tp=1, max_reqs=4, has_cap=False, mult=1.0, cap=30.0, inv_cap=1 / 30, block=512)
+
+
+def test_vector_bytes_only_for_8_or_16_byte_groups():
+    assert [fused.vector_bytes(b) for b in fused.BLOCK_SIZES] == [0, 0, 8, 16, 0, 0]
+
+
+@pytest.mark.parametrize(
+    "operands, width, expected",
+    [
+        (((256, 4096), (512, 4096), (1024, 16384)), 4096, True),
+        (((258, 4096), (512, 4096), (1024, 16384)), 4096, False),  # base pointer off by one element
+        (((256, 4099), (512, 4096), (1024, 16384)), 4096, False),  # odd row stride
+        (((256, 4096), (512, 4096), (1024, 16384)), 4090, False),  # width not whole groups
+    ],
+)
+def test_step_vectorized_follows_alignment(operands, width, expected):
+    assert fused.step_vectorized(1024, width, operands) is expected
+    # 512: 4-element (8-byte) groups; 256 never vectorizes.
+    assert fused.step_vectorized(256, 4096, ((256, 4096),)) is False
+
+
+def test_fill_vectorized_needs_16_byte_everything():
+    assert fused.fill_vectorized(512, 4096, 256, 8192, 1024, (8192, 4096))
+    assert not fused.fill_vectorized(500, 4000, 256, 8000, 1024, (8000, 4000))
+    assert not fused.fill_vectorized(512, 4096, 258, 8192, 1024, (8192, 4096))
+    assert not fused.fill_vectorized(512, 4096, 256, 8192, 1024, (8193, 4096))
+
+
+def test_finish_warps_and_copy_chunk():
+    assert fused.finish_warps(128) == 1 and fused.finish_warps(129) == 4
+    assert fused.copy_chunk(512, 32, (256,)) == 16
+    assert fused.copy_chunk(512, 128, (256,)) == 4  # a thread's share is 4 bytes
+    assert fused.copy_chunk(200, 32, (256,)) == 4  # 8 divides 200 but exceeds a 6-byte share
+    assert fused.copy_chunk(512, 32, (258,)) == 2  # misaligned table
+
+
+@pytest.mark.parametrize(
+    "change, exc, message",
+    [
+        ({"block": 384}, ValueError, "config.block"),
+        ({"tp": 3}, ValueError, "config.tp"),
+        ({"vocab": 0}, ValueError, "config.vocab"),
+        ({"max_reqs": 0}, ValueError, "config.max_reqs"),
+        ({"mult": "1"}, TypeError, "config.mult"),
+    ],
+)
+def test_config_errors_name_the_key(change, exc, message):
+    with pytest.raises(exc, match=message):
+        fused.FusedMarkovLoop(None, {}, {**CONFIG, **change})
+
+
+def test_missing_config_and_bad_world():
+    with pytest.raises(ValueError, match=r"config: missing keys \['block'\]"):
+        fused.FusedMarkovLoop(None, {}, {k: v for k, v in CONFIG.items() if k != "block"})
+    with pytest.raises(TypeError, match="comm_or_fabric"):
+        fused.FusedMarkovLoop(object(), {}, CONFIG)
+
+    class Two:
+        rank, world = 0, 2
+
+        def all_gather(self, t):
+            return t
+
+    with pytest.raises(ValueError, match="world 2 != config.tp 1"):
+        fused.FusedMarkovLoop(Two(), {}, CONFIG)
+
+
+def test_cpu_weights_rejected():
+    w = torch.zeros(4096, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="static.w1: expected a CUDA tensor"):
+        fused.FusedMarkovLoop(None, {"w1": w, "w2": w}, CONFIG)
+
+
+def test_step_ptx_orders_and_instructions():
+    kernel = fused.compile_kernel(
+        fused.StepKernel, "--keep-ptx --gpu-arch sm_90a", block=1024, blocks=4, vector=True, has_cap=True,
+        sharded=False, pdl=True, row_bytes=128, chunk=4, w1_rows=4096,
+    )
+    text = kernel.artifacts.PTX
+    text = text if isinstance(text, str) else text.decode()
+    for instruction in ("ld.global.nc.v4.b32", "st.global.v4.b32", "griddepcontrol.wait", "add.rn.bf16",
+                        "ex2.approx.ftz.f32", "rcp.approx.ftz.f32", "div.full.f32", "shf.l.wrap.b32",
+                        "atom.add.acq_rel.gpu.global.u32", "ld.volatile.global.b32", "min.u64"):
+        assert instruction in text, instruction
+    # The bias (the GEMV's output) is read only after the dependency wait,
+    # through the coherent path.
+    wait = text.index("griddepcontrol.wait")
+    assert "ld.global.v4.b32" in text[wait:] and "ld.global.v4.b32" not in text[:wait]
+    assert text.index("atom.add.acq_rel.gpu") > text.rindex("st.global.b64", 0, text.index("atom.add.acq_rel.gpu"))
