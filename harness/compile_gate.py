@@ -71,6 +71,7 @@ class VariantResult:
     seconds: float = 0.0
     entries: list[EntryReport] = field(default_factory=list)
     error: str | None = None
+    detail: str | None = None
 
     @property
     def spilled(self) -> bool:
@@ -157,6 +158,18 @@ def _capture_fd2(thunk: Callable[[], object]) -> tuple[str, BaseException | None
     return text + "\n" + python_side.getvalue(), error
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _summary(error: BaseException) -> str:
+    """One line naming a compile failure: the first line of the exception text
+    that says "error" (the DSL's messages are multi-line), else its first line."""
+    text = _ANSI.sub("", "".join(traceback.format_exception_only(type(error), error))).strip()
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    flagged = [line for line in lines if "error" in line.lower()]
+    return ((flagged or lines or [type(error).__name__])[0])[:300]
+
+
 def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_spill: bool) -> VariantResult:
     """Compile one variant for ``arch`` and read ptxas's figures."""
     result = VariantResult(arch=arch, name=name, must_not_spill=must_not_spill)
@@ -164,8 +177,8 @@ def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_s
     text, error = _capture_fd2(lambda: thunk(f"--gpu-arch {arch} remarks{{ptx}}"))
     result.seconds = time.monotonic() - start
     if error is not None:
-        detail = "".join(traceback.format_exception_only(type(error), error)).strip()
-        result.error = detail.splitlines()[-1][:300] if detail else type(error).__name__
+        result.error = _summary(error)
+        result.detail = _ANSI.sub("", "".join(traceback.format_exception(type(error), error, error.__traceback__)))
     result.entries = parse_ptxas_report(text)
     return result
 

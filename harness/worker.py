@@ -175,7 +175,8 @@ class ReferenceCache:
     group and, when the inputs are, for every world size. So one rank (the
     owner, ``launch % tp``) computes it and stores it as safetensors under
     ``<run>/refcache/<digest>.safetensors`` (atomically); the others wait for
-    the file up to ``wait_s`` and compute it themselves if it does not come.
+    the file up to ``wait_s`` and compute it themselves if it does not come
+    (with several nodes the run directories are not shared: every rank is its own owner).
     The digest covers the family, the config without its TP key, the static
     tensors, the call's agreed inputs (dtype, shape, bytes) and parameters.
     """
@@ -270,7 +271,8 @@ def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
 
 
 def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
-             run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None) -> dict:
+             run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None,
+             share_refs: bool = True) -> dict:
     """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) and write its result."""
     from harness import compare as cmp  # noqa: PLC0415
     from harness.families import NotAvailable, adapter, catalog  # noqa: PLC0415
@@ -320,6 +322,8 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                 phase = f"launch {k}"
                 for attempt in range(2 if "repeat_launch" in inj else 1):
                     before = _safe_state(system)
+                    if attempt:
+                        progress.write("repeat", k, launch.call_params, before)
                     progress.begin(k, launch.call_params, before)
                     if impl == "golden" and agreement_comm is not None:
                         check_agreement(agreement_comm, launch)
@@ -343,13 +347,12 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                             "type": launch.expected_error.type, "match": launch.expected_error.match}})
                         break
                     if attempt:
-                        progress.write("repeat", k, launch.call_params, _safe_state(system))
                         continue
                     result["launches_done"] += 1
                     reference = refs.get(
                         refs.key(launch.agreed_inputs, launch.agreed_params),
                         lambda launch=launch: fam.reference(static, config, launch.agreed_inputs, launch.agreed_params),
-                        owner=k % tp == group_rank, wait_s=case.per_launch_s(None))
+                        owner=not share_refs or k % tp == group_rank, wait_s=case.per_launch_s(None) / 4)
                     if store_mode:
                         agreed.append(launch.agreed_inputs)
                         store_outputs.update({f"launch{k}.{n}": t for n, t in reference.items()})
@@ -435,7 +438,7 @@ def run_distributed(job: dict) -> int:
             res = run_case(spec, rank=rank, group_rank=comm.rank, tp=tp,
                            group=my_group if tp < world else None, impl=job.get("impl", "golden"),
                            run_dir=job["run_dir"], make_handle=_distributed_handle(job.get("impl", "golden"), comm, device),
-                           store=job.get("store"))
+                           store=job.get("store"), share_refs=bool(job.get("shared_run_dir", True)))
             if res.get("abandon"):
                 sys.stdout.flush()
                 os._exit(ABANDON_EXIT)

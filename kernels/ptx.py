@@ -590,14 +590,6 @@ def min_u64(value: Int64, limit, *, loc=None, ip=None) -> Int64:
 
 
 @dsl_user_op
-def opaque_b32(value: Int32, *, loc=None, ip=None) -> Int32:
-    """``mov.b32`` with side effects: a copy the compiler can neither fold nor
-    hoist out of a loop, so addresses derived from it are recomputed on each
-    trip instead of occupying registers for the whole loop."""
-    return Int32(_asm(T.i32(), _ir((Int32(value),), loc, ip), "mov.b32 $0, $1;", "=r,r", True, loc, ip))
-
-
-@dsl_user_op
 def max_s64(a: Int64, b: Int64, *, loc=None, ip=None) -> Int64:
     """``max.s64``: the larger of two int64 values (candidate keys are below
     2^49, so this is also their unsigned order)."""

@@ -150,7 +150,8 @@ def save_bundle(path: str | Path, *, family: str, config: Mapping[str, Any], wor
                 "provenance": prov, "payload": PAYLOAD, "tensors": entries}
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / PAYLOAD), metadata={"format": "rankcheck-bundle-1"})
-    (path / MANIFEST).write_text(yaml.safe_dump(_plain(manifest), sort_keys=False, default_flow_style=None), encoding="utf-8")
+    text = yaml.safe_dump(_plain(manifest), sort_keys=False, default_flow_style=None)
+    (path / MANIFEST).write_text(text, encoding="utf-8")
     return path
 
 

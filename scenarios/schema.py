@@ -215,6 +215,8 @@ def _check_call(c: Checker, family: str, raw: Any, path: str, cfg: Mapping) -> C
             c.fail(f"{path}.steps", f"the kernel is compiled for config.steps={cfg['steps']}, got {steps}")
         if rows > cfg["max_rows"]:
             c.fail(f"{path}.rows", f"rows {rows} > max_rows {cfg['max_rows']}")
+        if rows > cfg["max_reqs"]:
+            c.fail(f"{path}.rows", f"rows {rows} > max_reqs {cfg['max_reqs']} (each row is a distinct request)")
     else:
         steps = c.integer(m.get("steps", 1), f"{path}.steps", 1, MAX_STEPS)
         if rows > cfg["max_reqs"]:

@@ -116,6 +116,7 @@ class JobRunner:
         path.parent.mkdir(parents=True, exist_ok=True)
         longest = max(self._case_budget(c) for c in cases)
         doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp, "store": s.store,
+               "shared_run_dir": s.nnodes == 1,
                "collective_timeout_s": longest + s.startup_s,
                "cases": [{"family": c.family, "name": c.name, "path": c.path} for c in cases]}
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")

@@ -63,7 +63,7 @@ def _expected_error_rank(results: Mapping[int, dict], want: dict | None) -> int 
     return None
 
 
-def _bits_verdict(results: Mapping[int, dict]) -> tuple[str, str, int, list, int]:
+def _bits_verdict(results: Mapping[int, dict], world: int) -> tuple[str, str, int, list, int]:
     """(status, detail, mismatch count, first mismatches, max ulps) of completed golden results."""
     count, first, max_ulps = 0, [], 0
     problems = []
@@ -90,6 +90,8 @@ def _bits_verdict(results: Mapping[int, dict]) -> tuple[str, str, int, list, int
     launches = max((r.get("launches_done", 0) for r in results.values()), default=0)
     refused = sum(len(r.get("refused", [])) for r in results.values())
     detail = f"bits equal over {launches} launches on {len(results)} ranks"
+    if len(results) < world:
+        detail += f" (the {len(results)} of {world} ranks whose results this node holds)"
     if refused:
         detail += f", {refused} bad calls refused as expected"
     if max_ulps:
@@ -162,7 +164,7 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
                           **base)
     if "timeout" in outcomes:
         return CaseResult(status="fail", detail=f"expected {case.expected_text}, but every rank completed", **base)
-    status, detail, count, first, max_ulps = _bits_verdict(results)
+    status, detail, count, first, max_ulps = _bits_verdict(results, world)
     return CaseResult(status=status, detail=detail, mismatch_count=count,
                       first_mismatch=_describe_mismatch(first[0]) if first else "",
                       mismatches=[_describe_mismatch(m) for m in first], max_ulps=max_ulps, **base)

@@ -12,6 +12,9 @@ first use of ``AllReduceMHC`` or ``compile_variants``.
 
 from __future__ import annotations
 
+# The harness (harness/families) finds the per-rank system class by this name.
+SYSTEM_CLASS = "AllReduceMHC"
+
 
 def __getattr__(name: str):
     """Load the DSL-dependent entry points lazily."""

@@ -130,15 +130,21 @@ def check_config(config: Mapping[str, Any]) -> AllReduceConfig:
 
 
 def check_tensor(
-    value: Any, name: str, dtype: torch.dtype, shape: tuple[int, ...], device: torch.device, aligned: bool
+    value: Any,
+    name: str,
+    dtype: torch.dtype,
+    shape: tuple[int, ...],
+    device: torch.device,
+    aligned: bool,
+    allow_host: bool = False,
 ) -> torch.Tensor:
-    """``value`` if it is a contiguous ``dtype`` tensor of ``shape`` on ``device`` (16-byte aligned when
-    ``aligned``), else an error naming ``name`` and what was expected."""
+    """``value`` if it is a contiguous ``dtype`` tensor of ``shape`` on ``device`` (or on the CPU with
+    ``allow_host``; 16-byte aligned when ``aligned``), else an error naming ``name`` and what was expected."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor ({dtype} {list(shape)}), got {type(value).__name__}")
     if value.dtype != dtype or tuple(value.shape) != shape:
         raise ValueError(f"{name} must be {dtype} {list(shape)}, got {value.dtype} {list(value.shape)}")
-    if value.device != device:
+    if value.device != device and not (value.device.type == "cpu" and allow_host):
         raise ValueError(f"{name} must be on {device}, got {value.device}")
     if not value.is_contiguous():
         raise ValueError(f"{name} must be contiguous, got strides {list(value.stride())}")
@@ -154,8 +160,10 @@ def check_call(
     call_inputs: Mapping[str, Any],
     call_params: Mapping[str, Any] | None,
     check_values: bool,
+    allow_host: bool = False,
 ) -> CallArgs:
-    """Validate one call and return this rank's shard of it; ``check_values`` also reads the routes."""
+    """Validate one call and return this rank's shard of it; ``check_values`` also reads the routes.
+    With ``allow_host``, CPU inputs pass (checked as given, alignment included); the caller copies them."""
     params = dict(call_params or {})
     unknown = sorted(set(params) - set(CALL_PARAMS))
     if unknown:
@@ -178,13 +186,13 @@ def check_call(
 
     def tensor(key: str, dtype: torch.dtype, shape: tuple[int, ...], aligned: bool) -> torch.Tensor:
         """The checked input ``key``."""
-        return check_tensor(call_inputs.get(key), f"call_inputs['{key}']", dtype, shape, device, aligned)
+        return check_tensor(call_inputs.get(key), f"call_inputs['{key}']", dtype, shape, device, aligned, allow_host)
 
     residual = tensor("residual", torch.bfloat16, (rows, hc, hidden), True)
     post = call_inputs.get("post")
     if isinstance(post, torch.Tensor) and tuple(post.shape) == (rows, hc, 1):
         post = post.reshape(rows, hc)
-    post = check_tensor(post, "call_inputs['post']", torch.float32, (rows, hc), device, False)
+    post = check_tensor(post, "call_inputs['post']", torch.float32, (rows, hc), device, False, allow_host)
     comb = tensor("comb", torch.float32, (rows, hc, hc), False)
     pre = None if config.residual_only else tensor("pre", torch.float32, (rows, hc), False)
     x = gemm2 = weights = routes = shared = None

@@ -1,7 +1,9 @@
 """Lamport mHC consumer: wait for a token's fragments, reduce, mix, collapse, normalize.
 
-Grid ``(M, cluster, 1)``, cluster ``(1, cluster, 1)``, ``threads`` threads per
-CTA (``layout.norm_layout``): one cluster per token. Fragment ``f`` (16 bytes,
+Grid ``(clusters, cluster, 1)``, cluster ``(1, cluster, 1)``, ``threads``
+threads per CTA (``layout.norm_layout``): one cluster per token, or, when the
+host gives fewer clusters than rows (virtual ranks sharing one GPU must all
+stay resident), cluster ``b`` takes tokens ``b, b + clusters, ...``. Fragment ``f`` (16 bytes,
 elements ``8f .. 8f+7``) belongs to CTA ``(f % (cluster*threads)) // threads``,
 thread ``f % threads``, trip ``f // (cluster*threads)``.
 
@@ -18,16 +20,17 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
    bf16_rn(m)`` is stored as ``residual_out[token, j]``.
 4. Collapse: ``c = +0.0; c = fma(out[j], pre[j], c)`` for ``j = 0 .. hc-1``;
    ``prenorm = bf16_rn(c)``.
-5. LL: CTA 0 of token 0, thread 0, sets ``state[NEXT] = (g + 1) % 3``; then
+5. The sentinel is written back over every slot read. After the last token,
+   LL: CTA 0 of cluster 0, thread 0, sets ``state[NEXT] = (g + 1) % 3``; then
    ``griddepcontrol.launch_dependents`` (the next publish still waits for this
-   grid to finish), then the sentinel is written back over every slot read.
+   grid to finish).
 6. RMSNorm (``golden/rmsnorm.py``): per trip ``s = fma(p, p, s)`` over the 8
    elements from +0.0; per thread the trips added in order; warp butterfly
    ``xor 1, 2, 4, 8, 16``; warp 0 reduces the warp sums (``+0.0`` past the
    last warp) with butterfly ``xor 16 .. 1``; its lanes ``c < cluster`` store
-   the CTA sum into CTA ``c``'s shared slot (``st.shared::cluster``); after the
-   cluster barrier (release/acquire) every thread adds the ``cluster`` sums in
-   CTA order. ``inv = f32(1 / sqrt(f64(sum / H) + f64(eps)))`` in IEEE FP64,
+   the CTA sum into CTA ``c``'s shared slot (``st.shared::cluster``; two slot
+   sets alternate between consecutive tokens); after the cluster barrier
+   (release/acquire) every thread adds the ``cluster`` sums in CTA order. ``inv = f32(1 / sqrt(f64(sum / H) + f64(eps)))`` in IEEE FP64,
    ``y = bf16_rn((p * inv) * weight)``.
 7. MXFP8 (``output="mxfp8"``, ``golden/mxfp8.py``): a 32-value block is four
    adjacent threads; ``amax`` by integer max of ``|y|``'s bits over the quad;
@@ -146,16 +149,17 @@ class LamportMHCConsumer:
         rank: Int32,
         launch: Int32,
         m: Int32,
+        clusters: Int32,
         stream: cuda.CUstream,
     ) -> None:
         self.kernel(
             mailbox, residual, post, comb, pre, weight, residual_out, norm_out, mx_values, mx_scales, state,
-            eps, timeout_ns, diag, rank, launch,
+            eps, timeout_ns, diag, rank, launch, m,
         ).launch(
-            grid=(m, self.cluster, 1),
+            grid=(clusters, self.cluster, 1),
             block=(self.threads, 1, 1),
             cluster=(1, self.cluster, 1),
-            smem=(self.warps + self.cluster) * 4,
+            smem=(self.warps + 2 * self.cluster) * 4,
             stream=stream,
             use_pdl=True,
         )
@@ -212,43 +216,70 @@ class LamportMHCConsumer:
         diag: Int64,
         rank: Int32,
         launch: Int32,
+        m: Int32,
     ):
-        hc = self.hc
-        write_norm = self.output != "residual"
         tidx, _, _ = cute.arch.thread_idx()
-        token, _, _ = cute.arch.block_idx()
+        first_token, _, _ = cute.arch.block_idx()
+        clusters, _, _ = cute.arch.grid_dim()
         cta = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-        lane = tidx % WARP
-        warp = tidx // WARP
-
         fragments = [cta * self.threads + tidx + trip * self.cluster * self.threads for trip in range(self.trips)]
         valid = [fragments[trip] < self.fragments for trip in range(self.trips)]
 
-        # Inputs the caller wrote before the publish: safe to read before the
-        # dependency wait (the publish itself waited for their producers).
-        streams = []
+        # The norm weight is the caller's, written before the publish: safe to
+        # read before the dependency wait (the publish waited for its producer).
         weights = []
-        for trip in cutlass.range_constexpr(self.trips):
-            element = Int64(fragments[trip]) * VEC
-            per_source = []
-            for source in cutlass.range_constexpr(hc):
-                address = residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
-                per_source.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
-            streams.append(per_source)
-            if cutlass.const_expr(write_norm):
-                weights.append(device.bf16_words_to_f32(ptx.ld_global(weight + element * 2, VEC_BYTES, Int32(valid[trip]))))
+        if cutlass.const_expr(self.output != "residual"):
+            for trip in cutlass.range_constexpr(self.trips):
+                address = weight + Int64(fragments[trip]) * VEC * 2
+                weights.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
+
+        cute.arch.griddepcontrol_wait()
+        generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+
+        # A grid of fewer clusters than tokens (virtual ranks sharing one GPU
+        # must all stay resident) walks the tokens; the parity alternates the
+        # cluster's shared slots between consecutive tokens.
+        token = first_token
+        parity = Int32(0)
+        while token < m:
+            self.consume_token(
+                token, parity, cta, tidx, fragments, valid, weights, generation, mailbox, residual, post, comb, pre,
+                residual_out, norm_out, mx_values, mx_scales, eps, timeout_ns, diag, rank, launch,
+            )
+            token = token + clusters
+            parity = parity ^ Int32(1)
+
+        if cutlass.const_expr(not self.reduced_input):
+            advance = (first_token == 0) & (cta == 0) & (tidx == 0)
+            next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
+            ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32(advance))
+        cute.arch.griddepcontrol_launch_dependents()
+        if cutlass.const_expr(self.output == "mxfp8"):
+            self.zero_padding_scales(m, first_token, cta, tidx, mx_scales)
+
+    @cute.jit
+    def consume_token(
+        self, token, parity, cta, tidx, fragments, valid, weights, generation, mailbox: Int64, residual: Int64,
+        post: Int64, comb: Int64, pre: Int64, residual_out: Int64, norm_out: Int64, mx_values: Int64,
+        mx_scales: Int64, eps: Float32, timeout_ns: Int64, diag: Int64, rank: Int32, launch: Int32,
+    ):
+        """Steps 1-7 for one token: poll, reduce, mix, collapse, scrub its slots, normalize."""
+        hc = self.hc
+        write_norm = self.output != "residual"
+        generation64 = Int64(generation)
         post_mix = [self.load_f32(post, Int64(token) * hc + j) for j in range(hc)]
         comb_mix = [[self.load_f32(comb, (Int64(token) * hc + i) * hc + j) for j in range(hc)] for i in range(hc)]
         pre_mix = []
         if cutlass.const_expr(write_norm):
             pre_mix = [self.load_f32(pre, Int64(token) * hc + j) for j in range(hc)]
 
-        cute.arch.griddepcontrol_wait()
-        generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
-        generation64 = Int64(generation)
-
         prenorm = []
         for trip in cutlass.range_constexpr(self.trips):
+            element = Int64(fragments[trip]) * VEC
+            streams = []
+            for source in cutlass.range_constexpr(hc):
+                address = residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
+                streams.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
             addresses = [
                 mailbox + self.slot_element(generation64, source, token, fragments[trip]) * 2
                 for source in range(self.sources)
@@ -269,9 +300,9 @@ class LamportMHCConsumer:
                 mixed = [ptx.mul_rn_f32(reduced[e], post_mix[target]) for e in range(VEC)]
                 for source in cutlass.range_constexpr(hc):
                     for e in cutlass.range_constexpr(VEC):
-                        mixed[e] = ptx.fma_rn_f32(streams[trip][source][e], comb_mix[source][target], mixed[e])
+                        mixed[e] = ptx.fma_rn_f32(streams[source][e], comb_mix[source][target], mixed[e])
                 mixed_values, mixed_words = device.round_to_bf16(mixed)
-                out_element = (Int64(token) * hc + target) * self.hidden + Int64(fragments[trip]) * VEC
+                out_element = (Int64(token) * hc + target) * self.hidden + element
                 ptx.st_global(residual_out + out_element * 2, mixed_words, VEC_BYTES, Int32(valid[trip]))
                 if cutlass.const_expr(write_norm):
                     for e in cutlass.range_constexpr(VEC):
@@ -279,26 +310,20 @@ class LamportMHCConsumer:
             if cutlass.const_expr(write_norm):
                 rounded, _ = device.round_to_bf16(collapse)
                 prenorm.append(rounded)
-
-        if cutlass.const_expr(not self.reduced_input):
-            advance = (token == 0) & (cta == 0) & (tidx == 0)
-            next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
-            ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32(advance))
-        cute.arch.griddepcontrol_launch_dependents()
-
-        for trip in cutlass.range_constexpr(self.trips):
-            for source in cutlass.range_constexpr(self.sources):
-                address = mailbox + self.slot_element(generation64, source, token, fragments[trip]) * 2
+            # Read and consumed: the slots are empty again for the call three generations on.
+            for address in addresses:
                 ptx.st_global(address, device.sentinel_fragment(), VEC_BYTES, Int32(valid[trip]))
 
         if cutlass.const_expr(write_norm):
-            self.normalize(prenorm, weights, fragments, valid, token, cta, lane, warp, tidx, eps, norm_out,
-                           mx_values, mx_scales)
+            self.normalize(prenorm, weights, fragments, valid, token, parity, cta, tidx, eps, norm_out, mx_values,
+                           mx_scales)
 
     @cute.jit
-    def normalize(self, prenorm, weights, fragments, valid, token, cta, lane, warp, tidx, eps: Float32,
+    def normalize(self, prenorm, weights, fragments, valid, token, parity, cta, tidx, eps: Float32,
                   norm_out: Int64, mx_values: Int64, mx_scales: Int64):
         """Steps 6-7: the cluster-wide sum of squares, the normalized output and its MXFP8."""
+        lane = tidx % WARP
+        warp = tidx // WARP
         thread_sum = Float32(0.0)
         for trip in cutlass.range_constexpr(self.trips):
             fragment_sum = Float32(0.0)
@@ -308,9 +333,11 @@ class LamportMHCConsumer:
         warp_sum = self.butterfly_sum(thread_sum, (1, 2, 4, 8, 16))
 
         smem = cutlass.memory.SmemAllocator()
-        sums = smem.allocate_array(Uint32, self.warps + self.cluster)
+        # warp sums, then two sets of cluster slots: a CTA may store the next
+        # token's sum into a peer before that peer has read this token's.
+        sums = smem.allocate_array(Uint32, self.warps + 2 * self.cluster)
         warp_slots = Int32((sums + 0).toint())
-        cluster_slots = warp_slots + Int32(4 * self.warps)
+        cluster_slots = warp_slots + Int32(4 * self.warps) + parity * Int32(4 * self.cluster)
         if lane == 0:
             ptx.st_shared_b32(warp_slots + warp * 4, ptx.f32_bits(warp_sum))
         cute.arch.barrier()
@@ -339,8 +366,6 @@ class LamportMHCConsumer:
             if cutlass.const_expr(self.output == "mxfp8"):
                 self.quantize(normalized, normalized_words, fragments[trip], valid[trip], token, mx_values, mx_scales)
 
-        if cutlass.const_expr(self.output == "mxfp8"):
-            self.zero_padding_scales(token, cta, tidx, mx_scales)
 
     @cute.jit
     def quantize(self, values, words, fragment, valid, token, mx_values: Int64, mx_scales: Int64):
@@ -375,14 +400,14 @@ class LamportMHCConsumer:
         ptx.st_global(mx_scales + self.scale_index(token, column), [tile_word], 4, Int32(leader))
 
     @cute.jit
-    def zero_padding_scales(self, token, cta, tidx, mx_scales: Int64):
+    def zero_padding_scales(self, rows: Int32, first_token, cta, tidx, mx_scales: Int64):
         """Zero the scale words of rows M .. round_up(M, 128), spread over the whole grid."""
-        rows, _, _ = cute.arch.grid_dim()
+        clusters, _, _ = cute.arch.grid_dim()
         words_per_row = self.scale_cols // SCALE_TILE_COLS
         padded_rows = (rows + SCALE_TILE_ROWS - 1) // SCALE_TILE_ROWS * SCALE_TILE_ROWS
         pad_words = (padded_rows - rows) * words_per_row
-        stride = rows * self.cluster * self.threads
-        word = (token * self.cluster + cta) * self.threads + tidx
+        stride = clusters * self.cluster * self.threads
+        word = (first_token * self.cluster + cta) * self.threads + tidx
         while word < pad_words:
             row = rows + word // words_per_row
             column = (word % words_per_row) * SCALE_TILE_COLS

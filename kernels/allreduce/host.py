@@ -20,8 +20,9 @@ where the fabric reports 0 (always, on the lent machines).
 before the first launch, picks LL below the row threshold and BT from it on
 (``protocol`` may force one), allocates the outputs and enqueues on the
 current stream: publish (or finalize publish), for BT the owner reduce, then
-the consumer, chained by programmatic dependent launch. Inputs must already
-be on the instance's device. Nothing compiles
+the consumer, chained by programmatic dependent launch. Inputs are checked
+as given (dtype, shape, contiguity, 16-byte alignment); CPU inputs are then
+copied to the device, except under capture, where they must already be there. Nothing compiles
 there, so a call may be captured into a CUDA graph; under capture the route
 values are not read (that would synchronize) and inputs must already be on
 the device.
@@ -31,7 +32,7 @@ crossover for (arch, tp, H) from ``thresholds.json`` beside this module,
 written by ``harness bench`` with its provenance; without a measurement, LL
 only (``capacity + 1``), and ``threshold_provenance`` says so.
 
-Timeout: ``timeout_ms > 0`` makes every Lamport poll give up after that long,
+Timeout: ``timeout_ms`` (default 10 s; 0: wait forever) makes every Lamport poll give up after that long,
 commit the ``kernels.diag`` record (``diag``, or one the instance creates) and
 trap; ``diag_record.read()`` then names the rank that never published.
 """
@@ -62,6 +63,9 @@ from kernels.allreduce.publish import PublishKernel
 
 THRESHOLDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "thresholds.json")
 SENTINEL_INT16 = -32768
+# Every wait has a deadline: a Lamport poll gives up after this long by default
+# (0 disables it), far beyond any healthy call, even ranks taking turns on one GPU.
+DEFAULT_TIMEOUT_MS = 10_000.0
 # Launches of several virtual ranks come from several threads; the compiled
 # functions are not documented as re-entrant, and enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()
@@ -99,7 +103,7 @@ class AllReduceMHC:
         static: Mapping[str, Any],
         config: Mapping[str, Any],
         *,
-        timeout_ms: float = 0.0,
+        timeout_ms: float = DEFAULT_TIMEOUT_MS,
         diag: Any = None,
     ) -> None:
         self.config: AllReduceConfig = check_config(config)
@@ -136,6 +140,7 @@ class AllReduceMHC:
             buffers += [bt, reduced]
         self.fanout = "multicast" if all(b.multicast_ptr for b in buffers) else "unicast"
         self._kernels = self._compile_all()
+        self._grid_caps = self._resident_grid_caps(fabric)
         for buffer in buffers:
             buffer.local.view(torch.int16).fill_(SENTINEL_INT16)
         self.ll_mailbox = ll
@@ -193,10 +198,27 @@ class AllReduceMHC:
                 self.arch,
             )
         if self.bt_enabled:
-            kernels["owner_reduce"] = variants.compiled(OwnerReduceKernel(**shape, fanout=self.fanout), self.arch)
+            owner = OwnerReduceKernel(**shape, fanout=self.fanout)
+            self._owner_ctas_per_token = owner.ctas_per_token
+            kernels["owner_reduce"] = variants.compiled(owner, self.arch)
         for function in kernels.values():
             variants.preload(function)
         return kernels
+
+    def _resident_grid_caps(self, fabric: Any) -> tuple[int | None, int | None]:
+        """At most how many consumer clusters and owner-reduce CTAs a call launches.
+
+        Ranks on their own GPUs: no cap (one cluster per token). Virtual ranks
+        share one GPU, and a rank's spinning grids wait for grids of the other
+        ranks that must find room beside them: each rank gets an equal share of
+        the SMs, at most one consumer CTA and one owner-reduce CTA per SM in
+        all, which every variant fits (<= 255 registers x 128 threads each).
+        """
+        if getattr(fabric, "provider", None) != "virtual":
+            return None, None
+        sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        share = max(1, sms // self.config.tp)
+        return max(1, share // self.config.layout.cluster), share
 
     def state(self) -> dict[str, int]:
         """Calls launched and both protocols' (NEXT, ACTIVE), read from the device after its stream's work."""
@@ -220,17 +242,29 @@ class AllReduceMHC:
     def launch(self, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None = None) -> dict:
         """One call of the launch script: publish, (BT owner reduce,) consumer; returns this rank's outputs."""
         capturing = torch.cuda.is_current_stream_capturing()
-        call = check_call(self.config, self.rank, self.device, call_inputs, call_params, check_values=not capturing)
+        call = check_call(
+            self.config, self.rank, self.device, call_inputs, call_params, check_values=not capturing,
+            allow_host=not capturing,
+        )
         if call.protocol == "bt" and not self.bt_enabled:
             raise ValueError(
                 f"call_params['protocol'] 'bt' needs config.capacity ({self.config.capacity}) >= the BT row "
                 f"threshold ({self.bt_min_rows}): this instance has no BT mailboxes"
             )
         bt = self.uses_bt(call)
+        call = self._on_device(call)
         outputs = self._allocate_outputs(call.rows)
         self._enqueue(call, bt, outputs)
         self.calls += 1
         return outputs
+
+    def _on_device(self, call: CallArgs) -> CallArgs:
+        """The call with its CPU inputs (already validated as given) copied to the device."""
+        moved = {
+            name: value.to(self.device) if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+            for name, value in vars(call).items()
+        }
+        return CallArgs(**moved)
 
     def _allocate_outputs(self, rows: int) -> dict[str, torch.Tensor]:
         """The call's output tensors on the device."""
@@ -242,6 +276,11 @@ class AllReduceMHC:
             outputs["mxfp8_values"] = torch.empty((rows, cfg.hidden), dtype=torch.uint8, device=self.device)
             outputs["mxfp8_scales"] = torch.empty(mxfp8_scale_bytes(rows, cfg.hidden), dtype=torch.uint8, device=self.device)
         return outputs
+
+    @staticmethod
+    def _capped(work: int, cap: int | None) -> int:
+        """``work`` grid units, at most ``cap`` of them when there is a cap."""
+        return work if cap is None else min(work, cap)
 
     def _enqueue(self, call: CallArgs, bt: bool, outputs: dict[str, torch.Tensor]) -> None:
         """Launch the call's kernels on the current stream."""
@@ -264,6 +303,7 @@ class AllReduceMHC:
         else:
             target = self.ll_mailbox.peer_ptrs.data_ptr()
         diag = self.diag_record.address if self.diag_record is not None and self.timeout_ns else 0
+        cluster_cap, owner_cap = self._grid_caps
         timing = (Int64(self.timeout_ns), Int64(diag), Int32(self.rank), Int32(self.calls))
         layer_input = outputs.get("layer_input")
         consumer_args = (
@@ -281,6 +321,7 @@ class AllReduceMHC:
             Float32(cfg.eps),
             *timing,
             Int32(call.rows),
+            Int32(self._capped(call.rows, cluster_cap)),
             stream,
         )
         with _LAUNCH_LOCK:
@@ -292,9 +333,10 @@ class AllReduceMHC:
                 reduced_target = (
                     self.bt_reduced.multicast_ptr if self.fanout == "multicast" else self.bt_reduced.peer_ptrs.data_ptr()
                 )
+                owner_work = -(-call.rows // cfg.tp) * self._owner_ctas_per_token
                 self._kernels["owner_reduce"](
                     Int64(self.bt_mailbox.local.data_ptr()), Int64(state.data_ptr()), Int64(reduced_target),
-                    *timing, Int32(call.rows), stream,
+                    *timing, Int32(call.rows), Int32(self._capped(owner_work, owner_cap)), stream,
                 )
             self._kernels["consumer", protocol](*consumer_args)
 

@@ -2,7 +2,7 @@
 
 Token ``t`` belongs to rank ``t % tp`` and sits at local row ``t // tp`` of
 the owner's BT mailbox ``[GENERATIONS, tp, owner_capacity, H]``. Grid
-``ceil(M / tp) * ctas_per_token`` CTAs of ``threads`` threads, one 16-byte
+``ceil(M / tp) * ctas_per_token`` CTAs (or fewer, below) of ``threads`` threads, one 16-byte
 fragment per thread; a thread whose token ``local*tp + rank`` is ``>= M``
 (the last round of a call that ``tp`` does not divide) does nothing but join
 the barrier.
@@ -12,9 +12,12 @@ the ``tp`` slots ``mailbox[g][source][local]`` until no half is the
 sentinel, sum them as the LL consumer does (``s = +0.0; s = s + f32(slot_r)``
 for ``r = 0 .. tp-1``, ``add.rn.f32``, one BF16 rounding), scrub a 0x8000
 half to 0x0000, and store the fragment at ``reduced[g][t]`` of every rank
-(one ``multimem.st``, or one store per peer through the table). Then CTA 0
-thread 0 sets ``state[NEXT] = (g + 1) % 3``, the grid releases its
-dependents, and each thread writes the sentinel back over the slots it read.
+(one ``multimem.st``, or one store per peer through the table), and write
+the sentinel back over the slots it read. A grid of fewer CTAs than
+``ceil(M/tp) * ctas_per_token`` (``ctas``, chosen by the host so that virtual
+ranks sharing one GPU stay resident together) walks the work. Then CTA 0
+thread 0 sets ``state[NEXT] = (g + 1) % 3`` and the grid releases its
+dependents (the next kernel still waits for the whole grid).
 """
 
 from __future__ import annotations
@@ -81,15 +84,19 @@ class OwnerReduceKernel:
         rank: Int32,
         launch: Int32,
         m: Int32,
+        ctas: Int32,
         stream: cuda.CUstream,
     ) -> None:
-        owned = (m + (self.tp - 1)) // self.tp
         self.kernel(mailbox, state, target, timeout_ns, diag, rank, launch, m).launch(
-            grid=(owned * self.ctas_per_token, 1, 1),
+            grid=(ctas, 1, 1),
             block=(self.threads, 1, 1),
             stream=stream,
             use_pdl=True,
         )
+
+    def work_items(self, m: int) -> int:
+        """CTA-sized pieces of a call of ``m`` rows on one owner: its tokens times ``ctas_per_token``."""
+        return -(-m // self.tp) * self.ctas_per_token
 
     def slot_byte_offset(self, generation: Int64, source: int, local, fragment) -> Int64:
         """Byte offset of source ``source``'s fragment of local row ``local`` in the BT mailbox."""
@@ -100,14 +107,35 @@ class OwnerReduceKernel:
     def kernel(self, mailbox: Int64, state: Int64, target: Int64, timeout_ns: Int64, diag: Int64, rank: Int32,
                launch: Int32, m: Int32):
         block, _, _ = cute.arch.block_idx()
+        ctas, _, _ = cute.arch.grid_dim()
         tidx, _, _ = cute.arch.thread_idx()
-        local = block // self.ctas_per_token
-        fragment = (block % self.ctas_per_token) * self.threads + tidx
-        token = local * self.tp + rank
-        active = (token < m) & (fragment < self.fragments)
+        work_items = (m + (self.tp - 1)) // self.tp * self.ctas_per_token
 
         cute.arch.griddepcontrol_wait()
         generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        peers = None
+        if cutlass.const_expr(self.fanout == "unicast"):
+            peers = device.load_peer_table(target, self.tp)
+        # A grid smaller than the work (virtual ranks sharing one GPU must all
+        # stay resident) walks it.
+        work = block
+        while work < work_items:
+            self.reduce_fragment(work, tidx, generation, mailbox, target, peers, timeout_ns, diag, rank, launch, m)
+            work = work + ctas
+
+        next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
+        ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32((block == 0) & (tidx == 0)))
+        cute.arch.barrier()
+        cute.arch.griddepcontrol_launch_dependents()
+
+    @cute.jit
+    def reduce_fragment(self, work, tidx, generation, mailbox: Int64, target: Int64, peers, timeout_ns: Int64,
+                        diag: Int64, rank: Int32, launch: Int32, m: Int32):
+        """One fragment of one owned token: poll every source, sum in rank order, fan out, scrub the slots."""
+        local = work // self.ctas_per_token
+        fragment = (work % self.ctas_per_token) * self.threads + tidx
+        token = local * self.tp + rank
+        active = (token < m) & (fragment < self.fragments)
         generation64 = Int64(generation)
         addresses = [mailbox + self.slot_byte_offset(generation64, source, local, fragment) for source in range(self.tp)]
         words = device.poll_fragments(
@@ -120,14 +148,6 @@ class OwnerReduceKernel:
                 total[e] = ptx.add_rn_f32(total[e], values[e])
         summed = device.scrub_sentinel(device.f32_to_bf16_words(total))
         byte_offset = ((generation64 * self.capacity + Int64(token)) * self.hidden + Int64(fragment) * VEC) * 2
-        if cutlass.const_expr(self.fanout == "multicast"):
-            device.fan_out(summed, byte_offset, target, None, Int32(active))
-        else:
-            device.fan_out(summed, byte_offset, Int64(0), device.load_peer_table(target, self.tp), Int32(active))
-
-        next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
-        ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32((block == 0) & (tidx == 0)))
-        cute.arch.barrier()
-        cute.arch.griddepcontrol_launch_dependents()
+        device.fan_out(summed, byte_offset, target, peers, Int32(active))
         for source in cutlass.range_constexpr(self.tp):
             ptx.st_global(addresses[source], device.sentinel_fragment(), VEC_BYTES, Int32(active))

@@ -32,14 +32,14 @@ _LOCK = threading.Lock()
 
 
 def placeholder_args(kernel: Any) -> tuple:
-    """Compile-time stand-ins for the arguments of ``kernel.__call__`` (addresses 0, one row)."""
+    """Compile-time stand-ins for the arguments of ``kernel.__call__`` (addresses 0, one row, one CTA)."""
     stream = cute.runtime.make_fake_stream()
     if isinstance(kernel, PublishKernel):
         return (*[Int64(0)] * 6, Int32(0), Int32(1), stream)
     if isinstance(kernel, OwnerReduceKernel):
-        return (*[Int64(0)] * 5, Int32(0), Int32(0), Int32(1), stream)
+        return (*[Int64(0)] * 5, Int32(0), Int32(0), Int32(1), Int32(1), stream)
     if isinstance(kernel, LamportMHCConsumer):
-        return (*[Int64(0)] * 11, Float32(0.0), Int64(0), Int64(0), Int32(0), Int32(0), Int32(1), stream)
+        return (*[Int64(0)] * 11, Float32(0.0), Int64(0), Int64(0), Int32(0), Int32(0), Int32(1), Int32(1), stream)
     raise TypeError(f"not an all-reduce kernel: {type(kernel).__name__}")
 
 

@@ -55,7 +55,9 @@ CTA to finish clears the end count and advances the launch counter.
 
 A wait with ``timeout_ns > 0`` that exceeds it commits the
 ``kernels.diag`` record (step, awaited rank, expected and seen tag, launch
-counter, ``WaitKind.MAILBOX_TAG``) at ``diag`` and traps.
+counter, ``WaitKind.MAILBOX_TAG``) at ``diag`` and traps; the first thread to
+claim the control word ``CLAIM_WORD`` writes it, the others keep polling
+until the trap ends the grid, so concurrent timeouts never tear the record.
 
 Addresses are raw 64-bit integers; every access is a ``kernels.ptx`` helper
 naming its state space, cache operator and ordering. Inputs written before
@@ -76,6 +78,7 @@ from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.markov.sharded_layout import (
     ARRIVAL_WORD,
     CHUNKS,
+    CLAIM_WORD,
     COMBINE_WORD,
     DTYPE_BYTES,
     END_WORD,
@@ -340,11 +343,13 @@ class ShardedMarkovSample:
 
     @cute.jit
     def _await_record(
-        self, address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, rank: Int32, launches: Uint32,
-        step: Int32, source: Int32,
+        self, address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, control: Int64, rank: Int32,
+        launches: Uint32, step: Int32, source: Int32,
     ) -> Int64:
         """Poll the mailbox record at ``address`` until it carries ``tag``;
-        return its key. Past a positive ``timeout_ns``: diagnostic record and trap."""
+        return its key. Past a positive ``timeout_ns`` the thread that claims
+        the record first writes it and traps; the others keep polling until
+        that trap ends the grid."""
         record = ptx.ld_ordered_b64(address, "relaxed", "sys")
         seen = Uint32(record & TAG_MASK)
         if seen != tag:
@@ -355,10 +360,12 @@ class ShardedMarkovSample:
                 if timeout_ns > 0:
                     elapsed = ptx.globaltimer() - start
                     if elapsed > timeout_ns:
-                        write_diag_and_trap(
-                            diag, rank, Int32(launches), step, source, tag, seen, Int32(int(WaitKind.MAILBOX_TAG)),
-                            elapsed, timeout_ns,
-                        )
+                        claimed = ptx.atom_add_u32(control + CLAIM_WORD * 4, Uint32(1), "relaxed", "gpu")
+                        if claimed == Uint32(0):
+                            write_diag_and_trap(
+                                diag, rank, Int32(launches), step, source, tag, seen,
+                                Int32(int(WaitKind.MAILBOX_TAG)), elapsed, timeout_ns,
+                            )
         return (record >> TAG_BITS) & KEY_MASK
 
     @cute.jit
@@ -374,7 +381,8 @@ class ShardedMarkovSample:
         arrivals = control + ARRIVAL_WORD * 4 + Int64(step) * 4
         if lane < rows:
             key = Int64(0)
-            for w in cutlass.range_constexpr(WARPS):
+            # A loop, not unrolled: one warp's key is live at a time.
+            for w in cutlass.range(WARPS, unroll=1):
                 key = ptx.max_s64(key, _ld_shared_s64(warp_best + (w * MAX_ROWS + lane) * 8))
             ptx.atom_b64(combine, key, "max.u64")
         cute.arch.sync_warp()
@@ -409,14 +417,15 @@ class ShardedMarkovSample:
                         _peer_base(peers, target, Int32(1)) + Int64(slot), (mine << TAG_BITS) | Int64(tag),
                         "relaxed", "sys",
                     )
-        for half in cutlass.range_constexpr(2):
+        # A loop, not unrolled: one polling loop in the code.
+        for half in cutlass.range(2, unroll=1):
             row = half * ROWS_PER_PASS + lane // MAX_RANKS
             source = lane % MAX_RANKS
             found = Int64(0)
             if (source < world) & (row < rows):
                 slot = (((parity * MAX_STEPS + step) * MAX_ROWS + row) * MAX_RANKS + source) * RECORD_BYTES
                 found = self._await_record(
-                    own_buffer + Int64(slot), tag, timeout_ns, diag, rank, launches, step, source
+                    own_buffer + Int64(slot), tag, timeout_ns, diag, control, rank, launches, step, source
                 )
             for level in cutlass.range_constexpr(3):
                 found = ptx.max_s64(found, _shuffle_xor_s64(found, 1 << level))
@@ -489,7 +498,7 @@ class ShardedMarkovSample:
         tile_inputs = (base_logits, base_row_stride, base_step_stride, base_column, noise, noise_row_stride)
         store_lanes = (warp, lane, rows, vocab_offset, tile_words, rank, world)
         best = cute.make_rmem_tensor((2,), Int64)
-        streamed = cute.make_rmem_tensor((4,), Float32)
+        acc = cute.make_rmem_tensor((4,), Float32)
         for step in cutlass.range(steps, unroll=1):
             last_step = Int32(step + 1 == steps)
             temps = []
@@ -503,16 +512,16 @@ class ShardedMarkovSample:
             best[0] = Int64(0)
             best[1] = Int64(0)
             work = (step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs)
-            if first_tile < tiles:
-                # An opaque copy keeps the tile's addresses from living across the step loop.
-                self._process_tile(
-                    _tile_bias(lambda c: (resident_lo[c], resident_hi[c]), embedding_row),
-                    ptx.opaque_b32(first_tile), work,
-                )
-            # Tiles beyond one per warp (small grids) stream from L2.
-            for tile in cutlass.range(first_tile + ctas * WARPS, tiles, ctas * WARPS, unroll=1):
-                self._streamed_bias(head_shard, tile, g, t, embedding_row, streamed)
-                self._process_tile([streamed[j] for j in range(4)], tile, work)
+            # One epilogue for every tile: the resident one (first) from
+            # registers, tiles beyond one per warp (small grids) from L2.
+            for tile in cutlass.range(first_tile, tiles, ctas * WARPS, unroll=1):
+                if tile == first_tile:
+                    resident_acc = _tile_bias(lambda c: (resident_lo[c], resident_hi[c]), embedding_row)
+                    for j in cutlass.range_constexpr(4):
+                        acc[j] = resident_acc[j]
+                else:
+                    self._streamed_bias(head_shard, tile, g, t, embedding_row, acc)
+                self._process_tile([acc[j] for j in range(4)], tile, work)
 
             # Each request row's best key over the lanes sharing t, then the CTA.
             for col in cutlass.range_constexpr(2):

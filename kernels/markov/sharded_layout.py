@@ -32,7 +32,10 @@ exchanged): u64 rank-local maxima ``[step 8][row 8]`` at words 0..127 (CTAs
 fold their best key in with ``atom.max``, the last CTA reads and clears them
 with ``atom.exch``), arrival counts ``[step 8]`` at words 128..135 (cleared by
 the last CTA of the step), the uint32 launch counter at word 136 (advanced by
-the last CTA to finish a launch), end-of-launch arrivals at word 137.
+the last CTA to finish a launch), end-of-launch arrivals at word 137, and
+(this project's addition) the timeout claim at word 138: of the threads whose
+wait times out, the one whose ``atom.add`` finds 0 writes the diagnostic
+record, so concurrent timeouts never tear it.
 
 Candidate key (64 bits, 0 = no key): ``ordered << 17 | (0x1FFFF - index)``
 with ``ordered = bits | 0x80000000`` for a score whose sign bit is clear and
@@ -73,7 +76,10 @@ COMBINE_WORD = 0
 ARRIVAL_WORD = COMBINE_WORD + 2 * MAX_STEPS * MAX_ROWS
 LAUNCH_WORD = ARRIVAL_WORD + MAX_STEPS
 END_WORD = LAUNCH_WORD + 1
-CONTROL_WORDS = END_WORD + 1
+# Beyond the seed's words: the first timed-out thread claims the diagnostic
+# record here (never cleared: its trap ends the context).
+CLAIM_WORD = END_WORD + 1
+CONTROL_WORDS = CLAIM_WORD + 1
 
 VECTOR_BYTES = 16
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}

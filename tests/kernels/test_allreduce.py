@@ -134,6 +134,14 @@ def test_call_errors_name_the_argument(mutate, params, error, needle):
         check_call(cfg, 0, CPU, inputs, params, True)
 
 
+def test_host_inputs_pass_only_when_allowed():
+    cfg = check_config(_config())
+    gpu = torch.device("cuda", 0)
+    with pytest.raises(ValueError, match=r"call_inputs\['residual'\] must be on cuda:0, got cpu"):
+        check_call(cfg, 0, gpu, _inputs(), {}, True)
+    assert check_call(cfg, 0, gpu, _inputs(), {}, True, allow_host=True).rows == 3
+
+
 def test_route_values_are_checked_unless_capturing():
     cfg = check_config(_config())
     inputs = _inputs(finalize=True)

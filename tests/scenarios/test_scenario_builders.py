@@ -4,7 +4,6 @@ the interface's keys, and with each injection doing what it says."""
 
 from __future__ import annotations
 
-import copy
 import math
 import subprocess
 import sys
@@ -64,7 +63,8 @@ def test_keys_shapes_dtypes(s):
         elif s.family == "markov_sharded":
             v, r, st = cfg["vocab"], call.rows, cfg["steps"]
             assert static["head"].shape == (v, 256)
-            assert t["base_logits"].shape == (r, st, v) and t["base_logits"].dtype == getattr(torch, cfg["base_dtype"])
+            assert t["base_logits"].shape == (r, st, v)
+            assert t["base_logits"].dtype == getattr(torch, cfg["base_dtype"])
             assert t["logits_cache"].dtype == getattr(torch, cfg["cache_dtype"])
             assert t["noise"].shape == (r * st, v) and t["noise"].dtype == torch.float32
             assert t["idx_mapping"].shape == (r * st,)

@@ -161,3 +161,22 @@ def test_soft_cap_scenarios_declare_the_golden_tolerance():
     for s in capped:
         assert s.tolerance is not None and s.tolerance.ulps == SOFT_CAP_TOLERANCE["ulps"]
     assert all(s.tolerance is None for s in ALL if not (s.family == "markov_fused" and s.config["has_cap"]))
+
+
+def test_gpu_temperatures_have_stored_reciprocals():
+    """A temperature that is not 0 or a power of two needs the GPU's reciprocal bits (golden/data/rcp_f32_*.json)."""
+    import json
+    import math
+    import struct
+    from pathlib import Path
+
+    tables = list((Path(__file__).resolve().parents[2] / "golden" / "data").glob("rcp_f32_*.json"))
+    if not tables:
+        pytest.skip("no reciprocal table stored yet")
+    stored = set.intersection(*[{int(k, 16) for k in json.loads(p.read_text())["reciprocals"]} for p in tables])
+    for s in discover(size="gpu"):
+        for t in s.inputs.get("temperatures", []):
+            if t == 0.0 or math.frexp(t)[0] == 0.5:
+                continue
+            bits = struct.unpack("<I", struct.pack("<f", t))[0]
+            assert bits in stored, f"{s.full_name}: temperature {t} has no stored reciprocal"

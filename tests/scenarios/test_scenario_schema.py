@@ -122,6 +122,7 @@ def test_repo_relative_path_in_message(tmp_path):
     (_with(FUSED, config__has_cap=True, tolerance={"ulps": 0, "reason": "r"}), "tolerance.ulps", ">= 1|1\\.\\."),
     (_with(FUSED, name="Bad-Name"), "name", "matching"),
     (_with(SHARDED, calls__0__rows=9), r"calls\[0\].rows", "max_rows"),
+    (_with(SHARDED, config__max_reqs=1), r"calls\[0\].rows", "max_reqs"),
     (_with(SHARDED, calls__0__steps=3), r"calls\[0\].steps", "config.steps=2"),
     (_with(SHARDED, config__base_dtype="float16"), "config.base_dtype", "bfloat16, float32"),
     (_with(SHARDED, config__vocab=2056), "config.vocab", "16 \\* world"),

@@ -1,0 +1,207 @@
+"""Seed 000's sharded Markov sampler: the per-rank host class of the ``markov_sharded`` family.
+
+``ShardedMarkovSampler(fabric, static, config)`` is one rank of the chain
+(``docs/interfaces.md``): ``launch(call_inputs, call_params) ->
+{"draft_tokens", "logits_cache"}`` runs one cooperative launch of
+``ShardedMarkovSample`` (``sharded_kernel.py``: the arithmetic, the work
+split and the memory ordering) and ``state() -> {"launches"}`` reports the
+launch counter.
+
+Construction is collective over the fabric's ranks: the configuration and
+the static weights are checked (``sharded_checks.py``), the kernel variant
+``(steps, base_dtype, cache_dtype)`` is compiled (or taken from the
+process-wide cache), then every rank allocates its peer buffer
+``markov_sharded.peer`` (``uint8``, ``sharded_layout.peer_buffer_bytes``:
+mailbox, then both parities of staging) through ``fabric.alloc`` (zero
+filled: no record carries a tag), and the ranks meet in ``fabric.barrier()``
+so no rank posts into a buffer a peer has not finished setting up.
+
+Owned by this instance: the peer buffer (peers store into it, this rank
+polls and copies from it), the control words (local ``int32
+[CONTROL_WORDS]``: rank-local maxima, arrival counts, the uint32 launch
+counter starting at ``config.launch_counter_start``, end count; only this
+rank's kernels touch them), and, with ``timeout_ns > 0``, the pinned
+``kernels.diag.DiagRecord`` a timed-out kernel writes (``diag_record``).
+
+Launch counter: the kernel reads it at the start (tag ``1 + launches %
+32767``, parity ``launches & 1``) and its last CTA advances it, so graph
+replays advance it as eager launches do; ``state()`` reads it from the
+device (after this stream's work). Ranks must launch in lockstep: a rank that
+skips a launch leaves the others polling for its tag until their timeout.
+
+Grid: ``config.ctas`` or an equal share of the device's SMs among the ranks
+that share it (``VirtualFabric``: all of them; otherwise
+``config.ranks_per_device``, default 1), capped at what one tile per warp
+needs. Every rank's grid must be resident at once (the mailbox wait is the
+grid barrier), which is checked against the SM count before any launch.
+
+Nothing compiles in ``launch``; a call may be captured into a CUDA graph
+once the instance exists (value checks are skipped under capture, inputs
+must already be on the device).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+import torch
+
+from kernels.markov.sharded_checks import CallArgs, SamplerConfig, check_call, check_config, check_static
+from kernels.markov.sharded_layout import (
+    CONTROL_WORDS,
+    DTYPE_BYTES,
+    LAUNCH_WORD,
+    MAX_STEPS,
+    default_ctas,
+    peer_buffer_bytes,
+)
+
+SYSTEM_CLASS = "ShardedMarkovSampler"
+PEER_BUFFER_NAME = "markov_sharded.peer"
+
+_COMPILED: dict[tuple, Any] = {}
+_COMPILE_LOCK = threading.Lock()
+# Virtual ranks launch from several threads; enqueueing is cheap.
+_LAUNCH_LOCK = threading.Lock()
+
+
+class CaptureError(RuntimeError):
+    """A kernel variant would have to compile while a CUDA graph is being captured."""
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph."""
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
+def compiled_kernel(steps: int, base_dtype: str, cache_dtype: str, options: str | None = None):
+    """The compiled ``ShardedMarkovSample`` variant (cached by configuration
+    and options); ``CaptureError`` instead of compiling under capture."""
+    key = (steps, base_dtype, cache_dtype, options)
+    with _COMPILE_LOCK:
+        compiled = _COMPILED.get(key)
+        if compiled is None:
+            if _capturing():
+                raise CaptureError(
+                    f"ShardedMarkovSample{key[:3]} is not compiled and cannot compile under CUDA graph capture: "
+                    "construct the ShardedMarkovSampler before capturing"
+                )
+            import cutlass.cute as cute
+            from cutlass import Int32, Int64
+
+            from kernels.markov.sharded_kernel import ShardedMarkovSample
+
+            args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+            kernel = ShardedMarkovSample(steps, base_dtype, cache_dtype)
+            compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
+            _COMPILED[key] = compiled
+        return compiled
+
+
+def compile_variants(arch: str):
+    """The compile gate's entries (``harness/compile_gate.py``): every steps x
+    (base, cache) dtype variant, none allowed to spill."""
+    del arch  # the gate's options select the target
+    variants = []
+    for steps in range(1, MAX_STEPS + 1):
+        for base in DTYPE_BYTES:
+            for cache in DTYPE_BYTES:
+                variants.append((
+                    f"markov_sharded.sample[s{steps},{base}/{cache}]",
+                    lambda options, s=steps, b=base, c=cache: compiled_kernel(s, b, c, options),
+                    True,
+                ))
+    return variants
+
+
+def _ranks_sharing_device(fabric: Any, cfg: SamplerConfig) -> int:
+    """How many ranks' grids share this rank's GPU."""
+    if cfg.ranks_per_device is not None:
+        return cfg.ranks_per_device
+    return cfg.world if getattr(fabric, "provider", None) == "virtual" else 1
+
+
+class ShardedMarkovSampler:
+    """One rank of the sharded Markov draft chain (seed 000) on CuTe DSL."""
+
+    def __init__(self, fabric: Any, static: Mapping[str, Any], config: Mapping[str, Any], *, diag: Any = None) -> None:
+        for attr in ("rank", "world", "device", "alloc", "barrier"):
+            if not hasattr(fabric, attr):
+                raise TypeError(f"fabric: expected a kernels.fabric provider (missing {attr!r}), got {type(fabric).__name__}")
+        self.cfg = check_config(config, fabric.world)
+        cfg = self.cfg
+        self.fabric = fabric
+        self.rank = int(fabric.rank)
+        self.device = torch.device(fabric.device)
+        if self.device.type != "cuda":
+            raise ValueError(f"fabric: the device must be CUDA, got {self.device}")
+        self.embed_table, head = check_static(static, cfg, self.device)
+        first = self.rank * cfg.vocab_local
+        self.head_shard = head[first : first + cfg.vocab_local]
+        sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
+        sharing = _ranks_sharing_device(fabric, cfg)
+        self.ctas = cfg.ctas if cfg.ctas is not None else default_ctas(sm_count, sharing, cfg.vocab_local)
+        if self.ctas * sharing > sm_count:
+            raise ValueError(
+                f"config['ctas']: {self.ctas} CTAs x {sharing} ranks on this GPU exceed its {sm_count} SMs; every "
+                "rank's grid must be resident at once (one 512-thread CTA per SM)"
+            )
+        self.timeout_ns = cfg.timeout_ns
+        self.diag_record = diag
+        if self.timeout_ns and self.diag_record is None:
+            from kernels.diag import DiagRecord
+
+            self.diag_record = DiagRecord()
+        # Compile before the collective allocation: a rank that cannot
+        # compile fails here instead of leaving the others in the rendezvous.
+        self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype)
+        self.peer = fabric.alloc(
+            PEER_BUFFER_NAME,
+            peer_buffer_bytes(max_rows=cfg.max_rows, steps=cfg.steps, vocab=cfg.vocab, cache_bytes=cfg.cache_bytes),
+        )
+        self.control = torch.zeros(CONTROL_WORDS, dtype=torch.int32, device=self.device)
+        start = cfg.launch_counter_start
+        self.control[LAUNCH_WORD] = start - (1 << 32) if start >= 1 << 31 else start
+        self._launches = start
+        fabric.barrier()
+
+    def state(self) -> dict:
+        """The uint32 launch counter (read from the device after this stream's work; the host count while capturing)."""
+        if _capturing():
+            return {"launches": self._launches}
+        return {"launches": int(self.control[LAUNCH_WORD].item()) & 0xFFFFFFFF}
+
+    def launch(self, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None = None) -> dict:
+        """One launch of the chain on this rank: ``{"draft_tokens" int64 [rows, steps], "logits_cache"}``
+        (the cache, on the device, updated in place)."""
+        call = check_call(self.cfg, self.rank, self.device, call_inputs, call_params, _capturing())
+        tokens = torch.empty((call.rows, self.cfg.steps), dtype=torch.int64, device=self.device)
+        self._enqueue(call, tokens)
+        self._launches = (self._launches + 1) & 0xFFFFFFFF
+        return {"draft_tokens": tokens, "logits_cache": call.logits_cache}
+
+    def _enqueue(self, call: CallArgs, tokens: torch.Tensor) -> None:
+        """Launch the kernel for ``call`` on the current stream."""
+        import cuda.bindings.driver as cuda
+        from cutlass import Int32, Int64
+
+        cfg = self.cfg
+        base, noise, cache = call.base_logits, call.noise, call.logits_cache
+        first = self.rank * cfg.vocab_local
+        diag = self.diag_record.address if self.diag_record is not None and self.timeout_ns else 0
+        stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
+        pointers = (
+            base.data_ptr(), base.stride(0), base.stride(1), call.base_column,
+            self.embed_table.data_ptr(), self.head_shard.data_ptr(), call.input_ids.data_ptr(),
+            call.idx_mapping.data_ptr(), call.temperature.data_ptr(),
+            noise.data_ptr() + first * noise.element_size(), noise.stride(0),
+            cache.data_ptr(), cache.stride(0), cache.stride(1), tokens.data_ptr(),
+            self.peer.peer_ptrs.data_ptr(), self.control.data_ptr(), diag, self.timeout_ns,
+        )
+        sizes = (call.query_per_row, self.rank, cfg.world, cfg.vocab_local, call.rows, cfg.max_rows, self.ctas)
+        with _LAUNCH_LOCK:
+            self._kernel(*[Int64(p) for p in pointers], *[Int32(s) for s in sizes], stream)
+
+
+__all__ = ["CaptureError", "PEER_BUFFER_NAME", "SYSTEM_CLASS", "ShardedMarkovSampler", "compile_variants", "compiled_kernel"]

@@ -1,0 +1,264 @@
+"""ShardedMarkovSampler (CuTe DSL, GPU) against the golden loop (golden/markov_sharded.py, CPU) bit for bit.
+
+Ranks are virtual (``kernels.fabric.VirtualFabric``: threads of this process,
+one stream each, on one GPU) at world 1, 2, 4 and 8. Every rank's
+``draft_tokens`` and ``logits_cache`` must equal the golden ``reference``
+(the unsharded loop) exactly: rows 1, 3 and 8, steps 1, 4 and 8, every
+(base, cache) dtype pair, full and shard-only base, temperature 0, -0.0 and
+non-zero mixed, padding rows, NaN logits inside a shard and at its edges,
+small grids (streamed tiles), the launch counter from 32760 across the
+15-bit tag wrap, CUDA graphs of several row counts captured at their first
+launch and replayed interleaved, and a rank that skips a launch (the others
+time out, in a child process, with a diagnostic record naming it).
+
+Operands: ``embed_table`` and ``head`` hold multiples of 1/64 in [-1, 1], so
+every partial sum of the bias is exact in FP32 and the result does not
+depend on how the tensor cores accumulate (that model is checked separately
+by ``test_markov_sharded_mma_gpu.py``). Temperatures other than powers of two
+use the measured reciprocals (``golden/data/rcp_f32_sm_90.json``).
+
+``python tests/kernels/test_markov_sharded_gpu.py skip-child OUT.json`` is the
+child process of the timeout test.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from golden.markov_sharded import reference  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+TEMPS = (0.0, 0.7, 1.0, 0.6, -0.0, 1.3, 0.5, 2.0)
+MAX_REQS = 16
+
+
+def make_static(vocab: int, seed: int) -> dict:
+    """Grid weights (multiples of 1/64 in [-1, 1]): every bias partial sum is exact in FP32."""
+    g = torch.Generator().manual_seed(seed)
+
+    def grid():
+        return (torch.randint(-64, 65, (vocab, 256), generator=g).float() / 64).to(torch.bfloat16)
+
+    return {"embed_table": grid(), "head": grid()}
+
+
+def make_call(config: dict, rows: int, seed: int, *, padding=(), nan=(), query_per_row=1) -> tuple[dict, dict]:
+    """One call's CPU inputs: random logits, noise, cache and request rows; ``padding`` rows map to -1,
+    ``nan`` lists (row, step, vocab) positions of NaN base logits."""
+    g = torch.Generator().manual_seed(seed)
+    vocab, steps = config["vocab"], config["steps"]
+    dtypes = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+    base = (torch.randn(rows, steps, vocab, generator=g) * 3).to(dtypes[config["base_dtype"]])
+    for r, s, v in nan:
+        base[r, s, v] = math.nan
+    u = torch.rand(rows * steps, vocab, generator=g).clamp(1e-7, 1 - 1e-7)
+    noise = -torch.log(-torch.log(u))
+    cache = (torch.randn(MAX_REQS, steps, vocab, generator=g) * 3).to(dtypes[config["cache_dtype"]])
+    reqs = torch.stack([torch.randperm(MAX_REQS, generator=g)[:rows] for _ in range(steps)], dim=1)
+    for r in padding:
+        reqs[r, :] = -1
+    ids = torch.randint(0, vocab, (rows * query_per_row,), generator=g, dtype=torch.int32)
+    temperature = torch.tensor([TEMPS[i % len(TEMPS)] for i in range(MAX_REQS)], dtype=torch.float32)
+    inputs = {
+        "input_ids": ids,
+        "idx_mapping": reqs.reshape(-1).to(torch.int64).contiguous(),
+        "temperature": temperature,
+        "noise": noise,
+        "base_logits": base,
+        "logits_cache": cache,
+    }
+    return inputs, {"query_per_row": query_per_row}
+
+
+def golden(static: dict, config: dict, inputs: dict, params: dict) -> dict:
+    """The golden reference outputs of one call (CPU)."""
+    cfg = {k: v for k, v in config.items() if k not in ("timeout_ns", "ctas", "world")}
+    cfg["rcp_table"] = "sm_90"
+    return reference(static, cfg, inputs, params)
+
+
+def run_world(world: int, static: dict, config: dict, calls: list, *, graph: bool = False) -> list:
+    """Every rank's ``(outputs per call, state)`` from ``world`` virtual ranks; with ``graph`` each row
+    count's first call captures a CUDA graph that later calls of that row count replay."""
+    from kernels.fabric import VirtualFabric
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    fabrics = VirtualFabric.create(world, device, timeout_s=120)
+
+    def body(fabric):
+        sampler = ShardedMarkovSampler(fabric, {k: v.to(device) for k, v in static.items()}, {**config, "world": world})
+        outputs, buffers, graphs = [], {}, {}
+        for inputs, params in calls:
+            if not graph:
+                out = sampler.launch(inputs, params)
+            else:
+                rows = inputs["base_logits"].shape[0]
+                if rows not in buffers:
+                    buffers[rows] = {k: v.to(device) for k, v in inputs.items()}
+                    cuda_graph = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(cuda_graph, capture_error_mode="thread_local"):
+                        graphs[rows] = (cuda_graph, sampler.launch(buffers[rows], params))
+                else:
+                    for name, tensor in inputs.items():
+                        buffers[rows][name].copy_(tensor)
+                cuda_graph, out = graphs[rows]
+                cuda_graph.replay()
+            outputs.append({k: v.cpu() for k, v in out.items()})
+        torch.cuda.current_stream(device).synchronize()
+        return outputs, sampler.state()
+
+    return VirtualFabric.run(fabrics, body)
+
+
+def assert_golden(results: list, static: dict, config: dict, calls: list) -> None:
+    """Every rank's outputs equal the golden reference's, bits compared."""
+    for c, (inputs, params) in enumerate(calls):
+        want = golden(static, config, inputs, params)
+        for rank, (outputs, _) in enumerate(results):
+            got = outputs[c]
+            assert torch.equal(got["draft_tokens"], want["draft_tokens"]), (
+                f"call {c} rank {rank}: tokens\n{got['draft_tokens']}\nvs golden\n{want['draft_tokens']}"
+            )
+            got_bits = got["logits_cache"].view(torch.int16 if want["logits_cache"].dtype == torch.bfloat16 else torch.int32)
+            want_bits = want["logits_cache"].view(got_bits.dtype)
+            diff = (got_bits != want_bits).nonzero()
+            assert len(diff) == 0, (
+                f"call {c} rank {rank}: {len(diff)} cache elements differ, first at {diff[0].tolist()}: "
+                f"{got['logits_cache'][tuple(diff[0])]} vs golden {want['logits_cache'][tuple(diff[0])]}"
+            )
+
+
+def base_config(vocab=4096, steps=4, base="bfloat16", cache="bfloat16", **extra) -> dict:
+    """A sampler configuration (the world is filled in per run)."""
+    return {"vocab": vocab, "steps": steps, "base_dtype": base, "cache_dtype": cache, "max_rows": 8,
+            "max_reqs": MAX_REQS, "timeout_ns": 20_000_000_000, **extra}
+
+
+def edge_nans(vocab: int, world: int, step: int) -> list:
+    """NaN positions of row 0 at the first and last column of every shard, plus one inside shard 0."""
+    shard = vocab // world
+    cols = sorted({k * shard for k in range(world)} | {k * shard + shard - 1 for k in range(world)} | {shard // 2 + 3})
+    return [(0, step, c) for c in cols]
+
+
+CASES = [
+    # world, steps, base, cache, shard_only, ctas
+    (1, 1, "bfloat16", "bfloat16", False, None),
+    (2, 4, "bfloat16", "bfloat16", False, None),
+    (4, 8, "bfloat16", "bfloat16", True, None),
+    (8, 4, "bfloat16", "bfloat16", False, None),
+    (8, 8, "float32", "float32", True, None),
+    (2, 8, "float32", "bfloat16", False, 1),
+    (4, 1, "bfloat16", "float32", True, None),
+    (1, 4, "float32", "float32", False, 2),
+]
+
+
+@pytest.mark.parametrize("world,steps,base,cache,shard_only,ctas", CASES)
+def test_matches_golden(world, steps, base, cache, shard_only, ctas):
+    extra = {"shard_only_base": shard_only}
+    if ctas is not None:
+        extra["ctas"] = ctas
+    config = base_config(steps=steps, base=base, cache=cache, **extra)
+    static = make_static(config["vocab"], 11)
+    calls = [
+        make_call(config, 1, 100),
+        make_call(config, 3, 101, padding=(1,), nan=edge_nans(config["vocab"], world, steps - 1), query_per_row=3),
+        make_call(config, 8, 102, padding=(6, 7), nan=[(2, 0, 5), (5, steps - 1, config["vocab"] - 1)]),
+        make_call(config, 8, 103),
+    ]
+    results = run_world(world, static, config, calls)
+    assert_golden(results, static, config, calls)
+    for _, state in results:
+        assert state == {"launches": len(calls)}
+
+
+def test_launch_counter_wraps_the_tag():
+    config = base_config(vocab=2048, steps=2, launch_counter_start=32760)
+    static = make_static(config["vocab"], 12)
+    calls = [make_call(config, 2 if i % 3 else 7, 200 + i) for i in range(24)]
+    results = run_world(2, static, config, calls)
+    assert_golden(results, static, config, calls)
+    for _, state in results:
+        assert state == {"launches": 32760 + 24}
+
+
+def test_graphs_of_several_row_counts_replay_interleaved():
+    config = base_config(vocab=2048, steps=4)
+    static = make_static(config["vocab"], 13)
+    calls = [make_call(config, rows, 300 + i, padding=(0,) if rows == 4 and i > 3 else ())
+             for i, rows in enumerate([1, 4, 8, 4, 1, 8, 8, 1, 4])]
+    results = run_world(2, static, config, calls, graph=True)
+    assert_golden(results, static, config, calls)
+    for _, state in results:
+        assert state == {"launches": len(calls)}
+
+
+def skip_child(path: str) -> None:
+    """Child of the timeout test: rank 1 of two skips launch 1; rank 0's record is written to ``path``."""
+    from kernels.fabric import VirtualFabric
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    config = {**base_config(vocab=2048, steps=2), "timeout_ns": 300_000_000}
+    static = {k: v.to(device) for k, v in make_static(config["vocab"], 14).items()}
+    calls = [make_call(config, 2, 400 + i) for i in range(2)]
+
+    def body(fabric):
+        sampler = ShardedMarkovSampler(fabric, static, {**config, "world": 2})
+        sampler.launch(*calls[0])
+        torch.cuda.current_stream(device).synchronize()
+        fabric.barrier()
+        if fabric.rank == 1:
+            return None
+        sampler.launch(*calls[1])
+        try:
+            torch.cuda.current_stream(device).synchronize()
+            failed = False
+        except RuntimeError:
+            failed = True
+        report = sampler.diag_record.read()
+        return {"launch_failed": failed, "report": None if report is None else report.to_json()}
+
+    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
+    with open(path, "w") as fh:
+        json.dump(results[0], fh)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def test_skipped_launch_times_out_naming_the_rank(tmp_path):
+    dump = tmp_path / "record.json"
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "skip-child", str(dump)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert dump.exists(), f"child wrote no record: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(dump.read_text())
+    assert result["launch_failed"], result
+    report = result["report"]
+    assert report is not None and not report["torn"], result
+    assert report["kind_name"] == "MAILBOX_TAG"
+    assert report["rank"] == 0 and report["awaited_rank"] == 1 and report["launch"] == 1
+    assert report["step"] == 0
+    assert report["expected_tag"] == 2 and report["seen_tag"] == 0
+    assert report["elapsed_ns"] > report["timeout_ns"] == 300_000_000
+    assert "rankcheck diag: rank 0 launch 1 step 0" in proc.stdout, proc.stdout[-2000:]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "skip-child":
+        skip_child(sys.argv[2])
+    raise SystemExit(f"usage: {sys.argv[0]} skip-child OUT.json")
