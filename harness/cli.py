@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", nargs="+", metavar="NAME", help="name or family/name")
     p.add_argument("--world", nargs="+", type=_positive_int, metavar="N")
     p.add_argument("--size", choices=("cpu", "gpu", "all"), default=None,
-                   help="size class (default: cpu on the cpu launcher, gpu otherwise)")
+                   help="size class (default: cpu without a GPU, all with one)")
     p.add_argument("--tp", type=_positive_int, help="TP group size when smaller than the world")
     p.add_argument("--junit", metavar="PATH")
     p.add_argument("--json", metavar="PATH")

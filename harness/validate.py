@@ -92,7 +92,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     """Run the requested validation and return the exit code (0: nothing failed)."""
     gpus = gpu_count()
     launcher, why = resolve(req.launcher, gpus)
-    size = req.size or ("gpu" if launcher != "cpu" and gpus else "cpu")
+    size = req.size or ("all" if launcher != "cpu" and gpus else "cpu")
     cases = select(discover(req.scenario_root), family=req.family, names=list(req.scenarios or []) or None,
                    size=size)
     run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()

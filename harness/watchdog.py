@@ -193,6 +193,7 @@ class Diagnosis:
     text: str
     beliefs: dict = field(default_factory=dict)
     kernel_records: list = field(default_factory=list)
+    cause: str | None = None
 
     def to_json(self) -> dict:
         """The diagnosis as a JSON-ready dict."""
@@ -293,7 +294,8 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
         text += f" while rank(s) {', '.join(map(str, sorted(others)))} began it"
     if step is not None:
         text += f" (kernel record: step {step})"
-    return Diagnosis(laggard, launch, step, text, beliefs, list(kernel_records))
+    cause = marked[laggard]["event"] if laggard in marked else ("exit" if laggard in bad_exit else "behind")
+    return Diagnosis(laggard, launch, step, text, beliefs, list(kernel_records), cause)
 
 
 def kernel_diag_records(case_dir: str | os.PathLike) -> list[dict]:

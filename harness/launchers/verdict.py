@@ -120,7 +120,8 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
     verdicts: list[tuple[str, str]] = []
     if not end.completed:
         what = diagnosis.text if diagnosis else "no diagnosis"
-        if not end.timed_out and diagnosis is not None and diagnosis.rank is not None and diagnosis.rank not in results:
+        ended = diagnosis is not None and (diagnosis.cause == "crash" or not end.timed_out)
+        if ended and diagnosis.rank is not None and diagnosis.rank not in results:
             # a rank that ended without a result (exit, signal) is an error of that rank
             results = dict(results)
             results[diagnosis.rank] = {"status": "error", "error": {

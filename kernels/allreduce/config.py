@@ -129,6 +129,13 @@ def check_config(config: Mapping[str, Any]) -> AllReduceConfig:
     )
 
 
+def _describe(value: Any) -> str:
+    """A short description of an argument for an error message: dtype and shape, or its type."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {list(value.shape)}"
+    return type(value).__name__
+
+
 def check_tensor(
     value: Any,
     name: str,
@@ -179,7 +186,7 @@ def check_call(
     hc, hidden, tp, top_k = config.hc, config.hidden, config.tp, config.top_k
     residual = call_inputs.get("residual")
     if not isinstance(residual, torch.Tensor) or residual.dim() != 3:
-        raise ValueError(f"call_inputs['residual'] must be bfloat16 [M, {hc}, {hidden}], got {residual!r:.80}")
+        raise ValueError(f"call_inputs['residual'] must be bfloat16 [M, {hc}, {hidden}], got {_describe(residual)}")
     rows = residual.shape[0]
     if not 1 <= rows <= config.capacity:
         raise ValueError(f"call_inputs['residual'] has M={rows} rows, outside [1, config.capacity={config.capacity}]")
@@ -199,7 +206,9 @@ def check_call(
     if finalize:
         gemm2_full = call_inputs.get("gemm2_permuted")
         if not isinstance(gemm2_full, torch.Tensor) or gemm2_full.dim() != 3:
-            raise ValueError(f"call_inputs['gemm2_permuted'] must be bfloat16 [{tp}, rows, {hidden}], got {gemm2_full!r:.80}")
+            raise ValueError(
+                f"call_inputs['gemm2_permuted'] must be bfloat16 [{tp}, rows, {hidden}], got {_describe(gemm2_full)}"
+            )
         routed_rows = gemm2_full.shape[1]
         gemm2 = tensor("gemm2_permuted", torch.bfloat16, (tp, routed_rows, hidden), True)[rank]
         weights = tensor("expert_weights", torch.float32, (rows, top_k), False)

@@ -30,8 +30,9 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
    last warp) with butterfly ``xor 16 .. 1``; its lanes ``c < cluster`` store
    the CTA sum into CTA ``c``'s shared slot (``st.shared::cluster``; two slot
    sets alternate between consecutive tokens); after the cluster barrier
-   (release/acquire) every thread adds the ``cluster`` sums in CTA order. ``inv = f32(1 / sqrt(f64(sum / H) + f64(eps)))`` in IEEE FP64,
-   ``y = bf16_rn((p * inv) * weight)``.
+   (release/acquire) every thread adds the ``cluster`` sums in CTA order.
+   ``inv = f32(1 / sqrt(f64(sum / H) + f64(eps)))`` with IEEE FP64 ops (the
+   division ``sum / H`` is ``div.rn.f32``), ``y = bf16_rn((p * inv) * weight)``.
 7. MXFP8 (``output="mxfp8"``, ``golden/mxfp8.py``): a 32-value block is four
    adjacent threads; ``amax`` by integer max of ``|y|``'s bits over the quad;
    ``e`` = UE8M0 round-up of ``amax * f32(1/448)`` (integer ops on the bits on
@@ -102,7 +103,9 @@ class LamportMHCConsumer:
             raise ValueError(f"MXFP8 output needs hidden % {MXFP8_BLOCK * SCALE_TILE_COLS} == 0, got {hidden}")
         self.layout = norm_layout(hidden) if layout is None else layout
         if self.layout.threads % WARP or not 1 <= self.layout.cluster <= MAX_CLUSTER:
-            raise ValueError(f"layout must have a warp multiple of threads and 1..{MAX_CLUSTER} CTAs, got {self.layout}")
+            raise ValueError(
+                f"layout must have a warp multiple of threads and 1..{MAX_CLUSTER} CTAs, got {self.layout}"
+            )
         self.hidden = hidden
         self.hc = hc
         self.tp = tp
@@ -152,6 +155,7 @@ class LamportMHCConsumer:
         clusters: Int32,
         stream: cuda.CUstream,
     ) -> None:
+        """Launch ``clusters`` clusters of ``cluster`` CTAs, programmatic dependent launch."""
         self.kernel(
             mailbox, residual, post, comb, pre, weight, residual_out, norm_out, mx_values, mx_scales, state,
             eps, timeout_ns, diag, rank, launch, m,
@@ -218,6 +222,7 @@ class LamportMHCConsumer:
         launch: Int32,
         m: Int32,
     ):
+        """Walk this cluster's tokens, then (LL) advance NEXT, release the dependents, zero padding scales."""
         tidx, _, _ = cute.arch.thread_idx()
         first_token, _, _ = cute.arch.block_idx()
         clusters, _, _ = cute.arch.grid_dim()

@@ -1,15 +1,16 @@
 """AllReduceMHC: the per-rank host class of the ``allreduce_mhc`` family (seed 004).
 
-``AllReduceMHC(fabric, static, config)`` is collective over the TP group: it
-compiles (or takes from the cache) every kernel variant it can launch, then
+``AllReduceMHC(fabric, static, config)`` is collective over the TP group. It
 allocates through the fabric, in this order on every rank,
 ``allreduce_mhc.ll_mailbox`` BF16 ``[3, tp, capacity, H]``,
 ``allreduce_mhc.bt_mailbox`` BF16 ``[3, tp, ceil(capacity/tp), H]`` and
 ``allreduce_mhc.bt_reduced`` BF16 ``[3, capacity, H]`` (BT only when
-``capacity >= bt_min_rows``), fills every half with the sentinel 0x8000,
-creates the two generation pairs ``int32 [NEXT, ACTIVE]`` (local, never
-exchanged, both starting at ``start_generation``, as the golden's) and meets the other ranks
-in ``fabric.barrier()``, so no rank publishes into a mailbox not yet filled.
+``capacity >= bt_min_rows``); compiles (or takes from the cache) and loads
+every kernel variant it can launch; fills every mailbox half with the
+sentinel 0x8000; creates the two generation pairs ``int32 [NEXT, ACTIVE]``
+(local, never exchanged, both starting at ``start_generation``, as the
+golden's); and meets the other ranks in ``fabric.barrier()``, so no rank
+publishes into a mailbox not yet filled.
 
 Fan-out is chosen once from the fabric: NVLink multicast (``multimem.st``)
 when every mailbox has a multicast address, else one store per peer through
@@ -20,21 +21,26 @@ where the fabric reports 0 (always, on the lent machines).
 before the first launch, picks LL below the row threshold and BT from it on
 (``protocol`` may force one), allocates the outputs and enqueues on the
 current stream: publish (or finalize publish), for BT the owner reduce, then
-the consumer, chained by programmatic dependent launch. Inputs are checked
-as given (dtype, shape, contiguity, 16-byte alignment); CPU inputs are then
-copied to the device, except under capture, where they must already be there. Nothing compiles
-there, so a call may be captured into a CUDA graph; under capture the route
-values are not read (that would synchronize) and inputs must already be on
-the device.
+the consumer, chained by programmatic dependent launch. Inputs are checked as
+given (dtype, shape, contiguity, 16-byte alignment), then CPU ones are copied
+to the device. Nothing compiles there, so a call may be captured into a CUDA
+graph; under capture inputs must already be on the device and the route
+values are not read (that would synchronize).
+
+Grids: one consumer cluster per token and one owner-reduce CTA per fragment
+block, except for virtual ranks (one GPU), whose spinning grids must all be
+resident at once: each rank then gets an equal share of the SMs and its
+kernels walk the tokens (``_resident_grid_caps``).
 
 Row threshold: ``config.bt_min_rows`` when given. Otherwise the measured
 crossover for (arch, tp, H) from ``thresholds.json`` beside this module,
 written by ``harness bench`` with its provenance; without a measurement, LL
 only (``capacity + 1``), and ``threshold_provenance`` says so.
 
-Timeout: ``timeout_ms`` (default 10 s; 0: wait forever) makes every Lamport poll give up after that long,
-commit the ``kernels.diag`` record (``diag``, or one the instance creates) and
-trap; ``diag_record.read()`` then names the rank that never published.
+Timeout: ``timeout_ms`` (default 5 s; 0: wait forever) makes every Lamport
+poll give up after that long, commit the ``kernels.diag`` record (``diag``,
+or ``diag_record``, one the instance creates) and trap; the record names the
+rank whose slot stayed empty.
 """
 
 from __future__ import annotations
@@ -65,7 +71,7 @@ THRESHOLDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "thre
 SENTINEL_INT16 = -32768
 # Every wait has a deadline: a Lamport poll gives up after this long by default
 # (0 disables it), far beyond any healthy call, even ranks taking turns on one GPU.
-DEFAULT_TIMEOUT_MS = 10_000.0
+DEFAULT_TIMEOUT_MS = 5_000.0
 # Launches of several virtual ranks come from several threads; the compiled
 # functions are not documented as re-entrant, and enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()
@@ -128,15 +134,18 @@ class AllReduceMHC:
             self.diag_record = DiagRecord()
         self.calls = 0
 
-        # Allocation, fill and barrier are collective; compiling first keeps a
-        # rank that fails to compile from leaving the others in the barrier.
-        ll = fabric.alloc("allreduce_mhc.ll_mailbox", (ll_mailbox_shape(cfg.tp, cfg.capacity, cfg.hidden), torch.bfloat16))
+        # Allocation and the barrier are collective: every rank makes the same
+        # calls in the same order (the fan-out needs the buffers' multicast
+        # addresses before the variants are chosen), and a rank that fails in
+        # between makes the others' barrier time out rather than hang.
+        ll_shape = ll_mailbox_shape(cfg.tp, cfg.capacity, cfg.hidden)
+        ll = fabric.alloc("allreduce_mhc.ll_mailbox", (ll_shape, torch.bfloat16))
         buffers = [ll]
         if self.bt_enabled:
-            bt = fabric.alloc(
-                "allreduce_mhc.bt_mailbox", (bt_mailbox_shape(cfg.tp, cfg.capacity, cfg.hidden), torch.bfloat16)
-            )
-            reduced = fabric.alloc("allreduce_mhc.bt_reduced", (bt_reduced_shape(cfg.capacity, cfg.hidden), torch.bfloat16))
+            bt_shape = bt_mailbox_shape(cfg.tp, cfg.capacity, cfg.hidden)
+            bt = fabric.alloc("allreduce_mhc.bt_mailbox", (bt_shape, torch.bfloat16))
+            reduced_shape = bt_reduced_shape(cfg.capacity, cfg.hidden)
+            reduced = fabric.alloc("allreduce_mhc.bt_reduced", (reduced_shape, torch.bfloat16))
             buffers += [bt, reduced]
         self.fanout = "multicast" if all(b.multicast_ptr for b in buffers) else "unicast"
         self._kernels = self._compile_all()
@@ -274,7 +283,8 @@ class AllReduceMHC:
             outputs["layer_input"] = torch.empty((rows, cfg.hidden), dtype=torch.bfloat16, device=self.device)
         if cfg.quantize:
             outputs["mxfp8_values"] = torch.empty((rows, cfg.hidden), dtype=torch.uint8, device=self.device)
-            outputs["mxfp8_scales"] = torch.empty(mxfp8_scale_bytes(rows, cfg.hidden), dtype=torch.uint8, device=self.device)
+            scale_bytes = mxfp8_scale_bytes(rows, cfg.hidden)
+            outputs["mxfp8_scales"] = torch.empty(scale_bytes, dtype=torch.uint8, device=self.device)
         return outputs
 
     @staticmethod
@@ -293,7 +303,7 @@ class AllReduceMHC:
         state = self.bt_state if bt else self.ll_state
         stand_in = self._stand_in.data_ptr()
         if call.finalize:
-            sources = (call.gemm2.data_ptr(), call.expert_weights.data_ptr(), call.routes.data_ptr(), call.shared.data_ptr())
+            sources = tuple(t.data_ptr() for t in (call.gemm2, call.expert_weights, call.routes, call.shared))
         else:
             sources = (call.x.data_ptr(), stand_in, stand_in, stand_in)
         if bt:
@@ -330,9 +340,8 @@ class AllReduceMHC:
                 Int32(call.rows), stream,
             )
             if bt:
-                reduced_target = (
-                    self.bt_reduced.multicast_ptr if self.fanout == "multicast" else self.bt_reduced.peer_ptrs.data_ptr()
-                )
+                reduced = self.bt_reduced
+                reduced_target = reduced.multicast_ptr if self.fanout == "multicast" else reduced.peer_ptrs.data_ptr()
                 owner_work = -(-call.rows // cfg.tp) * self._owner_ctas_per_token
                 self._kernels["owner_reduce"](
                     Int64(self.bt_mailbox.local.data_ptr()), Int64(state.data_ptr()), Int64(reduced_target),

@@ -87,6 +87,7 @@ class OwnerReduceKernel:
         ctas: Int32,
         stream: cuda.CUstream,
     ) -> None:
+        """Launch the owner reduce on ``ctas`` CTAs, programmatic dependent launch."""
         self.kernel(mailbox, state, target, timeout_ns, diag, rank, launch, m).launch(
             grid=(ctas, 1, 1),
             block=(self.threads, 1, 1),
@@ -106,6 +107,7 @@ class OwnerReduceKernel:
     @cute.kernel
     def kernel(self, mailbox: Int64, state: Int64, target: Int64, timeout_ns: Int64, diag: Int64, rank: Int32,
                launch: Int32, m: Int32):
+        """Walk this owner's fragments, then advance NEXT and release the dependents."""
         block, _, _ = cute.arch.block_idx()
         ctas, _, _ = cute.arch.grid_dim()
         tidx, _, _ = cute.arch.thread_idx()
@@ -137,7 +139,9 @@ class OwnerReduceKernel:
         token = local * self.tp + rank
         active = (token < m) & (fragment < self.fragments)
         generation64 = Int64(generation)
-        addresses = [mailbox + self.slot_byte_offset(generation64, source, local, fragment) for source in range(self.tp)]
+        addresses = [
+            mailbox + self.slot_byte_offset(generation64, source, local, fragment) for source in range(self.tp)
+        ]
         words = device.poll_fragments(
             addresses, list(range(self.tp)), active, timeout_ns, diag, rank, launch, Int32(token), generation
         )

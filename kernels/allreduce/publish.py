@@ -120,6 +120,7 @@ class PublishKernel:
         m: Int32,
         stream: cuda.CUstream,
     ) -> None:
+        """Launch the publish: ``M * ctas_per_token`` CTAs, programmatic dependent launch."""
         self.kernel(x, weights, indices, shared, state, target, rank).launch(
             grid=(m * self.ctas_per_token, 1, 1),
             block=(self.threads, 1, 1),
@@ -155,6 +156,7 @@ class PublishKernel:
 
     @cute.kernel
     def kernel(self, x: Int64, weights: Int64, indices: Int64, shared: Int64, state: Int64, target: Int64, rank: Int32):
+        """One fragment of one token: load (or finalize) it, scrub the sentinel, store it where the protocol says."""
         block, _, _ = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
         token = block // self.ctas_per_token
@@ -176,7 +178,8 @@ class PublishKernel:
                 device.fan_out(words, byte_offset, Int64(0), device.load_peer_table(target, self.tp), Int32(active))
         else:
             owner = token % self.tp
-            element = ((generation * self.tp + Int64(rank)) * self.owner_capacity + Int64(token // self.tp)) * self.hidden
+            slot = (generation * self.tp + Int64(rank)) * self.owner_capacity + Int64(token // self.tp)
+            element = slot * self.hidden
             byte_offset = (element + Int64(fragment) * VEC) * 2
             owner_base = ptx.ld_global_nc_b64(target + Int64(owner) * 8, Int32(active))
             ptx.st_global(owner_base + byte_offset, words, VEC_BYTES, Int32(active))

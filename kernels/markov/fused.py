@@ -519,6 +519,7 @@ class CacheFillKernel:
 # ---------------------------------------------------------------------------
 
 _COMPILED: dict[tuple, Any] = {}
+_KEEP_ALIVE: list = []
 _COMPILE_LOCK = threading.Lock()
 
 
@@ -554,10 +555,15 @@ def compile_kernel(cls, options: str | None = None, **config):
         if compiled is None:
             assert_not_capturing(f"{cls.__name__}{config}")
             args = _fake_args(_SIGNATURES[cls])
+            kernel = cls(**config)
             if options:
-                compiled = cute.compile(cls(**config), *args, options=options)
+                compiled = cute.compile(kernel, *args, options=options)
             else:
-                compiled = cute.compile(cls(**config), *args)
+                compiled = cute.compile(kernel, *args)
+            # The kernel object stays alive with its compiled function: the
+            # DSL keys some tracing state by id(), which a freed object's
+            # address could otherwise hand to the next kernel traced.
+            _KEEP_ALIVE.append(kernel)
             _COMPILED[key] = compiled
         return compiled
 

@@ -123,8 +123,9 @@ def compile_probe(op: str, options: str | None = None):
     if key not in _COMPILED:
         args = [Int64(0)] * 8 + [Int32(1), Int32(1), cute.runtime.make_fake_stream()]
         kernel = ProbeKernel(op)
-        _COMPILED[key] = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
-    return _COMPILED[key]
+        compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
+        _COMPILED[key] = (kernel, compiled)  # the kernel object outlives its compile (fused.compile_kernel)
+    return _COMPILED[key][1]
 
 
 def compile_variants(arch: str):

@@ -53,11 +53,16 @@ copies the peers' shards of its share of (row, step) from this rank's
 staging buffer (``ld.global.cg``: peers wrote it) into the cache. The last
 CTA to finish clears the end count and advances the launch counter.
 
-A wait with ``timeout_ns > 0`` that exceeds it commits the
-``kernels.diag`` record (step, awaited rank, expected and seen tag, launch
-counter, ``WaitKind.MAILBOX_TAG``) at ``diag`` and traps; the first thread to
-claim the control word ``CLAIM_WORD`` writes it, the others keep polling
-until the trap ends the grid, so concurrent timeouts never tear the record.
+Timeouts. A wait with ``timeout_ns > 0`` that exceeds it gives up: the CTA
+is marked timed out (shared memory), every later wait of the CTA returns at
+once and the CTA posts no more records, so it runs to the end of the kernel
+quickly. The first thread of the rank to claim the control word
+``CLAIM_WORD`` saves what it waited for (step, awaited rank, seen tag,
+elapsed time); at the end of the kernel, where the resident tile is no longer
+live (no registers to save around the ``printf``), its CTA commits the
+``kernels.diag`` record (with the expected tag and the launch counter,
+``WaitKind.MAILBOX_TAG``) at ``diag`` and traps. One claimer: concurrent
+timeouts never tear the record.
 
 Addresses are raw 64-bit integers; every access is a ``kernels.ptx`` helper
 naming its state space, cache operator and ordering. Inputs written before
@@ -103,6 +108,10 @@ from kernels.markov.sharded_layout import (
 )
 
 KEY_MASK = (1 << KEY_BITS) - 1
+# Shared words of a CTA's timeout state: gave up, claimed the rank's record,
+# and what the claiming wait saw.
+INFO_TIMED_OUT, INFO_CLAIMED, INFO_STEP, INFO_SOURCE, INFO_SEEN, INFO_ELAPSED_LO, INFO_ELAPSED_HI = range(7)
+INFO_WORDS = 8
 ROWS_PER_PASS = WARP // MAX_RANKS
 
 
@@ -252,32 +261,47 @@ class ShardedMarkovSample:
             return _widen_bf16(ptx.ld_global_nc(base_logits + element * 2, 2, live)[0])
         return ptx.f32_from_bits(ptx.ld_global_nc(base_logits + element * 4, 4, live)[0])
 
-    def _tile_logits(self, acc, tile, step, temps, best, lanes, inputs) -> None:
-        """The tile's logits from its C fragment: cache bits into the warp's
-        shared staging, each request row's best candidate key into ``best``."""
-        warp, g, t, rows, vocab_offset, tile_words = lanes
-        base_logits, row_stride, step_stride, column, noise, noise_row_stride = inputs
-        for col in range(2):
+    @cute.jit
+    def _tile_logits(
+        self, acc0: Float32, acc1: Float32, acc2: Float32, acc3: Float32, tile: Int32, step: Int32, temp0: Float32,
+        temp1: Float32, best: cute.Tensor, warp: Int32, g: Int32, t: Int32, rows: Int32, vocab_offset: Int32,
+        tile_words: Int32, base_logits: Int64, row_stride: Int64, step_stride: Int64, column: Int64, noise: Int64,
+        noise_row_stride: Int64,
+    ):
+        """The tile's logits from its C fragment (``acc[2 half + col]``):
+        cache bits into the warp's shared staging, each request row's best
+        candidate key into ``best``. A loop over the lane's two request rows,
+        not unrolled, so one row's loads are in flight at a time."""
+        for col in cutlass.range(2, unroll=1):
+            first = Int32(col == 0)
             r = 2 * t + col
             live = Int32(r < rows)
-            noisy = ptx.nonzero_f32(temps[col])
-            for half in range(2):
+            temp = ptx.select_f32(first, temp0, temp1)
+            noisy = ptx.nonzero_f32(temp)
+            key = Int64(0)
+            for half in cutlass.range_constexpr(2):
+                sums = (acc0, acc2) if half == 0 else (acc1, acc3)
                 row = tile * TILE_ROWS + g + 8 * half
                 base = self._load_base(base_logits, row_stride, step_stride, column, r, step, row, live)
                 noise_at = noise + (Int64(r * self.steps + step) * noise_row_stride + Int64(row)) * 4
                 gumbel = ptx.f32_from_bits(ptx.ld_global_nc(noise_at, 4, live)[0])
                 # The bias GEMM's BF16 output, then the eager add's FP32 sum
                 # rounded once to the cache type.
-                value = ptx.add_rn_f32(base, _widen_bf16(_bf16_bits(acc[2 * half + col])))
+                bias = _widen_bf16(_bf16_bits(ptx.select_f32(first, sums[0], sums[1])))
+                value = ptx.add_rn_f32(base, bias)
                 if const_expr(self.cache_bf16):
                     bits = _bf16_bits(value)
                     value = _widen_bf16(bits)
                 else:
                     bits = ptx.f32_bits(value)
                 ptx.st_shared_b32(tile_words + ((warp * MAX_ROWS + r) * TILE_ROWS + g + 8 * half) * 4, bits)
-                noised = ptx.add_rn_f32(ptx.div_full_f32(value, temps[col]), gumbel)
+                noised = ptx.add_rn_f32(ptx.div_full_f32(value, temp), gumbel)
                 score = ptx.select_f32(noisy, noised, value)
-                best[col] = ptx.max_s64(best[col], _candidate_key(score, vocab_offset + row))
+                key = ptx.max_s64(key, _candidate_key(score, vocab_offset + row))
+            if col == 0:
+                best[0] = ptx.max_s64(best[0], key)
+            else:
+                best[1] = ptx.max_s64(best[1], key)
 
     def _store_tile(self, tile, step, lanes, outputs) -> None:
         """The tile's cache elements as 16-byte vectors, one per lane and
@@ -315,7 +339,7 @@ class ShardedMarkovSample:
     def _process_tile(self, acc, tile, work) -> None:
         """One head tile of one step, given its C fragment: logits and keys, and its cache vectors."""
         step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs = work
-        self._tile_logits(acc, tile, step, temps, best, tile_lanes, tile_inputs)
+        self._tile_logits(*acc, tile, step, *temps, best, *tile_lanes, *tile_inputs)
         # Other lanes read the warp's shared staging; the next tile rewrites it.
         cute.arch.sync_warp()
         self._store_tile(tile, step, store_lanes, store_outputs)
@@ -343,36 +367,62 @@ class ShardedMarkovSample:
 
     @cute.jit
     def _await_record(
-        self, address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, control: Int64, rank: Int32,
-        launches: Uint32, step: Int32, source: Int32,
+        self, address: Int64, tag: Uint32, timeout_ns: Int64, control: Int64, timeout_info: Int32, step: Int32,
+        source: Int32,
     ) -> Int64:
         """Poll the mailbox record at ``address`` until it carries ``tag``;
-        return its key. Past a positive ``timeout_ns`` the thread that claims
-        the record first writes it and traps; the others keep polling until
-        that trap ends the grid."""
+        return its key. Past a positive ``timeout_ns`` (or once this CTA gave
+        up on an earlier wait) return 0 instead and mark the CTA timed out;
+        the first thread of the rank to claim ``CLAIM_WORD`` saves what it
+        waited for in ``timeout_info`` for the record written at the end."""
         record = ptx.ld_ordered_b64(address, "relaxed", "sys")
         seen = Uint32(record & TAG_MASK)
         if seen != tag:
+            gave_up = Int32(ptx.ld_shared_b32(timeout_info + INFO_TIMED_OUT * 4))
             start = ptx.globaltimer()
-            while seen != tag:
+            while (seen != tag) & (gave_up == 0):
                 record = ptx.ld_ordered_b64(address, "relaxed", "sys")
                 seen = Uint32(record & TAG_MASK)
                 if timeout_ns > 0:
                     elapsed = ptx.globaltimer() - start
                     if elapsed > timeout_ns:
+                        gave_up = Int32(1)
+                        ptx.st_shared_b32(timeout_info + INFO_TIMED_OUT * 4, Uint32(1))
                         claimed = ptx.atom_add_u32(control + CLAIM_WORD * 4, Uint32(1), "relaxed", "gpu")
                         if claimed == Uint32(0):
-                            write_diag_and_trap(
-                                diag, rank, Int32(launches), step, source, tag, seen,
-                                Int32(int(WaitKind.MAILBOX_TAG)), elapsed, timeout_ns,
-                            )
+                            for field, value in (
+                                (INFO_CLAIMED, Uint32(1)), (INFO_STEP, Uint32(step)), (INFO_SOURCE, Uint32(source)),
+                                (INFO_SEEN, seen), (INFO_ELAPSED_LO, Uint32(elapsed & 0xFFFFFFFF)),
+                                (INFO_ELAPSED_HI, Uint32((elapsed >> 32) & 0xFFFFFFFF)),
+                            ):
+                                ptx.st_shared_b32(timeout_info + field * 4, value)
+            if gave_up != 0:
+                record = Int64(0)
         return (record >> TAG_BITS) & KEY_MASK
+
+    @cute.jit
+    def _report_timeout(
+        self, timeout_info: Int32, diag: Int64, rank: Int32, launches: Uint32, tag: Uint32, timeout_ns: Int64
+    ):
+        """If this CTA's thread claimed a timed-out wait, commit its diagnostic record, print it and trap."""
+        if ptx.ld_shared_b32(timeout_info + INFO_CLAIMED * 4) != Uint32(0):
+            elapsed = (Int64(ptx.ld_shared_b32(timeout_info + INFO_ELAPSED_HI * 4)) << 32) | (
+                Int64(ptx.ld_shared_b32(timeout_info + INFO_ELAPSED_LO * 4)) & 0xFFFFFFFF
+            )
+            if diag != 0:
+                write_diag_and_trap(
+                    diag, rank, Int32(launches), Int32(ptx.ld_shared_b32(timeout_info + INFO_STEP * 4)),
+                    Int32(ptx.ld_shared_b32(timeout_info + INFO_SOURCE * 4)), tag,
+                    ptx.ld_shared_b32(timeout_info + INFO_SEEN * 4), Int32(int(WaitKind.MAILBOX_TAG)), elapsed,
+                    timeout_ns,
+                )
+            ptx.trap()
 
     @cute.jit
     def _exchange(
         self, lane: Int32, step: Int32, last_step: Int32, rows: Int32, max_rows: Int32, ctas: Int32, rank: Int32,
         world: Int32, warp_best: Int32, winner: Int32, control: Int64, peers: Int64, own_buffer: Int64,
-        launches: Uint32, tag: Uint32, parity: Int32, timeout_ns: Int64, diag: Int64,
+        tag: Uint32, parity: Int32, timeout_ns: Int64, timeout_info: Int32,
     ):
         """Warp 0 of a CTA: fold the CTA's best keys into the rank-local
         maximum, post (last CTA) and await every rank's records; the winning
@@ -396,7 +446,9 @@ class ShardedMarkovSample:
                 ptx.fence("membar.gl")
             arrived = ptx.atom_add_u32(arrivals, Uint32(1), "acq_rel", "gpu")
         arrived = cute.arch.shuffle_sync(arrived, 0)
-        if arrived == Uint32(ctas - 1):
+        # A CTA that gave up waiting posts nothing more: its keys are not the rank's.
+        timed_out = ptx.ld_shared_b32(timeout_info + INFO_TIMED_OUT * 4)
+        if (arrived == Uint32(ctas - 1)) & (timed_out == Uint32(0)):
             if lane == 0:
                 ptx.fence("membar.gl")
             cute.arch.sync_warp()
@@ -424,9 +476,7 @@ class ShardedMarkovSample:
             found = Int64(0)
             if (source < world) & (row < rows):
                 slot = (((parity * MAX_STEPS + step) * MAX_ROWS + row) * MAX_RANKS + source) * RECORD_BYTES
-                found = self._await_record(
-                    own_buffer + Int64(slot), tag, timeout_ns, diag, control, rank, launches, step, source
-                )
+                found = self._await_record(own_buffer + Int64(slot), tag, timeout_ns, control, timeout_info, step, source)
             for level in cutlass.range_constexpr(3):
                 found = ptx.max_s64(found, _shuffle_xor_s64(found, 1 << level))
             if (source == 0) & (row < rows):
@@ -466,6 +516,7 @@ class ShardedMarkovSample:
         warp_best = smem.allocate(WARPS * MAX_ROWS * 8, byte_alignment=16).toint()
         winner = smem.allocate(MAX_ROWS * 8, byte_alignment=16).toint()
         counter = smem.allocate(16, byte_alignment=16).toint()
+        timeout_info = smem.allocate(INFO_WORDS * 4, byte_alignment=16).toint()
 
         # The resident tile, read once per launch.
         resident = Int32(first_tile < tiles)
@@ -477,6 +528,8 @@ class ShardedMarkovSample:
 
         if thread == 0:
             ptx.st_shared_b32(counter, ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0])
+        if thread < INFO_WORDS:
+            ptx.st_shared_b32(timeout_info + thread * 4, Uint32(0))
         if warp < MAX_ROWS:
             # Rows past `rows` keep zero embeddings; an anchor outside the
             # vocabulary (the host rejects it) is clamped to stay in bounds.
@@ -534,7 +587,7 @@ class ShardedMarkovSample:
             if warp == 0:
                 self._exchange(
                     lane, step, last_step, rows, max_rows, ctas, rank, world, warp_best, winner, control, peers,
-                    own_buffer, launches, tag, parity, timeout_ns, diag,
+                    own_buffer, tag, parity, timeout_ns, timeout_info,
                 )
             cute.arch.barrier()
             if cta == 0:
@@ -567,7 +620,10 @@ class ShardedMarkovSample:
             cache_at = (state * cache_stride0 + Int64(row_step % steps) * cache_stride1 + element) * cache_bytes
             ptx.st_global(logits_cache + cache_at, words, VECTOR_BYTES, keep)
 
+        # Here, with the resident tile dead, a claimed timeout is reported.
+        cute.arch.barrier()
         if thread == 0:
+            self._report_timeout(timeout_info, diag, rank, launches, tag, timeout_ns)
             ptx.fence("membar.gl")
             previous = ptx.atom_add_u32(control + END_WORD * 4, Uint32(1), "acq_rel", "gpu")
             if previous == Uint32(ctas - 1):

@@ -78,6 +78,7 @@ def run_virtual(
     device = torch.device("cuda", torch.cuda.current_device())
 
     def default_body(fabric):
+        """One rank: build the system, run every call (synchronized per call), return outputs and state."""
         system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=timeout_ms)
         results = []
         for inputs, params in calls:
@@ -121,4 +122,5 @@ def assert_golden(config: dict, static: dict, calls, per_rank) -> None:
             assert set(got) == set(want), f"call {index} rank {rank}: outputs {sorted(got)} vs golden {sorted(want)}"
             for name in want:
                 problem = first_mismatch(name, got[name], want[name])
-                assert problem is None, f"call {index} ({params}, M={inputs['residual'].shape[0]}) rank {rank}: {problem}"
+                rows = inputs["residual"].shape[0]
+                assert problem is None, f"call {index} ({params}, M={rows}) rank {rank}: {problem}"

@@ -29,6 +29,7 @@ def main(path: str) -> None:
     device = torch.device("cuda", torch.cuda.current_device())
 
     def body(fabric):
+        """One rank: rank 1 builds the system and skips the call; rank 0 launches and reads its record."""
         system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=300)
         if fabric.rank == 1:
             return None  # skips the call

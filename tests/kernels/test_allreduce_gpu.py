@@ -93,7 +93,7 @@ def test_many_rows_share_one_gpu():
     config = make_config(7168, 8, capacity=96, bt_min_rows=48)
     static = make_static(config, 23)
     calls = [(make_call(config, 96, 600), {}), (make_call(config, 40, 601), {}),
-             (make_call(config, 96, 602, finalize=True), {"finalize": True})]
+             (make_call(config, 48, 602, finalize=True), {"finalize": True})]
     per_rank = run_virtual(config, static, calls)
     assert_golden(config, static, calls, per_rank)
 
@@ -103,7 +103,9 @@ def _special_x(config: dict, rows: int) -> torch.Tensor:
     tp, hidden = config["tp"], config["hidden"]
     x = torch.randn(tp, rows, hidden, generator=torch.Generator().manual_seed(5))
     bits = x.to(torch.bfloat16).view(torch.int16).clone()
-    two24, one, minus_two24 = (torch.tensor(v, dtype=torch.bfloat16).view(torch.int16) for v in (2.0**24, 1.0, -(2.0**24)))
+    two24, one, minus_two24 = (
+        torch.tensor(v, dtype=torch.bfloat16).view(torch.int16) for v in (2.0**24, 1.0, -(2.0**24))
+    )
     bits[:, 0, :64] = 0
     bits[0, 0, :64], bits[1, 0, :64], bits[2, 0, :64] = two24, one, minus_two24
     bits[:, 0, 64:128] = -32768  # every rank sends -0.0: the sum must be +0.0, not a sentinel

@@ -1,0 +1,185 @@
+"""CPU tests of the sharded Markov sampler's host side (seed 000): the byte
+layout and key encoding agree with the golden loop's, the argument checks
+name the bad argument before anything changes, the compile-gate registry
+lists every variant, and one variant compiles for sm_90a without spilling."""
+
+from __future__ import annotations
+
+import os
+import re
+import struct
+
+import pytest
+import torch
+
+os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+import golden.markov_sharded as golden  # noqa: E402
+from kernels.markov import sharded_layout as layout  # noqa: E402
+from kernels.markov.sharded_checks import check_call, check_config  # noqa: E402
+
+CPU = torch.device("cpu")
+
+
+def f32_bits(x: float) -> int:
+    """The bits of ``x`` rounded to FP32."""
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def test_layout_constants_match_the_golden_and_the_seed():
+    assert (layout.TAG_BITS, layout.TAG_PERIOD, layout.INDEX_BITS) == (golden.TAG_BITS, golden.TAG_PERIOD, golden.INDEX_BITS)
+    assert (layout.MAX_ROWS, layout.MAX_STEPS, layout.MAX_RANKS, layout.HEAD_DIM) == (8, 8, 8, 256)
+    assert layout.MAILBOX_BYTES == layout.STAGING_OFFSET == 8192
+    assert (layout.ARRIVAL_WORD, layout.LAUNCH_WORD, layout.END_WORD) == (128, 136, 137)
+    assert layout.record_offset(1, 7, 7, 7) + 8 == layout.MAILBOX_BYTES
+    assert layout.record_offset(0, 0, 0, 1) == 8 and layout.record_offset(0, 0, 1, 0) == 64
+    assert layout.staging_offset(1, 0, 0, 0, max_rows=3, steps=2, vocab=32, cache_bytes=2) == 8192 + 3 * 2 * 32 * 2
+    assert layout.peer_buffer_bytes(max_rows=8, steps=8, vocab=129280, cache_bytes=4) == 8192 + 2 * 8 * 8 * 129280 * 4
+
+
+@pytest.mark.parametrize("launches", [0, 1, 32766, 32767, 32768, 2**32 - 1])
+def test_tags_match_the_golden(launches):
+    assert layout.launch_tag(launches) == golden.launch_tag(launches)
+    assert 1 <= layout.launch_tag(launches) <= layout.TAG_MASK
+
+
+def test_keys_order_scores_as_the_golden():
+    scores = torch.tensor([-float("inf"), -2.0, -0.0, 0.0, 1e-30, 3.5, float("inf"), float("nan")])
+    keys = golden.candidate_keys(scores, 40).tolist()
+    mine = [layout.candidate_key(f32_bits(float(s)), 40 + j) for j, s in enumerate(scores.tolist())]
+    # torch's NaN is 0x7FC00000, not the GPU's canonical 0x7FFFFFFF; both order above +inf.
+    assert mine == keys
+    assert mine == sorted(mine)
+    assert all(0 < k < 1 << layout.KEY_BITS for k in mine)
+    assert layout.key_index(mine[3]) == 43
+    record = layout.encode_record(mine[5], 77)
+    assert layout.decode_record(record) == (mine[5], 77) == golden.decode_record(golden.encode_record(mine[5], 77))
+    # Equal scores: the smaller index wins.
+    assert layout.candidate_key(f32_bits(1.0), 5) > layout.candidate_key(f32_bits(1.0), 6)
+
+
+def config(**overrides) -> dict:
+    """A valid world-2 configuration with ``overrides``."""
+    base = {"vocab": 2048, "world": 2, "steps": 2, "base_dtype": "bfloat16", "cache_dtype": "float32",
+            "max_rows": 8, "max_reqs": 4}
+    base.update(overrides)
+    return base
+
+
+@pytest.mark.parametrize(
+    "overrides,match",
+    [
+        ({"world": 4}, r"config\['world'\]"),
+        ({"vocab": 2040}, r"config\['vocab'\]"),
+        ({"steps": 9}, r"config\['steps'\]"),
+        ({"max_rows": 9}, r"config\['max_rows'\]"),
+        ({"base_dtype": "float16"}, r"config\['base_dtype'\]"),
+        ({"launch_counter_start": 2**32}, r"config\['launch_counter_start'\]"),
+        ({"colour": 1}, r"config\['colour'\]"),
+        ({"shard_only_base": 1}, r"config\['shard_only_base'\]"),
+    ],
+)
+def test_bad_config_names_the_key(overrides, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        check_config(config(**overrides), 2)
+
+
+def test_world_above_eight_is_refused():
+    with pytest.raises(ValueError, match=r"config\['world'\]"):
+        check_config(config(world=16, vocab=4096), 16)
+
+
+def call(rows=3, steps=2, vocab=2048, max_reqs=4) -> tuple[dict, dict]:
+    """Valid CPU call inputs for ``config()``."""
+    return {
+        "input_ids": torch.arange(rows, dtype=torch.int32),
+        "idx_mapping": torch.arange(rows, dtype=torch.int64).repeat_interleave(steps),
+        "temperature": torch.zeros(max_reqs, dtype=torch.float32),
+        "noise": torch.zeros(rows * steps, vocab, dtype=torch.float32),
+        "base_logits": torch.zeros(rows, steps, vocab, dtype=torch.bfloat16),
+        "logits_cache": torch.zeros(max_reqs, steps, vocab, dtype=torch.float32),
+    }, {"query_per_row": 1}
+
+
+def test_a_valid_call_passes_with_the_shard_column():
+    cfg = check_config(config(), 2)
+    inputs, params = call()
+    args = check_call(cfg, 1, CPU, inputs, params, capturing=False)
+    assert (args.rows, args.base_column) == (3, 1024)
+    shard_cfg = check_config(config(shard_only_base=True), 2)
+    inputs["base_logits"] = torch.zeros(3, 2, 1024, dtype=torch.bfloat16)
+    assert check_call(shard_cfg, 1, CPU, inputs, params, capturing=False).base_column == 0
+
+
+def _broken(name: str):
+    """Call inputs with one argument broken, and the pattern its error must match."""
+    inputs, params = call()
+    if name == "cache_dtype":
+        inputs["logits_cache"] = inputs["logits_cache"].half()
+        return inputs, params, "logits_cache"
+    if name == "noise_shape":
+        inputs["noise"] = inputs["noise"][:, :100]
+        return inputs, params, "noise"
+    if name == "cache_stride":
+        inputs["logits_cache"] = torch.zeros(4, 2, 2050)[:, :, 1:2049]
+        return inputs, params, "logits_cache"
+    if name == "base_stride":
+        inputs["base_logits"] = torch.zeros(3, 2048, 2, dtype=torch.bfloat16).transpose(1, 2)
+        return inputs, params, "base_logits"
+    if name == "anchor":
+        inputs["input_ids"][2] = 2048
+        return inputs, params, "input_ids"
+    if name == "request":
+        inputs["idx_mapping"][1] = 4
+        return inputs, params, "idx_mapping"
+    if name == "duplicate":
+        inputs["idx_mapping"][:] = 0
+        return inputs, params, "idx_mapping"
+    if name == "rows":
+        return inputs, {"query_per_row": 1, "rows": 9}, "rows"
+    if name == "steps":
+        return inputs, {"query_per_row": 1, "steps": 3}, "steps"
+    if name == "query":
+        return inputs, {}, "query_per_row"
+    if name == "missing":
+        del inputs["temperature"]
+        return inputs, params, "temperature"
+    if name == "ids_short":
+        return inputs, {"query_per_row": 2}, "input_ids"
+    raise AssertionError(name)
+
+
+@pytest.mark.parametrize("name", ["cache_dtype", "noise_shape", "cache_stride", "base_stride", "anchor", "request",
+                                  "duplicate", "rows", "steps", "query", "missing", "ids_short"])
+def test_bad_call_names_the_argument(name):
+    cfg = check_config(config(), 2)
+    inputs, params, match = _broken(name)
+    with pytest.raises((ValueError, TypeError), match=match):
+        check_call(cfg, 0, CPU, inputs, params, capturing=False)
+
+
+def test_compile_registry_lists_every_variant():
+    from kernels.markov import sharded
+
+    variants = sharded.compile_variants("sm_90a")
+    names = [name for name, _, _ in variants]
+    assert len(names) == len(set(names)) == 8 * 4
+    assert all(must_not_spill for _, _, must_not_spill in variants)
+    assert "markov_sharded.sample[s8,float32/bfloat16]" in names
+
+
+def test_one_variant_compiles_without_spills():
+    from harness import compile_gate
+    from kernels.markov import sharded
+
+    (entry,) = [v for v in sharded.compile_variants("sm_90a") if v[0] == "markov_sharded.sample[s4,bfloat16/bfloat16]"]
+    text, error = compile_gate._capture_fd2(lambda: entry[1]("--gpu-arch sm_90a remarks{ptx}"))
+    assert error is None, error
+    # The DSL wraps the ptxas log of a kernel with local memory (the printf
+    # buffer) at 90 columns: read the figures from the unwrapped text.
+    flat = re.sub(r"\s+", " ", text)
+    registers = [int(r) for r in re.findall(r"Used (\d+) registers", flat)]
+    spills = re.findall(r"(\d+) bytes spill stores, (\d+) bytes spill loads", flat)
+    assert len(registers) == len(spills) == 1, flat[-2000:]
+    assert registers[0] <= 128
+    assert spills[0] == ("0", "0"), flat[-2000:]

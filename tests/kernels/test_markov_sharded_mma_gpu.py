@@ -1,0 +1,115 @@
+"""The bias accumulation hypothesis of golden/markov_sharded.py against the tensor cores.
+
+``golden.markov_sharded.mma_chain_bias`` models the kernel's bias as 16
+chained ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate), each adding the
+exact sum of its 16 products to the accumulator and rounding once to FP32
+(round to nearest even). The probe (``kernels.markov.sharded_probe``) runs
+the kernel's own chain and fragment layout on given operands; this test
+compares its FP32 bits with the model on random operands: ordinary
+(N(0, 1) BF16), adversarial exponent spreads (operands 2^e with e spread
+over +-40, random signs, so products of very different magnitudes meet in
+one MMA and in the accumulator), and cancellation (pairs that cancel
+exactly, leaving tiny residues next to large terms).
+
+The golden runs on the GPU too (``mma_chain_bias`` is device-agnostic: exact
+double products, exact sums, Python integers where a double sum could round).
+
+``python tests/kernels/test_markov_sharded_mma_gpu.py report OUT.json`` runs
+the large comparison (millions of sums) and writes counts and examples.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from golden.markov_sharded import fp32_k_order_bias, mma_chain_bias  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+KINDS = ("normal", "spread", "cancel")
+
+
+def operands(kind: str, tiles: int, sets: int, seed: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """BF16 head ``[16 tiles, 256]`` and embeddings ``[sets, 8, 256]`` of one operand family."""
+    g = torch.Generator().manual_seed(seed)
+    n = tiles * 16
+
+    def draw(*shape):
+        if kind == "normal":
+            return torch.randn(*shape, generator=g)
+        sign = torch.randint(0, 2, shape, generator=g).float() * 2 - 1
+        mantissa = 1 + torch.randint(0, 128, shape, generator=g).float() / 128
+        exponent = torch.randint(-40, 41, shape, generator=g).float()
+        return sign * mantissa * torch.exp2(exponent)
+
+    head = draw(n, 256)
+    embeds = draw(sets, 8, 256)
+    if kind == "cancel":
+        # Every second k cancels the previous one's product, and in set 0
+        # some of the pairs are tiny next to the others.
+        head[:, 1::2] = -head[:, 0::2]
+        embeds[..., 1::2] = embeds[..., 0::2]
+        embeds[0, :, 1::8] *= 2.0**-30
+    return head.to(torch.bfloat16).to(device), embeds.to(torch.bfloat16).to(device)
+
+
+def compare(kind: str, tiles: int, sets: int, seed: int, examples: int = 8) -> dict:
+    """Probe vs ``mma_chain_bias`` (and vs ``fp32_k_order_bias``) on one operand family: counts and examples."""
+    from kernels.markov.sharded_probe import mma_chain
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    head, embeds = operands(kind, tiles, sets, seed, device)
+    got = mma_chain(head, embeds)
+    torch.cuda.synchronize()
+    mismatches, k_order_mismatches, shown = 0, 0, []
+    for s in range(sets):
+        want = mma_chain_bias(embeds[s], head)
+        want_k = fp32_k_order_bias(embeds[s], head)
+        got_bits, want_bits = got[s].view(torch.int32), want.view(torch.int32)
+        bad = (got_bits != want_bits).nonzero()
+        mismatches += len(bad)
+        k_order_mismatches += int((got_bits != want_k.view(torch.int32)).sum())
+        for r, v in bad[: max(0, examples - len(shown))].tolist():
+            shown.append({"set": s, "row": r, "head_row": v, "gpu": f"{got[s, r, v].item():.9e}",
+                          "gpu_bits": f"0x{got_bits[r, v].item() & 0xFFFFFFFF:08X}",
+                          "model": f"{want[r, v].item():.9e}", "model_bits": f"0x{want_bits[r, v].item() & 0xFFFFFFFF:08X}"})
+    return {"kind": kind, "sums": got.numel(), "mismatches": mismatches, "k_order_mismatches": k_order_mismatches,
+            "examples": shown}
+
+
+@pytest.mark.parametrize("kind,tiles,sets", [("normal", 256, 8), ("spread", 8, 2), ("cancel", 32, 4)])
+def test_mma_chain_matches_the_golden_model(kind, tiles, sets):
+    result = compare(kind, tiles, sets, seed=17)
+    assert result["mismatches"] == 0, json.dumps(result, indent=1)
+
+
+def report(path: str) -> None:
+    """The large comparison: several million sums per family where the golden allows it, as JSON."""
+    sizes = {"normal": (1024, 32), "spread": (32, 4), "cancel": (256, 8)}
+    out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "results": []}
+    for kind, (tiles, sets) in sizes.items():
+        start = time.time()
+        result = compare(kind, tiles, sets, seed=1000 + KINDS.index(kind))
+        result["seconds"] = round(time.time() - start, 1)
+        out["results"].append(result)
+        print(kind, result["sums"], result["mismatches"], result["k_order_mismatches"], result["seconds"], flush=True)
+        with open(path, "w") as fh:
+            json.dump(out, fh, indent=1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "report":
+        report(sys.argv[2])
+        raise SystemExit(0)
+    raise SystemExit(f"usage: {sys.argv[0]} report OUT.json")
