@@ -180,7 +180,7 @@ class Report:
         self.results.append(result)
         self._write_files()
         if self._live is not None:
-            self._progress.update(self._task, completed=len(self.results))
+            self._progress.update(self._task, completed=sum(r.launcher != "store" for r in self.results))
             self._live.update(self._renderable())
         elif self._console is not None:
             self._console.print(self._line(result), markup=False)

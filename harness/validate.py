@@ -82,6 +82,11 @@ def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> list[tuple[int, 
         bad = [w for w in req.worlds if w < 1]
         if bad:
             raise ValueError(f"--world must be >= 1, got {bad}")
+        if req.scenarios:
+            idle = [c for c in cases if not set(c.worlds) & set(req.worlds)]
+            if idle:
+                raise ValueError("--world: " + "; ".join(f"{c.key} runs at {list(c.worlds)}" for c in idle) +
+                                 f", not at {list(req.worlds)}")
         worlds = [w for w in worlds if w in req.worlds]
     if req.nnodes > 1 and req.nproc_per_node:
         worlds = [w for w in worlds if w == req.nnodes * req.nproc_per_node]
@@ -95,13 +100,15 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     size = req.size or ("all" if launcher != "cpu" and gpus else "cpu")
     cases = select(discover(req.scenario_root), family=req.family, names=list(req.scenarios or []) or None,
                    size=size)
+    pairs = plan_worlds(cases, req)
     run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     junit = req.junit or str(run_dir / "report.xml")
     json_path = req.json or str(run_dir / "report.json")
-    pairs = plan_worlds(cases, req)
     total = sum(len(cs) * (w // req.tp if req.tp else 1) for w, cs in pairs)
-    header = (f"# rankcheck validate: {why}\n# size class {size}; {len(cases)} scenario(s); "
+    impl = settings_for(launcher, run_dir, max([w for w, _ in pairs] or [1]), gpus, impl=req.impl).impl
+    header = (f"# rankcheck validate: {why}\n# system under test: {impl} implementation; size class {size}; "
+              f"{len(cases)} scenario(s); "
               f"worlds {[w for w, _ in pairs]}" + (f"; tp {req.tp}" if req.tp else "") +
               f"\n# run dir {run_dir}; junit {junit}; json {json_path}")
     job_numbers = itertools.count()

@@ -19,7 +19,10 @@ Per case, the rank builds the scenario's full inputs (identical on every
 rank, from the scenario's seed), makes its system (which takes its shard),
 and for every launch of the flat plan compares its outputs bit for bit with
 the unsharded reference (computed by one rank per launch and shared through
-``ReferenceCache``, also across world sizes when the inputs are equal). Injected faults addressed to this rank are
+``ReferenceCache``, also across world sizes when the inputs are equal).
+Rank 0 of a golden-outcome case also checks (or, for ``harness golden
+--regenerate``, records) the reference outputs' digests in the golden store
+(``store_golden``). Injected faults addressed to this rank are
 acted on here: ``hang`` (record it, then sleep forever before the launch),
 ``crash`` (record it, then exit with ``CRASH_EXIT``, kill itself with
 SIGKILL, or raise), ``skip_launch`` (record it and do not launch),
@@ -231,12 +234,14 @@ def threading_ident() -> int:
     return threading.get_ident()
 
 
-def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict], outputs: dict) -> dict:
+def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict], outputs: dict,
+                 root: str | Path | None = None) -> dict:
     """Check (``mode`` check) or record (``record``) the reference outputs' digests in golden/store.py.
 
     The entry is ``family/name`` with variant ``world<tp>``; outputs are
     flattened to ``launch<k>.<name>``; the input digest covers the static
     tensors and each compared launch's agreed inputs, in launch order.
+    ``root``: the store directory (default ``golden/data``).
     """
     try:
         from golden import store  # noqa: PLC0415
@@ -244,11 +249,12 @@ def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict]
         return {"status": "missing", "message": f"golden.store not importable: {exc}"}
     digest = store.inputs_digest(static, *agreed)
     variant = f"world{tp}"
+    golden_store = store.GoldenStore(root)
     try:
         if mode == "record":
-            store.record(case.key, digest, outputs, variant=variant, regenerate=True)
+            golden_store.record(case.key, digest, outputs, variant=variant, regenerate=True)
             return {"status": "recorded", "message": f"{len(outputs)} outputs recorded ({variant})"}
-        store.check(case.key, digest, outputs, variant=variant)
+        golden_store.check(case.key, digest, outputs, variant=variant)
         return {"status": "ok", "message": f"{len(outputs)} outputs match the stored bits ({variant})"}
     except store.GoldenMissing as exc:
         return {"status": "missing", "message": str(exc)}

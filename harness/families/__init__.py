@@ -124,7 +124,12 @@ class FamilyAdapter:
         return fn(static, config, call_inputs, call_params)
 
     def check_available(self, impl: str) -> None:
-        """Raise ``NotAvailable`` (with the reason) when ``impl`` cannot be imported here."""
+        """Raise ``NotAvailable`` (with the reason) when ``impl`` cannot run here (no GPU, no module)."""
+        if impl == "kernel":
+            import torch  # noqa: PLC0415
+
+            if not torch.cuda.is_available():
+                raise NotAvailable(f"{self.kernel_module}: no CUDA device here (kernel validation needs a GPU)")
         module = _import(self.golden_module if impl == "golden" else self.kernel_module)
         system_class(module, prefer_prefix="Golden" if impl == "golden" else "")
 

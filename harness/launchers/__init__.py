@@ -42,8 +42,12 @@ def resolve(name: str, gpus: int | None = None) -> tuple[str, str]:
     if name not in LAUNCHERS:
         raise ValueError(f"--launcher must be one of {', '.join(LAUNCHERS)}, got {name!r}")
     gpus = gpu_count() if gpus is None else gpus
+    if name == "cpu":
+        return name, ("launcher cpu (requested): golden sharded vs unsharded over real processes with gloo; "
+                      "kernel validation needs a GPU")
     if name != "auto":
-        return name, f"launcher {name} (requested); {gpus} GPU(s) visible"
+        note = "kernel implementation" if gpus else "kernel implementation, but no GPU here: kernel cases are not available"
+        return name, f"launcher {name} (requested); {gpus} GPU(s) visible; {note}"
     if gpus > 1:
         return "torchrun", f"launcher torchrun (auto: {gpus} GPUs, NCCL, kernel implementation)"
     if gpus == 1:

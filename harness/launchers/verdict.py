@@ -103,7 +103,8 @@ def _describe_mismatch(m: dict) -> str:
     """One line for a mismatch dict written by harness.compare."""
     loc = ", ".join(f"{k} {v}" for k, v in m.get("where", {}).items())
     launch = f"launch {m['launch']}, " if m.get("launch") is not None else ""
-    return (f"rank {m['rank']}, {launch}{m['output']}[{loc}]: got {m['actual_hex']} ({m['actual']}), "
+    return (f"rank {m['rank']}, {launch}{m['output']}[{loc}] (element {m['element']}): "
+            f"got {m['actual_hex']} ({m['actual']}), "
             f"expected {m['expected_hex']} ({m['expected']})")
 
 

@@ -280,7 +280,7 @@ class ShardedMarkovSample:
             noisy = ptx.nonzero_f32(temp)
             key = Int64(0)
             for half in cutlass.range_constexpr(2):
-                sums = (acc0, acc2) if half == 0 else (acc1, acc3)
+                sums = (acc0, acc1) if half == 0 else (acc2, acc3)
                 row = tile * TILE_ROWS + g + 8 * half
                 base = self._load_base(base_logits, row_stride, step_stride, column, r, step, row, live)
                 noise_at = noise + (Int64(r * self.steps + step) * noise_row_stride + Int64(row)) * 4

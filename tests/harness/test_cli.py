@@ -51,11 +51,18 @@ def test_family_adapters_name_their_modules_and_outputs():
         adapter("allreduce_mhc").start_config({"generation_ll": 1, "generation_bt": 2})
 
 
-def test_missing_kernel_module_is_not_available():
-    with pytest.raises(NotAvailable, match="cannot import kernels.markov.nonexistent"):
-        from harness.families import FamilyAdapter
+def test_kernel_path_is_not_available_without_gpu_or_module(monkeypatch):
+    import torch
 
-        FamilyAdapter("x", "golden.markov_sharded", "kernels.markov.nonexistent", "tp", {}).check_available("kernel")
+    from harness.families import FamilyAdapter
+
+    fam = FamilyAdapter("x", "golden.markov_sharded", "kernels.markov.nonexistent", "tp", {})
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(NotAvailable, match="no CUDA device"):
+        fam.check_available("kernel")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(NotAvailable, match="cannot import kernels.markov.nonexistent"):
+        fam.check_available("kernel")
 
 
 def test_golden_system_classes_are_found():

@@ -89,6 +89,21 @@ def golden(static: dict, config: dict, inputs: dict, params: dict) -> dict:
     return reference(static, cfg, inputs, params)
 
 
+def capture(launch) -> tuple:
+    """``(graph, outputs)`` of ``launch()`` captured on a side stream. Not
+    ``torch.cuda.graph``: its device-wide synchronize would wait for the other
+    virtual ranks' kernels, which wait for this rank."""
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        outputs = launch()
+        graph.capture_end()
+    torch.cuda.current_stream().wait_stream(side)
+    return graph, outputs
+
+
 def run_world(world: int, static: dict, config: dict, calls: list, *, graph: bool = False) -> list:
     """Every rank's ``(outputs per call, state)`` from ``world`` virtual ranks; with ``graph`` each row
     count's first call captures a CUDA graph that later calls of that row count replay."""
@@ -108,9 +123,7 @@ def run_world(world: int, static: dict, config: dict, calls: list, *, graph: boo
                 rows = inputs["base_logits"].shape[0]
                 if rows not in buffers:
                     buffers[rows] = {k: v.to(device) for k, v in inputs.items()}
-                    cuda_graph = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(cuda_graph, capture_error_mode="thread_local"):
-                        graphs[rows] = (cuda_graph, sampler.launch(buffers[rows], params))
+                    graphs[rows] = capture(lambda: sampler.launch(buffers[rows], params))
                 else:
                     for name, tensor in inputs.items():
                         buffers[rows][name].copy_(tensor)

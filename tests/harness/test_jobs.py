@@ -1,0 +1,71 @@
+"""JobRunner recovery without torch: a stand-in worker that finishes, abandons a job, or hangs.
+
+The stand-in writes the worker's files (progress records and per-rank
+results, same layout) for a two-rank job, so the scheduling is tested on
+its own: finished cases are judged as they arrive; a job that ends early
+(a rank abandoned it) or is ended by the watchdog (a hang) settles the case
+it was in, and the cases after it run in a fresh job.
+"""
+
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from harness.families.catalog import Case
+from harness.launchers.jobs import JobRunner, JobSettings
+
+WORKER = textwrap.dedent('''
+    import json, os, sys, time
+    from harness.progress import ProgressWriter
+    from harness.worker import ABANDON_EXIT, case_dir, result_path
+    job = json.load(open(sys.argv[1]))
+    world = int(sys.argv[2])
+    for spec in job["cases"]:
+        d = case_dir(job["run_dir"], spec["family"], spec["name"], world, None)
+        writers = [ProgressWriter(d, r) for r in range(world)]
+        for w in writers:
+            w.write("start", -1)
+        if spec["name"] == "hang":
+            writers[0].begin(0, {"rows": 2}, {"launches": 0})
+            time.sleep(600)
+        for r, w in enumerate(writers):
+            w.begin(0, {"rows": 2}, {"launches": 0})
+            if spec["name"] == "abandon" and r == 1:
+                w.write("error", -1, error="RuntimeError: boom")
+                res = {"status": "error", "error": {"type": "RuntimeError", "types": ["RuntimeError"],
+                       "message": "boom", "phase": "launch 0"}, "abandon": True}
+                os.makedirs(d, exist_ok=True)
+                json.dump(res, open(result_path(d, r), "w"))
+                sys.exit(ABANDON_EXIT)
+            w.end(0, {"rows": 2}, {"launches": 1})
+        for r in range(world):
+            json.dump({"status": "ok", "launches_done": 1, "refused": [], "not_refused": [],
+                       "comparison": {"mismatch_count": 0, "max_ulps": 0, "first": []}},
+                      open(result_path(d, r), "w"))
+''')
+
+
+def case(name: str) -> Case:
+    """A golden-outcome case of one launch with a 2 s per-launch deadline."""
+    return Case("markov_sharded", name, "", (2,), "cpu", ("golden",), None, None, 1, None, 2.0, "", ())
+
+
+def test_recovery_after_abandon_and_hang(tmp_path):
+    script = tmp_path / "fake_worker.py"
+    script.write_text(WORKER)
+    settings = JobSettings(launcher="cpu", impl="golden", backend="gloo", run_dir=tmp_path / "run",
+                           startup_s=30, case_allowance_s=1.0, grace_s=0.5)
+    verdicts = []
+    runner = JobRunner(settings, lambda s, job, world, i: [sys.executable, str(script), str(job), str(world)],
+                       verdicts.append)
+    started = time.monotonic()
+    runner.run([case(n) for n in ("a", "abandon", "c", "hang", "d")], 2)
+    assert time.monotonic() - started < 30
+    got = {(v.scenario, v.status) for v in verdicts}
+    assert got == {("a", "pass"), ("abandon", "error"), ("c", "pass"), ("hang", "timeout"), ("d", "pass")}, verdicts
+    by_name = {v.scenario: v for v in verdicts}
+    assert "rank 1" in by_name["abandon"].detail and "boom" in by_name["abandon"].detail
+    assert by_name["hang"].diagnosis["rank"] == 1 and by_name["hang"].diagnosis["launch"] == 0
+    jobs = sorted(p.name for p in (tmp_path / "run" / "jobs").iterdir())
+    assert jobs == ["job0.json", "job1.json", "job2.json"]  # a+abandon, c+hang, d
