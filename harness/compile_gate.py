@@ -45,20 +45,29 @@ from typing import Callable, Iterable
 
 ARCHES = ("sm_90a", "sm_100a")
 
-_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '([^']+)'")
-_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_REGS = re.compile(r"Used (\d+) registers")
+# One alternation, matched over the report with every whitespace run collapsed
+# to one space: the DSL word-wraps ptxas's output when it quotes it inside a
+# remark (e.g. "ptxas detected local memory usage", printed for any kernel
+# that calls printf), breaking lines between any two words, never inside one.
+_PTXAS_EVENT = re.compile(
+    r"Compiling entry function '(?P<entry>[^']+)' for '[^']+'"
+    r"|Function properties for (?P<properties>[^\s:]+)"
+    r"|(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
+    r"|Used (?P<registers>\d+) registers"
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @dataclass
 class EntryReport:
-    """ptxas's figures for one entry function."""
+    """ptxas's figures for one function: an entry, or a non-inlined callee with its own frame."""
 
     function: str
     registers: int = -1
     stack_bytes: int = -1
     spill_store_bytes: int = -1
     spill_load_bytes: int = -1
+    entry: bool = True  # False: a non-inlined callee, whose spills count against the variant too
 
 
 @dataclass
@@ -75,21 +84,26 @@ class VariantResult:
 
     @property
     def spilled(self) -> bool:
-        """Whether any entry stored or loaded spills."""
+        """Whether any function of the variant (entry or callee) stored or loaded spills."""
         return any(e.spill_store_bytes > 0 or e.spill_load_bytes > 0 for e in self.entries)
 
     @property
     def ok(self) -> bool:
         """Compiled, reported by ptxas, and not spilling where it must not."""
-        if self.error is not None or not self.entries:
+        if self.error is not None or not self.reported:
             return False
         return not (self.must_not_spill and self.spilled)
+
+    @property
+    def reported(self) -> bool:
+        """Whether ptxas's figures (registers and stack/spills) were read for at least one entry function."""
+        return any(e.entry and e.registers >= 0 and e.stack_bytes >= 0 for e in self.entries)
 
     def verdict(self) -> str:
         """A short status word for the table."""
         if self.error is not None:
             return "ERROR"
-        if not self.entries:
+        if not self.reported:
             return "NO REPORT"
         if self.spilled:
             return "SPILL" if self.must_not_spill else "spill (allowed)"
@@ -97,39 +111,55 @@ class VariantResult:
 
 
 def parse_ptxas_report(text: str) -> list[EntryReport]:
-    """The per-entry figures in ptxas ``-v`` output (in order of appearance)."""
-    entries: list[EntryReport] = []
-    for line in text.splitlines():
-        m = _ENTRY.search(line)
-        if m:
-            entries.append(EntryReport(function=m.group(1)))
-            continue
-        if not entries:
-            continue
-        m = _FRAME.search(line)
-        if m:
-            e = entries[-1]
-            e.stack_bytes, e.spill_store_bytes, e.spill_load_bytes = (int(g) for g in m.groups())
-            continue
-        m = _REGS.search(line)
-        if m:
-            entries[-1].registers = int(m.group(1))
-    return entries
+    """The per-function figures in ptxas ``-v`` output, plain or word-wrapped
+    (entry functions in order of appearance, then any callee with a frame).
+
+    "Used N registers" belongs to the last entry announced; a stack/spill line
+    belongs to the function named by the "Function properties for" before it
+    (the last entry when none is named). A function announced twice (a report
+    quoted twice) keeps one record.
+    """
+    flat = re.sub(r"\s+", " ", _ANSI.sub("", text))
+    reports: dict[str, EntryReport] = {}
+    current: EntryReport | None = None
+    described: EntryReport | None = None
+    for m in _PTXAS_EVENT.finditer(flat):
+        if m.group("entry"):
+            current = described = reports.setdefault(m.group("entry"), EntryReport(function=m.group("entry")))
+            current.entry = True
+        elif m.group("properties"):
+            name = m.group("properties")
+            described = reports.setdefault(name, EntryReport(function=name, entry=False))
+        elif m.group("stack"):
+            target = described or current
+            if target is not None:
+                target.stack_bytes, target.spill_store_bytes, target.spill_load_bytes = (
+                    int(m.group(g)) for g in ("stack", "stores", "loads"))
+        elif current is not None:
+            current.registers = int(m.group("registers"))
+    return [r for r in reports.values() if r.entry] + [
+        r for r in reports.values() if not r.entry and r.stack_bytes >= 0]
 
 
 def discover(package: str = "kernels") -> tuple[list[tuple[str, Callable]], list[tuple[str, str]]]:
-    """Import every module of ``package``: (module name, compile_variants)
-    for those that define it, and (module name, error) for those that fail."""
-    found, failed = [], []
+    """Import every module of ``package`` (a module added later, e.g.
+    ``kernels/markov/sharded.py``, is found by being there): (module name,
+    compile_variants) for those that define it, once per function (a
+    re-export is not a second registry), and (module name, error) for those
+    that fail to import."""
+    found, failed, seen = [], [], set()
     pkg = importlib.import_module(package)
-    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}."):
+    # walk_packages imports subpackages to list them; a failing one is recorded
+    # below, when it is imported by name, instead of aborting the walk.
+    for info in pkgutil.walk_packages(pkg.__path__, prefix=f"{package}.", onerror=lambda name: None):
         try:
             module = importlib.import_module(info.name)
         except Exception as exc:  # noqa: BLE001 - reported as a gate failure
             failed.append((info.name, f"{type(exc).__name__}: {exc}"))
             continue
         fn = getattr(module, "compile_variants", None)
-        if callable(fn):
+        if callable(fn) and id(fn) not in seen:
+            seen.add(id(fn))
             found.append((info.name, fn))
     return found, failed
 
@@ -157,8 +187,6 @@ def _capture_fd2(thunk: Callable[[], object]) -> tuple[str, BaseException | None
         text = tmp.read().decode("utf-8", "replace")
     return text + "\n" + python_side.getvalue(), error
 
-
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _summary(error: BaseException) -> str:
@@ -190,7 +218,8 @@ def run_gate(
     progress: Callable[[VariantResult], None] | None = None,
 ) -> list[VariantResult]:
     """Compile every variant of every registry entry for every arch."""
-    results = []
+    results, seen = [], set()
+    registry = list(registry)
     for arch in arches:
         for module_name, variants_of in registry:
             try:
@@ -209,6 +238,11 @@ def run_gate(
             for name, thunk, must_not_spill in variants:
                 if name_filter and not re.search(name_filter, name):
                     continue
+                if (arch, name) in seen:
+                    results.append(VariantResult(arch=arch, name=name, must_not_spill=True,
+                                                 error=f"variant name registered twice (again by {module_name})"))
+                    continue
+                seen.add((arch, name))
                 r = compile_one(arch, name, thunk, bool(must_not_spill))
                 results.append(r)
                 if progress:

@@ -19,7 +19,8 @@ h`` covers k = ``{32 chunk + 8 t + 4 h + j}``, chained in that order from a
 +0.0 accumulator (``golden.markov_sharded.mma_k_groups``). Lane (g, t) ends
 with the FP32 sums of vocab rows g, g + 8 for request rows 2t, 2t + 1.
 
-Per tile and request row (straight-line, predicated on ``r < rows``):
+Per tile and request row (the lane's two rows in a loop, loads predicated on
+``r < rows``):
 ``bias = cvt.rn.bf16(acc)``, ``value = add.rn.f32(base, bias)`` (rounded to
 BF16 again for a BF16 cache), the value's cache bits go to the warp's shared
 staging ``[warp][row 8][16]`` (32-bit words), the score is ``value`` or
@@ -63,6 +64,16 @@ live (no registers to save around the ``printf``), its CTA commits the
 ``kernels.diag`` record (with the expected tag and the launch counter,
 ``WaitKind.MAILBOX_TAG``) at ``diag`` and traps. One claimer: concurrent
 timeouts never tear the record.
+
+Shared memory per CTA (bytes): embeddings 4096, the warps' tile staging
+8192 (``[16][8][16]`` words), the warps' best keys 1024 (``[16][8]`` u64),
+the winners 64, the launch counter 16, the timeout state 32.
+
+Register budget: ptxas caps a 512-thread CTA at 128 registers and the
+resident tile takes 64 of them for the whole step loop, so the rest is kept
+lean on purpose (one tile epilogue, loops where unrolling would keep several
+loads or addresses live, the timeout report after the loop); every variant
+compiles without spills (``docs/results/markov_sharded_2026-11-29.md``).
 
 Addresses are raw 64-bit integers; every access is a ``kernels.ptx`` helper
 naming its state space, cache operator and ordering. Inputs written before

@@ -1,17 +1,31 @@
-"""The compile gate on the CPU: real Markov kernel variants for sm_90a and
-sm_100a (a representative subset: `python -m harness compile` does all),
-the ptxas report parser, and the gate's failure modes (compile error, spill
-in a must-not-spill variant, broken kernel module)."""
+"""The compile gate on the CPU.
+
+The full gate, as ``make compile`` runs it, once per arch (sm_90a, sm_100a;
+``slow``: about 3 minutes each on 2 loaded cores): every module that
+registers ``compile_variants`` reports ptxas's figures for every variant it
+registers, and no must-not-spill variant spills. Besides: a small in-process
+subset of real Markov variants (the ``--filter`` and ``--json`` paths), the
+ptxas report parser (plain, and word-wrapped as the DSL quotes it inside a
+remark), and the gate's failure modes (compile error, missing report, spill
+in a must-not-spill variant, broken or duplicate registries).
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 
 import pytest
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from harness import compile_gate  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# A deadline for one full gate (measured: about 170 s for sm_90a on 2 loaded cores).
+FULL_GATE_TIMEOUT_S = 1800
 
 # One of each kernel class, both access paths and both finishing layouts.
 SUBSET = r"markov\.anchor|markov\.step\[b1024,n8,vec,cap,full,pdl\]|markov\.step\[b128,n160,scalar,nocap,shard,nopdl\]" \
@@ -35,6 +49,64 @@ def test_parse_ptxas_report_reads_each_entry():
     assert (b.function, b.registers, b.stack_bytes, b.spill_store_bytes, b.spill_load_bytes) == ("kernel_b", 255, 96, 24, 16)
 
 
+# Captured on fd 2 while compiling allreduce.owner_reduce[unicast] for sm_90a with the gate's options
+# (nvidia-cutlass-dsl 4.8.1): a kernel that calls printf gets a "local memory usage" remark, which quotes
+# ptxas's report word-wrapped at 100 columns (the entry name moves to a line of its own), with ANSI colours.
+WRAPPED_REPORT = (
+    '\x1b[96mremark[ptxas]:\x1b[0m ptxas detected local memory usage\n'
+    '\n'
+    '  --> /work/main/kernels/diag.py:318:8\n'
+    '      in function `\x1b[92mwrite_diag_and_trap\x1b[0m(...)`:\n'
+    '   |\n'
+    '  316 |         # The magic must reach host memory before the trap ends the context.\n'
+    '  317 |         ptx.fence("membar.sys")\n'
+    '> 318 |         cute.printf(\n'
+    '      |        ^\n'
+    '  319 |             "rankcheck diag: rank {} launch {} step {} kind {}: waited {} ns (deadline {}) for rank {}, "\n'
+    '  320 |             "expected tag {}, saw {}",\n'
+    '  \x1b[96mremark:\x1b[0m Runtime-indexed per-thread arrays often require addressable PTX local memory instead of\n'
+    '          scalar registers; this can add memory traffic and latency.\n'
+    '\n'
+    '          ptxas output:\n'
+    '          ptxas info    : 120 bytes gmem\n'
+    '          ptxas info    : Compiling entry function\n'
+    "          'kernel_cutlass_kernel_owner_reduce_5120_8_128_unicast_128_________0' for 'sm_90a'\n"
+    '          ptxas info    : Function properties for\n'
+    '          kernel_cutlass_kernel_owner_reduce_5120_8_128_unicast_128_________0\n'
+    '          ptxas         .     48 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n'
+    '          ptxas info    : Used 67 registers, used 1 barriers, 48 bytes cumulative stack size\n'
+    '          ptxas info    : Compile time = 62.551 ms\n'
+    '  \x1b[92msuggestion:\x1b[0m avoid runtime indexing of per-thread arrays when possible; prefer constexpr\n'
+    '              indexing/unrolling, or use shared/global memory when dynamic indexing is required\n'
+)
+
+
+def test_parse_ptxas_report_reads_the_word_wrapped_remark():
+    (entry,) = compile_gate.parse_ptxas_report(WRAPPED_REPORT)
+    assert entry.function == "kernel_cutlass_kernel_owner_reduce_5120_8_128_unicast_128_________0"
+    assert (entry.registers, entry.stack_bytes, entry.spill_store_bytes, entry.spill_load_bytes) == (67, 48, 0, 0)
+
+
+def test_parse_ptxas_report_wrapped_between_any_two_words():
+    """Every line break moved between other words (and the report quoted twice) gives the same figures."""
+    words = REPORT.split()
+    for width in (1, 3, 7):
+        rewrapped = "\n        ".join(" ".join(words[i:i + width]) for i in range(0, len(words), width))
+        got = compile_gate.parse_ptxas_report(rewrapped + "\n" + rewrapped)
+        assert [(e.function, e.registers, e.stack_bytes, e.spill_store_bytes, e.spill_load_bytes) for e in got] == [
+            ("kernel_a", 40, 0, 0, 0), ("kernel_b", 255, 96, 24, 16)], width
+
+
+def test_parse_ptxas_report_counts_a_callee_frame_against_the_variant():
+    report = REPORT.split("ptxas info    : Compiling entry function 'kernel_b'")[0] + (
+        "ptxas info    : Function properties for helper_fn\n"
+        "ptxas         .     32 bytes stack frame, 8 bytes spill stores, 8 bytes spill loads\n")
+    entries = compile_gate.parse_ptxas_report(report)
+    assert [(e.function, e.entry, e.spill_store_bytes) for e in entries] == [("kernel_a", True, 0), ("helper_fn", False, 8)]
+    result = compile_gate.VariantResult(arch="sm_90a", name="fake", must_not_spill=True, entries=entries)
+    assert result.spilled and not result.ok and result.verdict() == "SPILL"
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_gate_compiles_markov_subset(arch, capsys, tmp_path):
     from kernels.markov import fused, probe
@@ -44,8 +116,6 @@ def test_gate_compiles_markov_subset(arch, capsys, tmp_path):
     status = compile_gate.main(["--arch", arch, "--filter", SUBSET, "--quiet", "--json", str(out)], registry=registry)
     text = capsys.readouterr().out
     assert status == 0, text
-    import json
-
     results = json.loads(out.read_text())
     names = {r["name"] for r in results}
     assert len(names) == 6, names
@@ -111,8 +181,96 @@ def test_gate_fails_on_broken_registry(capsys):
     assert "must yield (name, thunk(options), must_not_spill)" in text
 
 
-def test_discover_finds_markov_registries():
+def test_gate_fails_on_a_variant_name_registered_twice(capsys):
+    clean = REPORT.split("ptxas info    : Compiling entry function 'kernel_b'")[0]
+    registry = [("kernels.one", lambda arch: [("fake.same", _fake_thunk(clean), True)]),
+                ("kernels.two", lambda arch: [("fake.same", _fake_thunk(clean), True)])]
+    status = compile_gate.main(["--arch", "sm_90a", "--quiet"], registry=registry)
+    text = capsys.readouterr().out
+    assert status == 1 and "registered twice (again by kernels.two)" in text and "1 of 2 variants passed" in text
+
+
+def test_allreduce_registry_defers_compiling_and_passes_options_through(monkeypatch):
+    """kernels.allreduce.variants follows the convention: yielding compiles nothing; a thunk compiles its
+    variant once with exactly the gate's options (the compile itself is stubbed: no DSL work here)."""
+    import types
+
+    from kernels.allreduce import variants
+
+    seen = []
+
+    def fake_compile(kernel, *args, options):
+        seen.append((kernel.key(), options))
+        return object()
+
+    monkeypatch.setattr(variants, "cute", types.SimpleNamespace(compile=fake_compile, runtime=variants.cute.runtime))
+    monkeypatch.setattr(variants, "_CACHE", {})
+    registry = list(variants.compile_variants("sm_100a"))
+    assert seen == [] and all(isinstance(v, tuple) and len(v) == 3 and callable(v[1]) for v in registry)
+    name, thunk, must_not_spill = next(v for v in registry if v[0] == "allreduce.consumer[bt,mxfp8]")
+    options = "--gpu-arch sm_100a remarks{ptx}"
+    first = thunk(options)
+    assert thunk(options) is first and must_not_spill
+    assert len(seen) == 1 and seen[0][1] == options
+
+
+def _module_exists(dotted: str) -> bool:
+    """Whether ``dotted`` (a module under the repository root) has a source file."""
+    return os.path.exists(os.path.join(ROOT, *dotted.split(".")) + ".py")
+
+
+def test_discover_finds_every_kernel_registry():
     found, failed = compile_gate.discover("kernels")
-    names = {m for m, _ in found}
-    assert {"kernels.markov.fused", "kernels.markov.probe"} <= names
-    assert not [f for f in failed if f[0].startswith("kernels.markov")], failed
+    names = [m for m, _ in found]
+    expected = {"kernels.markov.fused", "kernels.markov.probe", "kernels.allreduce.variants"}
+    # Seed 000's module registers its variants once it exists (being written alongside).
+    expected |= {m for m in ("kernels.markov.sharded",) if _module_exists(m)}
+    assert expected <= set(names), names
+    assert len(names) == len(set(names)) and len({id(fn) for _, fn in found}) == len(found)
+    assert not failed, failed
+
+
+def _registered(arch: str) -> dict[str, tuple[str, bool]]:
+    """Every variant name the discovered registries yield for ``arch``: (module, must_not_spill)."""
+    found, failed = compile_gate.discover("kernels")
+    assert not failed, failed
+    names = {}
+    for module, variants_of in found:
+        for name, _, must_not_spill in variants_of(arch):
+            assert name not in names, f"{name} registered by {names[name][0]} and {module}"
+            names[name] = (module, bool(must_not_spill))
+    return names
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", compile_gate.ARCHES)
+def test_full_gate(arch, tmp_path):
+    """`python -m harness compile --arch <arch>` (what `make compile` runs) over every variant, in a child
+    process as on the command line: exit 0, ptxas's figures for every registered variant, no spills where
+    they are not allowed."""
+    out = tmp_path / "gate.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness", "compile", "--arch", arch, "--quiet", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=FULL_GATE_TIMEOUT_S,
+        env={**os.environ, "CUTE_DSL_ARCH": arch,
+             "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
+    )
+    summary = proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, summary
+    results = json.loads(out.read_text())
+    registered = _registered(arch)
+    by_name = {r["name"]: r for r in results}
+    assert len(by_name) == len(results), "a variant reported twice"
+    assert set(by_name) == set(registered), (sorted(set(registered) - set(by_name)), sorted(set(by_name) - set(registered)))
+    modules = {module for module, _ in registered.values()}
+    assert {"kernels.markov.fused", "kernels.allreduce.variants"} <= modules, modules
+    for name, (module, must_not_spill) in registered.items():
+        r = by_name[name]
+        assert r["arch"] == arch and r["ok"] and r["error"] is None, (module, r)
+        assert r["must_not_spill"] == must_not_spill, (module, r)
+        entries = [e for e in r["entries"] if e["entry"]]
+        assert entries, (module, r)
+        for e in entries:
+            assert 0 < e["registers"] <= 255 and e["stack_bytes"] >= 0, (module, name, e)
+        if must_not_spill:
+            assert all(e["spill_store_bytes"] == 0 and e["spill_load_bytes"] == 0 for e in r["entries"]), (module, r)

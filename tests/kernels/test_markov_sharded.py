@@ -183,3 +183,33 @@ def test_one_variant_compiles_without_spills():
     assert len(registers) == len(spills) == 1, flat[-2000:]
     assert registers[0] <= 128
     assert spills[0] == ("0", "0"), flat[-2000:]
+
+
+def test_kernel_ptx_carries_the_protocol_instructions():
+    """The compiled kernel emits the seed's accesses with their orderings:
+    relaxed system-scope records, the rank-local maximum and its reset, the
+    acq_rel arrival count, the system fences, L2-only staging reads, the MMA
+    chain (16 resident MMAs unrolled, 2 per trip of the streamed loop)."""
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+
+    from kernels.markov.sharded_kernel import ShardedMarkovSample
+
+    args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    compiled = cute.compile(ShardedMarkovSample(2, "float32", "bfloat16"), *args, options="--keep-ptx --gpu-arch sm_90a")
+    text = compiled.artifacts.PTX
+    text = text if isinstance(text, str) else text.decode()
+    for instruction in (
+        "st.relaxed.sys.global.b64", "ld.relaxed.sys.global.b64", "atom.global.max.u64", "atom.global.exch.b64",
+        "atom.add.acq_rel.gpu.global.u32", "membar.sys", "membar.gl", "ld.global.cg.v4.b32", "div.full.f32",
+        "add.rn.f32", "cvt.rn.bf16x2.f32", "ld.volatile.global.b32", "st.global.v4.b32", "%globaltimer", "trap",
+    ):
+        assert instruction in text, instruction
+    assert text.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16 + 2
+    assert ".reqntid 512" in text or ".maxntid 512" in text
+
+
+def test_probe_compiles():
+    from kernels.markov import sharded_probe
+
+    assert sharded_probe._compiled() is not None

@@ -11,8 +11,9 @@ over +-40, random signs, so products of very different magnitudes meet in
 one MMA and in the accumulator), and cancellation (pairs that cancel
 exactly, leaving tiny residues next to large terms).
 
-The golden runs on the GPU too (``mma_chain_bias`` is device-agnostic: exact
-double products, exact sums, Python integers where a double sum could round).
+The models run on the CPU (``mma_chain_bias``: exact double products, exact
+sums, Python integers where a double sum could round; ``fp32_k_order_bias``
+is reported beside it for comparison).
 
 ``python tests/kernels/test_markov_sharded_mma_gpu.py report OUT.json`` runs
 the large comparison (millions of sums) and writes counts and examples.
@@ -55,11 +56,11 @@ def operands(kind: str, tiles: int, sets: int, seed: int, device) -> tuple[torch
     head = draw(n, 256)
     embeds = draw(sets, 8, 256)
     if kind == "cancel":
-        # Every second k cancels the previous one's product, and in set 0
-        # some of the pairs are tiny next to the others.
-        head[:, 1::2] = -head[:, 0::2]
-        embeds[..., 1::2] = embeds[..., 0::2]
-        embeds[0, :, 1::8] *= 2.0**-30
+        # A quarter of the products cancel their neighbour exactly, and in
+        # set 0 some terms are tiny next to the others.
+        head[:, 1::4] = -head[:, 0::4]
+        embeds[..., 1::4] = embeds[..., 0::4]
+        embeds[0, :, 2::8] *= 2.0**-30
     return head.to(torch.bfloat16).to(device), embeds.to(torch.bfloat16).to(device)
 
 
@@ -68,11 +69,11 @@ def compare(kind: str, tiles: int, sets: int, seed: int, examples: int = 8) -> d
     from kernels.markov.sharded_probe import mma_chain
 
     device = torch.device("cuda", torch.cuda.current_device())
-    head, embeds = operands(kind, tiles, sets, seed, device)
-    got = mma_chain(head, embeds)
-    torch.cuda.synchronize()
+    head, embeds = operands(kind, tiles, sets, seed, "cpu")
+    got = mma_chain(head.to(device), embeds.to(device)).cpu()
     mismatches, k_order_mismatches, shown = 0, 0, []
     for s in range(sets):
+        # The models run on the CPU: their exact-sum fallback reads elements one by one.
         want = mma_chain_bias(embeds[s], head)
         want_k = fp32_k_order_bias(embeds[s], head)
         got_bits, want_bits = got[s].view(torch.int32), want.view(torch.int32)
@@ -87,7 +88,7 @@ def compare(kind: str, tiles: int, sets: int, seed: int, examples: int = 8) -> d
             "examples": shown}
 
 
-@pytest.mark.parametrize("kind,tiles,sets", [("normal", 256, 8), ("spread", 8, 2), ("cancel", 32, 4)])
+@pytest.mark.parametrize("kind,tiles,sets", [("normal", 128, 8), ("spread", 8, 2), ("cancel", 32, 4)])
 def test_mma_chain_matches_the_golden_model(kind, tiles, sets):
     result = compare(kind, tiles, sets, seed=17)
     assert result["mismatches"] == 0, json.dumps(result, indent=1)
@@ -95,7 +96,7 @@ def test_mma_chain_matches_the_golden_model(kind, tiles, sets):
 
 def report(path: str) -> None:
     """The large comparison: several million sums per family where the golden allows it, as JSON."""
-    sizes = {"normal": (1024, 32), "spread": (32, 4), "cancel": (256, 8)}
+    sizes = {"normal": (512, 16), "spread": (32, 4), "cancel": (128, 8)}
     out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "results": []}
     for kind, (tiles, sets) in sizes.items():
