@@ -12,13 +12,20 @@ compiled function; ``options`` is the string this gate builds
 (``--gpu-arch <arch> remarks{ptx}``), which the thunk must pass through
 unchanged (so a compile cache keyed by options still compiles once per
 arch). ``must_not_spill`` marks a variant whose spill stores or loads fail
-the gate. A module without ``compile_variants`` is skipped; a module that
+the gate. Every module under ``kernels/`` is imported, so a new one (e.g.
+``kernels/markov/sharded.py``) is found by being there, without a list to
+update; a module without ``compile_variants`` is skipped; a module that
 fails to import fails the gate.
 
 How the figures are read: ``remarks{ptx}`` makes the DSL print ptxas's
 report on the process's stderr; the gate captures file descriptor 2 around
 each thunk and parses, per entry function, "Used N registers", "B bytes stack
-frame, S bytes spill stores, L bytes spill loads". No GPU is needed: the
+frame, S bytes spill stores, L bytes spill loads" (a non-inlined callee's
+frame is listed too and its spills count). The report may come plain or
+word-wrapped inside a DSL remark (kernels that call printf get a "local
+memory usage" remark quoting it), so it is matched with whitespace
+collapsed; a variant without an entry's registers and frame is "NO REPORT"
+and fails. A variant name registered twice fails. No GPU is needed: the
 target comes from ``--gpu-arch`` (and ``CUTE_DSL_ARCH`` is set to the first
 arch when unset, so importing the DSL never looks for a device).
 
