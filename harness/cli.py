@@ -8,7 +8,9 @@ Subcommands:
 - ``replay SCENARIO``: one scenario, verbose: each rank's progress and the
   diagnostic records side by side (``harness.replay``).
 - ``golden [--regenerate]``: check (or record, on purpose) the stored golden
-  bits of every cpu scenario through a cpu validation run.
+  bits of every cpu scenario through a cpu validation run;
+  ``golden --measure-rcp [T...]`` measures the GPU's reciprocal table
+  (``harness.rcp_table``).
 - ``record``, ``bench``, ``compile``: dispatched to ``harness.record``,
   ``harness.bench`` and ``harness.compile_gate`` (imported only when used,
   so a missing module is a clear message, not an import error at start).
@@ -97,7 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("golden", help="check or regenerate the stored golden bits")
     p.add_argument("--regenerate", action="store_true", help="recompute and store (on purpose)")
-    p.add_argument("--measure-rcp", action="store_true", help="measure the GPU's div.full.f32 reciprocal bits")
+    p.add_argument("--measure-rcp", nargs="*", type=float, default=None, metavar="T",
+                   help="measure the GPU's div.full.f32 reciprocal bits of these temperatures (default: every "
+                        "temperature of the scenario files and of the table) into golden/data/rcp_f32_sm_90.json")
     p.add_argument("--run-dir", metavar="DIR")
 
     for name in DISPATCHED:
@@ -148,10 +152,12 @@ def cmd_golden(args: argparse.Namespace) -> int:
     """Check the stored golden bits of every cpu scenario (or record them with --regenerate)."""
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
 
-    if args.measure_rcp:
-        print("rankcheck golden --measure-rcp: needs a GPU and a reciprocal-measuring kernel; not implemented "
-              "in this revision (golden/data/rcp_f32_<arch>.json stays as it is)", file=sys.stderr)
-        return 2
+    if args.measure_rcp is not None:
+        from harness.rcp_table import measure  # noqa: PLC0415
+
+        if args.regenerate:
+            raise ValueError("--measure-rcp and --regenerate: run one at a time")
+        return measure(args.measure_rcp or None)
     return run_validate(ValidateRequest(launcher="cpu", size="cpu", run_dir=args.run_dir,
                                         store="record" if args.regenerate else "check"))
 

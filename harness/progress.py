@@ -9,6 +9,11 @@ in, and a missing ``begin`` is a launch it never reached. ``state`` is the
 system's ``state()`` (launch counter, generation, ...) at that moment, which
 is what the rank *believed* when it stopped.
 
+A ``reference`` record says the rank is computing (or waiting for) the
+unsharded reference of that launch; while it does, it refreshes the file's
+modification time every few seconds (``touch``), so the job runner can tell
+a long reference computation from a stalled rank.
+
 The reader tolerates a torn last line (a process killed mid-write).
 """
 
@@ -73,6 +78,10 @@ class ProgressWriter:
     def end(self, launch: int, params: Mapping | None = None, state: Mapping | None = None) -> None:
         """Record that ``launch`` returned."""
         self.write("end", launch, params, state)
+
+    def touch(self) -> None:
+        """Refresh the file's modification time (a heartbeat while a long reference is computed or awaited)."""
+        os.utime(self.path)
 
     def close(self) -> None:
         """Close the file (records already written are durable)."""

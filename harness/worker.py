@@ -18,7 +18,7 @@ in ``<run>/cases/<family>.<name>/w<tp>[.g<group>]/``:
 Per case, the rank builds the scenario's full inputs (identical on every
 rank, from the scenario's seed), makes its system (which takes its shard),
 and for every launch of the flat plan compares its outputs bit for bit with
-the unsharded reference (computed by one rank per launch and shared through
+the unsharded reference (computed once per call by the first rank that needs it, shared through
 ``ReferenceCache``, also across world sizes when the inputs are equal).
 Rank 0 of a golden-outcome case also checks (or, for ``harness golden
 --regenerate``, records) the reference outputs' digests in the golden store
@@ -159,6 +159,9 @@ def check_agreement(comm: Any, launch: Any) -> None:
 
 
 REFERENCE_POLL_S = 0.02
+# How long a rank waits for the rank computing a reference (which beats every HEARTBEAT_S meanwhile)
+# before computing it itself; a realistic-size golden reference on one CPU core takes minutes.
+REFERENCE_WAIT_S = 1800.0
 
 
 def tensor_digest(h: Any, name: str, tensor: Any) -> None:
@@ -175,11 +178,17 @@ class ReferenceCache:
     """Reference outputs shared by the ranks of a run, keyed by a digest of everything they depend on.
 
     The unsharded reference of a launch is the same for every rank of a TP
-    group and, when the inputs are, for every world size. So one rank (the
-    owner, ``launch % tp``) computes it and stores it as safetensors under
-    ``<run>/refcache/<digest>.safetensors`` (atomically); the others wait for
-    the file up to ``wait_s`` and compute it themselves if it does not come
-    (with several nodes the run directories are not shared: every rank is its own owner).
+    group, for every launch of one call (repeats, replays) and, when the
+    inputs are, for every world size. So it is computed once per run: the
+    first rank that needs it claims it (``<digest>.claim``, created
+    exclusively, holding the claimer's pid), computes it and stores it as
+    safetensors under ``<run>/refcache/<digest>.safetensors`` (atomically);
+    every other rank waits for that file, calling ``heartbeat`` while it
+    waits, up to ``wait_s``, then computes it itself. A claim whose process
+    is gone (a job ended under it) is taken over; a claimer whose
+    computation fails drops its claim, so the next rank computes it and
+    meets the same error. With several nodes the run directories are not
+    shared: every rank is its own owner (``share=False``).
     The digest covers the family, the config without its TP key, the static
     tensors, the call's agreed inputs (dtype, shape, bytes) and parameters.
     """
@@ -195,6 +204,7 @@ class ReferenceCache:
         for name in sorted(static):
             tensor_digest(base, name, static[name])
         self._base = base
+        self.computed = 0
 
     def key(self, inputs: dict, params: dict) -> str:
         """The digest of one launch's reference."""
@@ -208,23 +218,102 @@ class ReferenceCache:
         h.update(repr(sorted((k, repr(v)) for k, v in params.items())).encode())
         return h.hexdigest()[:32]
 
-    def get(self, key: str, compute: Callable[[], dict], *, owner: bool, wait_s: float) -> dict:
-        """The reference for ``key``: loaded, computed and stored (owner), or waited for then computed."""
+    def _claim(self, claim: Path) -> bool:
+        """Create ``claim`` exclusively (True), or take over one whose process is gone; False when held."""
+        try:
+            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                holder = int(claim.read_text(encoding="utf-8") or "0")
+            except (FileNotFoundError, ValueError):
+                return False  # being written or just dropped: look again at the next poll
+            if holder and _process_alive(holder):
+                return False
+            try:
+                claim.unlink()
+            except FileNotFoundError:
+                pass
+            return self._claim(claim) if holder else False
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+        return True
+
+    def get(self, key: str, compute: Callable[[], dict], *, wait_s: float, share: bool = True,
+            heartbeat: Callable[[], None] = lambda: None) -> dict:
+        """The reference for ``key``: loaded, or computed (and stored) by the one rank that claims it."""
         from safetensors.torch import load_file, save_file  # noqa: PLC0415
 
         path = self.directory / f"{key}.safetensors"
-        deadline = time.monotonic() + (0.0 if owner else wait_s)
-        while True:
+        claim = self.directory / f"{key}.claim"
+        deadline = time.monotonic() + wait_s
+        beat = time.monotonic()
+        while share:
             if path.exists():
                 return load_file(str(path))
-            if time.monotonic() >= deadline:
+            if self._claim(claim):
                 break
+            if time.monotonic() >= deadline:
+                claim = None  # the claimer is too slow: compute it here, leave its claim alone
+                break
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                heartbeat()
+                beat = time.monotonic()
             time.sleep(REFERENCE_POLL_S)
-        outputs = compute()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")
-        save_file({k: v.detach().cpu().contiguous() for k, v in outputs.items()}, str(tmp))
-        os.replace(tmp, path)
+        try:
+            with _Heartbeat(heartbeat):
+                outputs = compute()
+            self.computed += 1
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")
+            save_file({k: v.detach().cpu().contiguous() for k, v in outputs.items()}, str(tmp))
+            os.replace(tmp, path)
+        finally:
+            if share and claim is not None:
+                try:
+                    claim.unlink()
+                except FileNotFoundError:
+                    pass
         return outputs
+
+
+HEARTBEAT_S = 5.0
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class _Heartbeat:
+    """Calls ``beat`` every ``HEARTBEAT_S`` seconds from a daemon thread while the block runs."""
+
+    def __init__(self, beat: Callable[[], None]) -> None:
+        import threading  # noqa: PLC0415
+
+        self._beat = beat
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="reference-heartbeat")
+
+    def _run(self) -> None:
+        """Beat until stopped."""
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._beat()
+            except Exception:  # noqa: BLE001 - a missed heartbeat only shortens the watchdog's patience
+                pass
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=HEARTBEAT_S + 1)
 
 
 def threading_ident() -> int:
@@ -232,6 +321,15 @@ def threading_ident() -> int:
     import threading  # noqa: PLC0415
 
     return threading.get_ident()
+
+
+def stored_case(case: Any) -> bool:
+    """Whether the golden store holds ``case``'s bits: golden-outcome cases of size class cpu.
+
+    A gpu-size reference takes minutes on a CPU; on the GPU machine those
+    cases are checked by recomputing the reference with the golden instead.
+    """
+    return case.outcomes == ("golden",) and case.size == "cpu"
 
 
 def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict], outputs: dict,
@@ -301,7 +399,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         config.update(fam.start_config(scenario.initial_state()))
         total = cmp.Comparison(tolerance_ulps=case.tolerance_ulps)
         refs = ReferenceCache(run_dir, case.family, fam.tp_key, config, static)
-        store_mode = store if group_rank == 0 and not group and case.outcomes == ("golden",) else None
+        store_mode = store if group_rank == 0 and not group and stored_case(case) else None
         agreed: list[dict] = []
         store_outputs: dict = {}
         phase = "construct"
@@ -355,10 +453,11 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                     if attempt:
                         continue
                     result["launches_done"] += 1
+                    progress.write("reference", k, launch.call_params, _safe_state(system))
                     reference = refs.get(
                         refs.key(launch.agreed_inputs, launch.agreed_params),
                         lambda launch=launch: fam.reference(static, config, launch.agreed_inputs, launch.agreed_params),
-                        owner=not share_refs or k % tp == group_rank, wait_s=case.per_launch_s(None) / 4)
+                        share=share_refs, wait_s=REFERENCE_WAIT_S, heartbeat=progress.touch)
                     if store_mode:
                         agreed.append(launch.agreed_inputs)
                         store_outputs.update({f"launch{k}.{n}": t for n, t in reference.items()})
@@ -375,6 +474,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
             if phase != "construct" and "error" not in case.outcomes and not isinstance(exc, CallDisagreement):
                 result["abandon"] = True
         result["comparison"] = total.to_json()
+        result["references_computed"] = refs.computed  # by this rank; the others loaded them from refcache/
         result["state"] = _safe_state(system)
         if store_mode and result["status"] == "ok" and store_outputs:
             result["store"] = store_golden(store_mode, case, tp, static, agreed, store_outputs)

@@ -11,7 +11,19 @@ four questions for the worker:
   the import error as its reason, never a failure);
 - how to compute the reference (``golden.<module>.reference``, the unsharded
   loop);
-- which config key carries the TP size (``tp`` or ``world``).
+- which config key carries the TP size (``tp`` or ``world``);
+- which config keys only one implementation accepts (stripped for the
+  other), which config entries the harness adds for the golden (on the
+  golden path and for the reference alike: e.g. markov_sharded's reciprocal
+  table and bias model), which keyword arguments the kernel class gets
+  (``kernels/`` never imports ``golden``, so e.g. markov_fused's bias GEMV
+  is handed in here), and whether the kernel needs its static weights and
+  call inputs on its CUDA device (``kernel_inputs_on_device``): then the
+  kernel system is wrapped in ``DevicePlaced``, which copies the weights
+  once and every call's inputs at every launch, keeping each tensor's
+  shape, strides and storage offset (misaligned views stay misaligned), so
+  a kernel writing an input in place never touches the harness's copies
+  (the reference and later launches of the same call see untouched inputs).
 
 The system classes are found by name when a module names them in
 ``SYSTEM_CLASS``, otherwise as the module's one class that defines both
@@ -63,6 +75,72 @@ def system_class(module: Any, prefer_prefix: str = "") -> type:
     return chosen[0]
 
 
+def _resolve(dotted: str) -> Any:
+    """The object named ``module:attribute`` (imported lazily; NotAvailable when it cannot be)."""
+    module, _, attr = dotted.partition(":")
+    obj = _import(module)
+    try:
+        return getattr(obj, attr)
+    except AttributeError as exc:
+        raise NotAvailable(f"{module} has no {attr}") from exc
+
+
+def to_device(value: Any, device: Any) -> Any:
+    """A copy of tensor ``value`` on ``device`` with the same shape, strides and storage offset; other values as given."""
+    import torch  # noqa: PLC0415
+
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.numel() == 0:
+        return torch.empty_strided(tuple(value.shape), value.stride(), dtype=value.dtype, device=device)
+    # The storage prefix up to the last element the view reaches: copying it keeps the
+    # storage offset, so a view misaligned on purpose stays misaligned on the device.
+    extent = value.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride()))
+    flat = value.as_strided((extent,), (1,), 0).to(device, copy=True)
+    return flat.as_strided(tuple(value.shape), value.stride(), value.storage_offset())
+
+
+def placed(values: Any, device: Any) -> Any:
+    """A mapping's tensors copied to ``device`` by ``to_device`` (anything else returned as given)."""
+    if not isinstance(values, Mapping):
+        return values
+    return {k: to_device(v, device) for k, v in values.items()}
+
+
+def rank_device(world_handle: Any) -> Any:
+    """The CUDA device of this rank: the world handle's ``device`` when it is a CUDA one, else the current device."""
+    import torch  # noqa: PLC0415
+
+    device = getattr(world_handle, "device", None)
+    if device is not None and torch.device(device).type == "cuda":
+        return torch.device(device)
+    if not torch.cuda.is_available():
+        raise NotAvailable("no CUDA device here: the kernel needs its inputs on a GPU")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+class DevicePlaced:
+    """A kernel system fed on ``device``: every call's inputs are copied there (layout kept) before its launch.
+
+    Other attributes (``diag_record``, ``state``...) are the wrapped system's.
+    """
+
+    def __init__(self, system: Any, device: Any) -> None:
+        self.system = system
+        self.device = device
+
+    def launch(self, call_inputs: Any, call_params: Any = None) -> Any:
+        """Launch the wrapped system on copies of ``call_inputs`` on the device."""
+        return self.system.launch(placed(call_inputs, self.device), call_params)
+
+    def state(self) -> Any:
+        """The wrapped system's state."""
+        return self.system.state()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.system, name)
+
+
 @dataclass(frozen=True)
 class FamilyAdapter:
     """What the harness needs to know about one family (parameters of one mechanism)."""
@@ -73,6 +151,22 @@ class FamilyAdapter:
     tp_key: str
     output_axes: Mapping[str, Sequence[str]]
     start_keys: Mapping[str, str] = field(default_factory=dict)
+    kernel_only_config: tuple[str, ...] = ()
+    golden_only_config: tuple[str, ...] = ()
+    golden_config_extras: Mapping[str, Any] = field(default_factory=dict)
+    kernel_kwargs: Mapping[str, str] = field(default_factory=dict)
+    kernel_inputs_on_device: bool = False
+
+    def golden_config(self, config: Mapping[str, Any]) -> dict:
+        """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""
+        out = {k: v for k, v in config.items() if k not in self.kernel_only_config}
+        for key, value in self.golden_config_extras.items():
+            out.setdefault(key, value)
+        return out
+
+    def kernel_config(self, config: Mapping[str, Any]) -> dict:
+        """The config the kernel gets: golden-only keys removed."""
+        return {k: v for k, v in config.items() if k not in self.golden_only_config}
 
     def start_config(self, initial_state: Mapping[str, int]) -> dict:
         """Config entries that start the system's counters where the scenario says (e.g. near a wrap)."""
@@ -100,12 +194,22 @@ class FamilyAdapter:
     def golden_system(self, comm: Any, static: Mapping, config: Mapping) -> Any:
         """The golden per-rank system over ``comm`` (a ``golden.comm.Comm``)."""
         cls = system_class(_import(self.golden_module), prefer_prefix="Golden")
-        return cls(comm, static, config)
+        return cls(comm, static, self.golden_config(config))
 
-    def kernel_system(self, world_handle: Any, static: Mapping, config: Mapping) -> Any:
-        """The CuTe DSL per-rank system over ``world_handle`` (a fabric provider or a Comm)."""
+    def kernel_system(self, world_handle: Any, static: Mapping, config: Mapping, *, device: Any = None) -> Any:
+        """The CuTe DSL per-rank system over ``world_handle`` (a fabric provider or a Comm).
+
+        With ``kernel_inputs_on_device`` the static weights are copied to
+        ``device`` (default: ``rank_device(world_handle)``) and the system is
+        wrapped in ``DevicePlaced``.
+        """
         cls = system_class(_import(self.kernel_module))
-        return cls(world_handle, static, config)
+        kwargs = {name: _resolve(dotted) for name, dotted in self.kernel_kwargs.items()}
+        if not self.kernel_inputs_on_device:
+            return cls(world_handle, static, self.kernel_config(config), **kwargs)
+        device = rank_device(world_handle) if device is None else device
+        system = cls(world_handle, placed(dict(static), device), self.kernel_config(config), **kwargs)
+        return DevicePlaced(system, device)
 
     def make_system(self, impl: str, world_handle: Any, static: Mapping, config: Mapping) -> Any:
         """The system of implementation ``impl`` (``golden`` or ``kernel``)."""
@@ -121,7 +225,7 @@ class FamilyAdapter:
         fn = getattr(module, "reference", None)
         if not callable(fn):
             raise NotAvailable(f"{self.golden_module} has no reference()")
-        return fn(static, config, call_inputs, call_params)
+        return fn(static, self.golden_config(config), call_inputs, call_params)
 
     def check_available(self, impl: str) -> None:
         """Raise ``NotAvailable`` (with the reason) when ``impl`` cannot run here (no GPU, no module)."""

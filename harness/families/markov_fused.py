@@ -3,6 +3,14 @@
 Compared outputs: ``tokens`` [rows, steps], ``cache`` [max_reqs, steps, V]
 (every rank ends with the full vocabulary) and ``emb`` [rows, R]. The TP
 size travels in config key ``tp``.
+
+Kernel side (docs/interfaces.md): ``FusedMarkovLoop`` takes its weights and
+call inputs as CUDA tensors (the adapter copies them to the rank's device,
+layout kept, and the kernel's in-place ``cache`` write lands on that copy),
+and the bias GEMV as ``bias_fn``: the golden's exact
+``golden.markov_fused.markov_bias``, so that both sides' step kernels see
+identical operands (the kernel's default is a plain bf16 matmul). ``pdl``
+and ``sharded`` are kernel-only config keys; the golden rejects them.
 """
 
 from harness.families import FamilyAdapter
@@ -17,4 +25,7 @@ ADAPTER = FamilyAdapter(
         "cache": ("row", "step", "vocab"),
         "emb": ("row", "index"),
     },
+    kernel_only_config=("pdl", "sharded"),
+    kernel_kwargs={"bias_fn": "golden.markov_fused:markov_bias"},
+    kernel_inputs_on_device=True,
 )

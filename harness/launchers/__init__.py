@@ -19,6 +19,7 @@ Per-rank logs go to ``<run>/logs/job<i>/`` via torchrun's ``--log-dir`` and
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from harness.launchers.jobs import JobSettings, python
@@ -64,6 +65,9 @@ def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None
         impl, backend = "golden", "gloo"
     elif launcher == "virtual":
         impl, backend = ("kernel" if gpus else "golden"), "none"
+        # One process holds every rank, and its golden references (realistic sizes) are the slow part:
+        # let torch use the machine's cores instead of the one-per-process default of the other launchers.
+        env["OMP_NUM_THREADS"] = str(max(1, os.cpu_count() or 1))
     else:
         impl = "kernel"
         per_node = kw.get("nproc_per_node") or world_hint

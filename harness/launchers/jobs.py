@@ -12,11 +12,15 @@ have all written their results is judged and reported at once. The case in
 progress has its own clock: the startup allowance until its first progress
 record appears (for the first case of a job), then the per-launch deadline
 times its launches plus a per-case allowance (input building and the
-reference). When that expires the watchdog ends the whole tree; the case is
-judged from the records (a timeout naming the rank and launch), and the
-cases after it run in a fresh job. A job that ends early (a crash, or a
-rank that abandoned the job after an unexpected error) is handled the same
-way, without waiting.
+reference). Time a rank spends on the unsharded reference (its last record
+is ``reference`` and its heartbeat is fresh: a realistic-size golden
+reference takes minutes on a CPU) stops that clock. When it expires the
+watchdog ends the whole tree; the case is judged from the records (a
+timeout naming the rank and launch), and the cases after it run in a fresh
+job. A job that ends early (a crash, or a rank that abandoned the job after
+an unexpected error) is handled the same way, without waiting; a case that
+had not started when its job ended is run again in the fresh job, not
+judged (it never ran), provided the ended job settled at least one case.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -38,6 +43,10 @@ from harness.watchdog import Supervised, diagnose, kernel_diag_records
 from harness.worker import case_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+# A reference heartbeat older than this no longer stops the case clock (the worker beats every 5 s).
+HEARTBEAT_STALE_S = 30.0
+# The most a job may run beyond its budget on reference computations (the backstop of every job).
+REFERENCE_ALLOWANCE_S = 3600.0
 
 
 @dataclass
@@ -139,7 +148,8 @@ class JobRunner:
         env.setdefault("PYTHONUNBUFFERED", "1")
         env.setdefault("OMP_NUM_THREADS", "1")
         remaining = list(pending)
-        clock = {"case_started": None, "job_started": time.monotonic()}
+        clock = {"case_started": None, "job_started": time.monotonic(), "last_poll": time.monotonic(),
+                 "paused": 0.0, "case_paused": 0.0, "settled": 0, "abandoned": False}
         # results this harness can see: every rank's on one node; with several nodes the run
         # directories need not be shared, so this node's ranks (more when the directory is shared)
         visible = world if s.nnodes == 1 else (s.nproc_per_node or world // s.nnodes)
@@ -155,6 +165,9 @@ class JobRunner:
                 self._report(case, world, tp, groups, results, records.CaseEnd(True), time.monotonic() - started)
                 remaining.pop(0)
                 clock["case_started"] = time.monotonic()
+                clock["case_paused"] = 0.0
+                clock["settled"] += 1
+                clock["abandoned"] = any(r.get("abandon") for rs in results.values() for r in rs.values())
 
         def expired() -> bool:
             """Settle finished cases; True when the case in progress has run out of time."""
@@ -163,25 +176,39 @@ class JobRunner:
                 return False
             case = remaining[0]
             now = time.monotonic()
+            since_poll, clock["last_poll"] = now - clock["last_poll"], now
             if clock["case_started"] is None:
                 if not records.case_started(s.run_dir, case.family, case.name, tp, groups):
                     return now - clock["job_started"] > s.startup_s
                 clock["case_started"] = now
-            if now - clock["case_started"] > self._case_budget(case):
+            act = records.latest_activity(s.run_dir, case.family, case.name, tp, groups)
+            if act.referencing and act.newest is not None and time.time() - act.newest < HEARTBEAT_STALE_S:
+                clock["case_paused"] += since_poll  # a reference is being computed: not the case's time
+                clock["paused"] += since_poll
+                return False
+            if (now - clock["case_started"] - clock["case_paused"] > self._case_budget(case)
+                    or now - clock["job_started"] - clock["paused"] > cap):
                 return True
-            newest, begun = records.latest_activity(s.run_dir, case.family, case.name, tp, groups)
-            stall = case.per_launch_s(s.per_launch_s) + (0.0 if begun else s.case_allowance_s)
-            return newest is not None and time.time() - newest > stall
+            stall = case.per_launch_s(s.per_launch_s) + (0.0 if act.begun else s.case_allowance_s)
+            return act.newest is not None and time.time() - act.newest > stall
 
+        cap = s.startup_s + sum(self._case_budget(c) for c in pending) + s.case_allowance_s
         with open(log_path, "ab") as log:
             sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s)
-            cap = s.startup_s + sum(self._case_budget(c) for c in pending) + s.case_allowance_s
-            outcome = sup.wait(cap, poll=expired)
+            outcome = sup.wait(cap + REFERENCE_ALLOWANCE_S, poll=expired)
         if outcome.leftovers:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
         settle_completed()
         if not remaining:
             return []
+        if not outcome.timed_out and (clock["abandoned"] or (
+                clock["settled"] and not records.case_started(s.run_dir, remaining[0].family, remaining[0].name,
+                                                              tp, groups))):
+            # The job ended between cases (its ranks abandoned it after an unexpected error in the
+            # case just settled): the next case did not run to its end; run it afresh in a new job.
+            for g in groups:
+                shutil.rmtree(case_dir(s.run_dir, remaining[0].family, remaining[0].name, tp, g), ignore_errors=True)
+            return remaining
         # The job ended (or was ended) with cases unsettled: the first one was running.
         case = remaining.pop(0)
         results = {g: records.read_results(s.run_dir, case.family, case.name, tp, g, world) for g in groups}

@@ -61,10 +61,19 @@ def case_started(run_dir: str | Path, family: str, name: str, tp: int, groups: l
     return False
 
 
-def latest_activity(run_dir: str | Path, family: str, name: str, tp: int,
-                    groups: list[int | None]) -> tuple[float | None, bool]:
-    """(wall time of the newest progress record of the case, whether any rank has begun a launch)."""
-    newest, begun = None, False
+@dataclass
+class Activity:
+    """The latest signs of life of a case's ranks."""
+
+    newest: float | None = None
+    begun: bool = False
+    referencing: bool = False
+
+
+def latest_activity(run_dir: str | Path, family: str, name: str, tp: int, groups: list[int | None]) -> Activity:
+    """Wall time of the newest progress record (or heartbeat) of the case, whether any rank has begun a
+    launch, and whether any rank's last record is ``reference`` (computing or awaiting a reference)."""
+    act = Activity()
     for group in groups:
         directory = case_dir(run_dir, family, name, tp, group)
         if not directory.is_dir():
@@ -74,7 +83,8 @@ def latest_activity(run_dir: str | Path, family: str, name: str, tp: int,
                 mtime = path.stat().st_mtime
             except FileNotFoundError:
                 continue
-            newest = mtime if newest is None else max(newest, mtime)
-            if not begun and any(r.get("event") == "begin" for r in read_progress(path)):
-                begun = True
-    return newest, begun
+            act.newest = mtime if act.newest is None else max(act.newest, mtime)
+            recs = read_progress(path)
+            act.begun = act.begun or any(r.get("event") == "begin" for r in recs)
+            act.referencing = act.referencing or bool(recs and recs[-1].get("event") == "reference")
+    return act

@@ -7,10 +7,17 @@ variant. ``compiled(kernel, arch)`` compiles once per ``(kernel.key(), arch)``
 under a lock (virtual ranks construct concurrently) and refuses to compile
 while the current CUDA stream is being captured into a graph.
 
-``compile_variants(arch)`` compiles every variant the family has (LL and BT
-publish, plain and finalize, multicast and unicast fan-out; the owner reduce
-with both fan-outs; the consumer for LL and BT with plain, MXFP8 and
-residual-only outputs) at the seed's preset shape, for the compile gate.
+``preload`` (``kernels.loading``, re-exported here) loads a compiled
+variant into the current context at construction (no lazy load at launch).
+
+``compile_variants(arch)`` is the compile gate's registry
+(``harness/compile_gate.py``): it compiles nothing itself and returns
+``(name, thunk(options), must_not_spill)`` for every variant the family has
+(LL and BT publish, plain and finalize, multicast and unicast fan-out; the
+owner reduce with both fan-outs; the consumer for LL and BT with plain,
+MXFP8 and residual-only outputs) at the seed's preset shape. A thunk goes
+through the same ``compiled`` cache as the host class, with the gate's
+options (which carry ``--gpu-arch``) passed through unchanged.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from cutlass import Float32, Int32, Int64
 from kernels.allreduce.consumer import OUTPUTS, LamportMHCConsumer
 from kernels.allreduce.owner_reduce import OwnerReduceKernel
 from kernels.allreduce.publish import FANOUTS, PROTOCOLS, SOURCES, PublishKernel
+from kernels.loading import preload  # noqa: F401 - kernels.allreduce.host calls variants.preload
 
 GATE_SHAPE = {"hidden": 5120, "hc": 4, "tp": 8, "capacity": 128, "top_k": 8}
 
@@ -67,40 +75,6 @@ def compiled(kernel: Any, arch: str, options: str = "", *, with_arch: bool = Tru
             full = f"--gpu-arch {arch} {options}".strip() if with_arch else options
             _CACHE[key] = cute.compile(kernel, *placeholder_args(kernel), options=full)
         return _CACHE[key]
-
-
-def _check(result: tuple, what: str) -> tuple:
-    """The values of a cuda-python call after its status, or a RuntimeError naming ``what``."""
-    status, *values = result
-    if int(status) != 0:
-        raise RuntimeError(f"{what} failed: {status}")
-    return tuple(values)
-
-
-def preload(function: Any) -> None:
-    """Load every kernel of a compiled function into the current CUDA context now.
-
-    Under CUDA's default lazy loading a kernel's code is loaded at its first
-    launch, and that load waits for the device: if a peer rank's grid is
-    spinning on this rank's next kernel (virtual ranks share one device), the
-    load never returns. ``cuFuncLoad`` at construction takes that wait out of
-    the calls.
-    """
-    import cuda.bindings.driver as driver
-    import cuda.bindings.runtime as runtime
-
-    function.to(None)  # loads the library (its kernels stay lazy)
-    kernels = []
-    for library in getattr(function.jit_module, "cuda_library", []):
-        (count,) = _check(runtime.cudaLibraryGetKernelCount(library), "cudaLibraryGetKernelCount")
-        (found,) = _check(runtime.cudaLibraryEnumerateKernels(count, library), "cudaLibraryEnumerateKernels")
-        kernels += [driver.CUkernel(int(kernel)) for kernel in found]
-    kernels += [loaded.kernel for loaded in getattr(function.jit_module, "cuda_modules", [])]
-    if not kernels:
-        raise RuntimeError("preload: the compiled function exposes no kernels to load")
-    for kernel in kernels:
-        (handle,) = _check(driver.cuKernelGetFunction(kernel), "cuKernelGetFunction")
-        _check(driver.cuFuncLoad(handle), "cuFuncLoad")
 
 
 def gate_kernels(arch: str, shape: dict | None = None) -> dict[str, Any]:

@@ -13,8 +13,20 @@ the static weights are checked (``sharded_checks.py``), the kernel variant
 process-wide cache), then every rank allocates its peer buffer
 ``markov_sharded.peer`` (``uint8``, ``sharded_layout.peer_buffer_bytes``:
 mailbox, then both parities of staging) through ``fabric.alloc`` (zero
-filled: no record carries a tag), and the ranks meet in ``fabric.barrier()``
-so no rank posts into a buffer a peer has not finished setting up.
+filled: no record carries a tag), loads the variant's code into the context
+(``kernels.loading.preload``: under CUDA's lazy loading a first launch would
+load it and wait for the device, which never idles while a peer's grid
+spins), and the ranks meet in ``fabric.barrier()`` so no rank launches
+before every rank finished construction (compile, preload, peer buffer,
+control words) and none posts into a buffer a peer has not set up.
+
+The launch path runs no CUDA kernel besides the sampler's (value checks read
+host copies made with plain memcpys), so no first use of some other kernel
+has to be loaded while a peer's grid waits for this rank.
+
+``kernel_arguments`` builds the launch's 26 scalar arguments (addresses,
+strides, sizes) from the checked call alone, so the CPU tests pin the
+addresses and offsets the kernel receives against the seed's layout.
 
 Owned by this instance: the peer buffer (peers store into it, this rank
 polls and copies from it), the control words (local ``int32
@@ -47,6 +59,7 @@ from typing import Any, Mapping
 
 import torch
 
+from kernels.loading import preload
 from kernels.markov.sharded_checks import CallArgs, SamplerConfig, check_call, check_config, check_static
 from kernels.markov.sharded_layout import (
     CONTROL_WORDS,
@@ -156,6 +169,8 @@ class ShardedMarkovSampler:
         # Compile before the collective allocation: a rank that cannot
         # compile fails here instead of leaving the others in the rendezvous.
         self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype)
+        with torch.cuda.device(self.device):
+            preload(self._kernel)
         self.peer = fabric.alloc(
             PEER_BUFFER_NAME,
             peer_buffer_bytes(max_rows=cfg.max_rows, steps=cfg.steps, vocab=cfg.vocab, cache_bytes=cfg.cache_bytes),
@@ -186,22 +201,41 @@ class ShardedMarkovSampler:
         import cuda.bindings.driver as cuda
         from cutlass import Int32, Int64
 
-        cfg = self.cfg
-        base, noise, cache = call.base_logits, call.noise, call.logits_cache
-        first = self.rank * cfg.vocab_local
         diag = self.diag_record.address if self.diag_record is not None and self.timeout_ns else 0
-        stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
-        pointers = (
-            base.data_ptr(), base.stride(0), base.stride(1), call.base_column,
-            self.embed_table.data_ptr(), self.head_shard.data_ptr(), call.input_ids.data_ptr(),
-            call.idx_mapping.data_ptr(), call.temperature.data_ptr(),
-            noise.data_ptr() + first * noise.element_size(), noise.stride(0),
-            cache.data_ptr(), cache.stride(0), cache.stride(1), tokens.data_ptr(),
-            self.peer.peer_ptrs.data_ptr(), self.control.data_ptr(), diag, self.timeout_ns,
+        pointers, sizes = kernel_arguments(
+            self.cfg, self.rank, self.ctas, call, tokens, self.embed_table, self.head_shard, self.peer.peer_ptrs,
+            self.control, diag, self.timeout_ns,
         )
-        sizes = (call.query_per_row, self.rank, cfg.world, cfg.vocab_local, call.rows, cfg.max_rows, self.ctas)
+        stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
         with _LAUNCH_LOCK:
             self._kernel(*[Int64(p) for p in pointers], *[Int32(s) for s in sizes], stream)
 
 
-__all__ = ["CaptureError", "PEER_BUFFER_NAME", "SYSTEM_CLASS", "ShardedMarkovSampler", "compile_variants", "compiled_kernel"]
+def kernel_arguments(
+    cfg: SamplerConfig, rank: int, ctas: int, call: CallArgs, tokens: torch.Tensor, embed_table: torch.Tensor,
+    head_shard: torch.Tensor, peer_ptrs: torch.Tensor, control: torch.Tensor, diag: int, timeout_ns: int,
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``(19 Int64 values, 7 Int32 values)`` of ``ShardedMarkovSample.__call__`` for one checked call of ``rank``."""
+    base, noise, cache = call.base_logits, call.noise, call.logits_cache
+    first = rank * cfg.vocab_local
+    pointers = (
+        base.data_ptr(), base.stride(0), base.stride(1), call.base_column,
+        embed_table.data_ptr(), head_shard.data_ptr(), call.input_ids.data_ptr(),
+        call.idx_mapping.data_ptr(), call.temperature.data_ptr(),
+        noise.data_ptr() + first * noise.element_size(), noise.stride(0),
+        cache.data_ptr(), cache.stride(0), cache.stride(1), tokens.data_ptr(),
+        peer_ptrs.data_ptr(), control.data_ptr(), diag, timeout_ns,
+    )
+    sizes = (call.query_per_row, rank, cfg.world, cfg.vocab_local, call.rows, cfg.max_rows, ctas)
+    return pointers, sizes
+
+
+__all__ = [
+    "CaptureError",
+    "PEER_BUFFER_NAME",
+    "SYSTEM_CLASS",
+    "ShardedMarkovSampler",
+    "compile_variants",
+    "compiled_kernel",
+    "kernel_arguments",
+]

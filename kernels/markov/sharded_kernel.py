@@ -105,7 +105,6 @@ from kernels.markov.sharded_layout import (
     MAX_RANKS,
     MAX_ROWS,
     MAX_STEPS,
-    RECORD_BYTES,
     ROW_BYTES,
     STAGING_OFFSET,
     TAG_BITS,
@@ -116,6 +115,7 @@ from kernels.markov.sharded_layout import (
     VECTOR_BYTES,
     WARP,
     WARPS,
+    record_offset,
 )
 
 KEY_MASK = (1 << KEY_BITS) - 1
@@ -223,6 +223,12 @@ class ShardedMarkovSample:
         # this many vectors.
         self.vector_elements = VECTOR_BYTES // self.cache_bytes
         self.tile_vectors = TILE_ROWS // self.vector_elements
+        self.base_dtype, self.cache_dtype = base_dtype, cache_dtype
+
+    def __str__(self) -> str:
+        """The configuration as an identifier: CuTe DSL 4.8.1 mangles ``str(self)`` (minus an
+        address) into the kernel's symbol, which must differ between variants loaded in one process."""
+        return f"ShardedMarkovSample_s{self.steps}_{self.base_dtype}_{self.cache_dtype}"
 
     @cute.jit
     def __call__(
@@ -474,7 +480,7 @@ class ShardedMarkovSample:
                 row = half * ROWS_PER_PASS + lane // MAX_RANKS
                 target = lane % MAX_RANKS
                 mine = _shuffle_idx_s64(rank_key, row)
-                slot = (((parity * MAX_STEPS + step) * MAX_ROWS + row) * MAX_RANKS + rank) * RECORD_BYTES
+                slot = record_offset(parity, step, row, rank)
                 if (target < world) & (row < max_rows):
                     ptx.st_ordered_b64(
                         _peer_base(peers, target, Int32(1)) + Int64(slot), (mine << TAG_BITS) | Int64(tag),
@@ -486,7 +492,7 @@ class ShardedMarkovSample:
             source = lane % MAX_RANKS
             found = Int64(0)
             if (source < world) & (row < rows):
-                slot = (((parity * MAX_STEPS + step) * MAX_ROWS + row) * MAX_RANKS + source) * RECORD_BYTES
+                slot = record_offset(parity, step, row, source)
                 found = self._await_record(own_buffer + Int64(slot), tag, timeout_ns, control, timeout_info, step, source)
             for level in cutlass.range_constexpr(3):
                 found = ptx.max_s64(found, _shuffle_xor_s64(found, 1 << level))

@@ -33,6 +33,10 @@ _COMPILED: dict[str, object] = {}
 class MmaChainProbe:
     """Grid (tiles, sets), 32 threads: ``out[set, r, v] = chain(embeds[set, r], head[v])``."""
 
+    def __str__(self) -> str:
+        """A fixed identifier for the kernel's symbol (CuTe DSL mangles ``str(self)`` into it)."""
+        return "MmaChainProbe"
+
     @cute.jit
     def __call__(self, head: Int64, embeds: Int64, out: Int64, tiles: Int32, sets: Int32, stream: cuda.CUstream):
         self.kernel(head, embeds, out, tiles).launch(grid=(tiles, sets, 1), block=(WARP, 1, 1), stream=stream)

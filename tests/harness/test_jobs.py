@@ -29,6 +29,21 @@ WORKER = textwrap.dedent('''
         if spec["name"] == "hang":
             writers[0].begin(0, {"rows": 2}, {"launches": 0})
             time.sleep(600)
+        if spec["name"] == "slow_reference":  # 4 s on the reference, beyond the 3 s case budget, beating
+            for w in writers:
+                w.write("reference", 0)
+            for _ in range(8):
+                time.sleep(0.5)
+                for w in writers:
+                    w.touch()
+        if spec["name"] == "abandon_all":  # every rank fails and abandons; the next case had just started
+            for r in range(world):
+                json.dump({"status": "error", "abandon": True, "error": {"type": "ValueError",
+                           "types": ["ValueError"], "message": "bad anchor", "phase": "launch 0"}},
+                          open(result_path(d, r), "w"))
+            nxt = job["cases"][job["cases"].index(spec) + 1]
+            ProgressWriter(case_dir(job["run_dir"], nxt["family"], nxt["name"], world, None), 0).write("start", -1)
+            sys.exit(ABANDON_EXIT)
         for r, w in enumerate(writers):
             w.begin(0, {"rows": 2}, {"launches": 0})
             if spec["name"] == "abandon" and r == 1:
@@ -69,3 +84,18 @@ def test_recovery_after_abandon_and_hang(tmp_path):
     assert by_name["hang"].diagnosis["rank"] == 1 and by_name["hang"].diagnosis["launch"] == 0
     jobs = sorted(p.name for p in (tmp_path / "run" / "jobs").iterdir())
     assert jobs == ["job0.json", "job1.json", "job2.json"]  # a+abandon, c+hang, d
+
+
+def test_case_after_an_abandoned_case_reruns_and_reference_time_is_not_the_case_budget(tmp_path):
+    script = tmp_path / "fake_worker.py"
+    script.write_text(WORKER)
+    settings = JobSettings(launcher="cpu", impl="golden", backend="gloo", run_dir=tmp_path / "run",
+                           startup_s=30, case_allowance_s=1.0, grace_s=0.5)
+    verdicts = []
+    runner = JobRunner(settings, lambda s, job, world, i: [sys.executable, str(script), str(job), str(world)],
+                       verdicts.append)
+    runner.run([case(n) for n in ("abandon_all", "after", "slow_reference")], 2)
+    got = {v.scenario: v.status for v in verdicts}
+    assert got == {"abandon_all": "error", "after": "pass", "slow_reference": "pass"}, verdicts
+    jobs = sorted(p.name for p in (tmp_path / "run" / "jobs").iterdir())
+    assert jobs == ["job0.json", "job1.json"]  # abandon_all (+ the case it cut short), then after + slow_reference

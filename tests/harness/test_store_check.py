@@ -25,3 +25,11 @@ def test_record_then_check_then_differences(tmp_path):
     res = store_golden("check", case(), 2, static, [{"x": torch.zeros(3)}], outputs, root=tmp_path)
     assert res["status"] == "input-changed"
     assert store_golden("check", case(), 4, static, inputs, outputs, root=tmp_path)["status"] == "missing"  # other world variant
+
+
+def test_only_cpu_size_golden_cases_are_stored():
+    from harness.worker import stored_case  # noqa: PLC0415
+
+    gpu = Case("markov_sharded", "gpu_probe", "", (2,), "gpu", ("golden",), None, None, 1, None, None, "", ())
+    err = Case("markov_sharded", "bad", "", (2,), "cpu", ("error",), None, None, 1, None, None, "", ())
+    assert stored_case(case()) and not stored_case(gpu) and not stored_case(err)

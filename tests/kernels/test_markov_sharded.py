@@ -213,3 +213,73 @@ def test_probe_compiles():
     from kernels.markov import sharded_probe
 
     assert sharded_probe._compiled() is not None
+
+
+def test_kernel_arguments_pin_the_seed_layout():
+    """The addresses and sizes the host passes: the rank's head rows, its noise
+    columns, the base column of a full-width base, the peer table and control words."""
+    from kernels.markov.sharded import kernel_arguments
+
+    world, rank = 4, 2
+    cfg = check_config(config(world=world), world)
+    inputs, params = call()
+    args = check_call(cfg, rank, CPU, inputs, params, capturing=False)
+    embed, head = torch.zeros(2048, 256, dtype=torch.bfloat16), torch.zeros(2048, 256, dtype=torch.bfloat16)
+    first = rank * cfg.vocab_local
+    peer_ptrs = torch.tensor([0x10000 * (k + 1) for k in range(world)], dtype=torch.int64)
+    control = torch.zeros(layout.CONTROL_WORDS, dtype=torch.int32)
+    tokens = torch.zeros(args.rows, cfg.steps, dtype=torch.int64)
+    pointers, sizes = kernel_arguments(cfg, rank, 3, args, tokens, embed, head[first : first + cfg.vocab_local],
+                                       peer_ptrs, control, 0xABC0, 7)
+    assert len(pointers) == 19 and len(sizes) == 7
+    base = inputs["base_logits"]
+    assert pointers[:4] == (base.data_ptr(), 2 * 2048, 2048, first)
+    assert pointers[4] == embed.data_ptr() and pointers[5] == head.data_ptr() + first * layout.ROW_BYTES
+    assert pointers[9] == inputs["noise"].data_ptr() + first * 4 and pointers[10] == 2048
+    cache = inputs["logits_cache"]
+    assert pointers[11:15] == (cache.data_ptr(), 2 * 2048, 2048, tokens.data_ptr())
+    assert pointers[15:] == (peer_ptrs.data_ptr(), control.data_ptr(), 0xABC0, 7)
+    assert sizes == (1, rank, world, 512, 3, 8, 3)
+
+
+def test_virtual_peer_table_addresses_each_ranks_own_mailbox():
+    """Rank j's peer table lists every rank's buffer base in rank order, so the
+    record rank k stores at ``peers[j] + record_offset(p, s, r, k)`` is the one
+    rank j polls at its own base plus the same offset (CPU stand-in for the device)."""
+    from kernels.fabric import VirtualFabric
+
+    world = 4
+    nbytes = layout.peer_buffer_bytes(max_rows=8, steps=2, vocab=64, cache_bytes=2)
+
+    def body(fabric):
+        buffer = fabric.alloc("markov_sharded.peer", nbytes)
+        fabric.barrier()
+        tag = layout.launch_tag(0)
+        for target in range(world):
+            offset = layout.record_offset(0, 1, 3, fabric.rank)
+            view = buffer.peer_tensor(target)[offset : offset + 8].view(torch.int64)
+            record = layout.encode_record(layout.candidate_key(0x3F800000, fabric.rank), tag)
+            view[0] = record - (1 << 64) if record >= 1 << 63 else record
+        fabric.barrier()
+        return buffer.peer_ptrs.tolist(), buffer.local.data_ptr(), [
+            layout.decode_record(int(buffer.local[layout.record_offset(0, 1, 3, k):][:8].view(torch.int64)[0]))
+            for k in range(world)
+        ]
+
+    results = VirtualFabric.run(VirtualFabric.create(world, "cpu", timeout_s=30), body)
+    tables = [table for table, _, _ in results]
+    bases = [base for _, base, _ in results]
+    assert all(table == bases for table in tables)
+    for _, _, records in results:
+        assert [layout.key_index(key) for key, _ in records] == list(range(world))
+        assert {tag for _, tag in records} == {layout.launch_tag(0)}
+    assert layout.record_offset(0, 1, 3, 0) == ((0 * 8 + 1) * 8 + 3) * 8 * 8 < layout.STAGING_OFFSET
+
+
+def test_kernel_variants_have_distinct_symbol_names():
+    """CuTe DSL 4.8.1 mangles ``str(kernel)`` into the symbol: variants must differ."""
+    from kernels.markov.sharded_kernel import ShardedMarkovSample
+
+    names = {str(ShardedMarkovSample(s, b, c)) for s in range(1, 9) for b in layout.DTYPE_BYTES for c in layout.DTYPE_BYTES}
+    assert len(names) == 8 * 2 * 2
+    assert all("object at" not in name and re.fullmatch(r"[A-Za-z0-9_]+", name) for name in names)

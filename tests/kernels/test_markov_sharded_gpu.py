@@ -9,7 +9,15 @@ non-zero mixed, padding rows, NaN logits inside a shard and at its edges,
 small grids (streamed tiles), the launch counter from 32760 across the
 15-bit tag wrap, CUDA graphs of several row counts captured at their first
 launch and replayed interleaved, and a rank that skips a launch (the others
-time out, in a child process, with a diagnostic record naming it).
+time out, with a diagnostic record naming it).
+
+Every case runs in its own child process (``run_child``: this file run as a
+script, with a deadline), so a kernel that traps (a timed-out wait) ends
+only its own CUDA context, not the other cases'. Kernel waits time out after
+5 s (``base_config``), the child after ``CHILD_DEADLINE_S``. The child's
+environment sets ``CUDA_DEVICE_MAX_CONNECTIONS=32`` unless given: with the
+default 8 hardware queues two virtual ranks' streams can share a queue, and
+a rank's kernel queued behind a peer's spinning grid never starts.
 
 Operands: ``embed_table`` and ``head`` hold multiples of 1/64 in [-1, 1], so
 every partial sum of the bias is exact in FP32 and the result does not
@@ -17,8 +25,9 @@ depend on how the tensor cores accumulate (that model is checked separately
 by ``test_markov_sharded_mma_gpu.py``). Temperatures other than powers of two
 use the measured reciprocals (``golden/data/rcp_f32_sm_90.json``).
 
-``python tests/kernels/test_markov_sharded_gpu.py skip-child OUT.json`` is the
-child process of the timeout test.
+``python tests/kernels/test_markov_sharded_gpu.py case NAME OUT.json`` runs
+one case (``CHILD_CASES``) and writes ``{"ok", "error"}`` to ``OUT.json``;
+``skip-child OUT.json`` is the child of the timeout test.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ import math
 import os
 import subprocess
 import sys
+import traceback
+from functools import partial
 
 import pytest
 import torch
@@ -42,6 +53,21 @@ pytestmark = pytest.mark.gpu
 
 TEMPS = (0.0, 0.7, 1.0, 0.6, -0.0, 1.3, 0.5, 2.0)
 MAX_REQS = 16
+KERNEL_TIMEOUT_NS = 5_000_000_000
+CHILD_DEADLINE_S = 100
+FABRIC_TIMEOUT_S = 30
+
+
+def run_child(mode: str, *args: str, deadline_s: float = CHILD_DEADLINE_S) -> subprocess.CompletedProcess:
+    """Run this file as ``mode`` in a child process with a deadline (killed past it); its completed process."""
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
+    command = [sys.executable, os.path.abspath(__file__), mode, *args]
+    try:
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=deadline_s, env=env)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        pytest.fail(f"child {mode} {args} still running after {deadline_s} s (killed)\n{out[-3000:]}")
 
 
 def make_static(vocab: int, seed: int) -> dict:
@@ -111,7 +137,7 @@ def run_world(world: int, static: dict, config: dict, calls: list, *, graph: boo
     from kernels.markov.sharded import ShardedMarkovSampler
 
     device = torch.device("cuda", torch.cuda.current_device())
-    fabrics = VirtualFabric.create(world, device, timeout_s=120)
+    fabrics = VirtualFabric.create(world, device, timeout_s=FABRIC_TIMEOUT_S)
 
     def body(fabric):
         sampler = ShardedMarkovSampler(fabric, {k: v.to(device) for k, v in static.items()}, {**config, "world": world})
@@ -157,7 +183,7 @@ def assert_golden(results: list, static: dict, config: dict, calls: list) -> Non
 def base_config(vocab=4096, steps=4, base="bfloat16", cache="bfloat16", **extra) -> dict:
     """A sampler configuration (the world is filled in per run)."""
     return {"vocab": vocab, "steps": steps, "base_dtype": base, "cache_dtype": cache, "max_rows": 8,
-            "max_reqs": MAX_REQS, "timeout_ns": 20_000_000_000, **extra}
+            "max_reqs": MAX_REQS, "timeout_ns": KERNEL_TIMEOUT_NS, **extra}
 
 
 def edge_nans(vocab: int, world: int, step: int) -> list:
@@ -180,8 +206,9 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("world,steps,base,cache,shard_only,ctas", CASES)
-def test_matches_golden(world, steps, base, cache, shard_only, ctas):
+def case_matches_golden(index: int) -> None:
+    """CASES[index]: four calls (1, 3 and 8 rows; padding, NaNs) on every rank equal the golden."""
+    world, steps, base, cache, shard_only, ctas = CASES[index]
     extra = {"shard_only_base": shard_only}
     if ctas is not None:
         extra["ctas"] = ctas
@@ -199,7 +226,8 @@ def test_matches_golden(world, steps, base, cache, shard_only, ctas):
         assert state == {"launches": len(calls)}
 
 
-def test_launch_counter_wraps_the_tag():
+def case_launch_counter_wraps_the_tag() -> None:
+    """24 launches of two ranks from counter 32760, across the 15-bit tag wrap."""
     config = base_config(vocab=2048, steps=2, launch_counter_start=32760)
     static = make_static(config["vocab"], 12)
     calls = [make_call(config, 2 if i % 3 else 7, 200 + i) for i in range(24)]
@@ -209,7 +237,8 @@ def test_launch_counter_wraps_the_tag():
         assert state == {"launches": 32760 + 24}
 
 
-def test_graphs_of_several_row_counts_replay_interleaved():
+def case_graphs_of_several_row_counts_replay_interleaved() -> None:
+    """CUDA graphs of 1, 4 and 8 rows captured at their first call, replayed interleaved."""
     config = base_config(vocab=2048, steps=4)
     static = make_static(config["vocab"], 13)
     calls = [make_call(config, rows, 300 + i, padding=(0,) if rows == 4 and i > 3 else ())
@@ -218,6 +247,51 @@ def test_graphs_of_several_row_counts_replay_interleaved():
     assert_golden(results, static, config, calls)
     for _, state in results:
         assert state == {"launches": len(calls)}
+
+
+CHILD_CASES = {
+    **{f"golden{i}": partial(case_matches_golden, i) for i in range(len(CASES))},
+    "wrap": case_launch_counter_wraps_the_tag,
+    "graphs": case_graphs_of_several_row_counts_replay_interleaved,
+}
+
+
+def case_child(name: str, path: str) -> None:
+    """Child of a case test: run ``CHILD_CASES[name]``, write ``{"ok", "error"}`` to ``path``, exit at once."""
+    try:
+        CHILD_CASES[name]()
+        result = {"ok": True, "error": None}
+    except BaseException:  # noqa: BLE001 - reported to the parent
+        result = {"ok": False, "error": traceback.format_exc()[-6000:]}
+    with open(path, "w") as fh:
+        json.dump(result, fh)
+    sys.stdout.flush()
+    # Skip interpreter teardown: after a trap the context is gone and
+    # rank threads may still hold it.
+    os._exit(0)
+
+
+def assert_case_passes(name: str, tmp_path) -> None:
+    """Run case ``name`` in a child process; fail with its error and output tail unless it passed."""
+    dump = tmp_path / f"{name}.json"
+    proc = run_child("case", name, str(dump))
+    tail = f"rc={proc.returncode}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    assert dump.exists(), f"case {name}: the child wrote no result\n{tail}"
+    result = json.loads(dump.read_text())
+    assert result["ok"], f"case {name}:\n{result['error']}\n{tail}"
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=["w{}-s{}-{}-{}-{}-c{}".format(*case) for case in CASES])
+def test_matches_golden(index, tmp_path):
+    assert_case_passes(f"golden{index}", tmp_path)
+
+
+def test_launch_counter_wraps_the_tag(tmp_path):
+    assert_case_passes("wrap", tmp_path)
+
+
+def test_graphs_of_several_row_counts_replay_interleaved(tmp_path):
+    assert_case_passes("graphs", tmp_path)
 
 
 def skip_child(path: str) -> None:
@@ -246,7 +320,7 @@ def skip_child(path: str) -> None:
         report = sampler.diag_record.read()
         return {"launch_failed": failed, "report": None if report is None else report.to_json()}
 
-    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
+    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=FABRIC_TIMEOUT_S), body)
     with open(path, "w") as fh:
         json.dump(results[0], fh)
     sys.stdout.flush()
@@ -255,9 +329,7 @@ def skip_child(path: str) -> None:
 
 def test_skipped_launch_times_out_naming_the_rank(tmp_path):
     dump = tmp_path / "record.json"
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "skip-child", str(dump)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, env=env)
+    proc = run_child("skip-child", str(dump))
     assert dump.exists(), f"child wrote no record: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     result = json.loads(dump.read_text())
     assert result["launch_failed"], result
@@ -272,6 +344,8 @@ def test_skipped_launch_times_out_naming_the_rank(tmp_path):
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "case" and sys.argv[2] in CHILD_CASES:
+        case_child(sys.argv[2], sys.argv[3])
     if len(sys.argv) == 3 and sys.argv[1] == "skip-child":
         skip_child(sys.argv[2])
-    raise SystemExit(f"usage: {sys.argv[0]} skip-child OUT.json")
+    raise SystemExit(f"usage: {sys.argv[0]} case {{{','.join(CHILD_CASES)}}} OUT.json | skip-child OUT.json")

@@ -1,0 +1,242 @@
+"""Benchmark cases of seed 004's all-reduce + mHC + RMSNorm (``kernels.allreduce.AllReduceMHC``).
+
+Virtual ranks on ONE GPU (``virtual.py``): the ranks share its SMs and
+exchange through its memory, so these times are not a latency measurement
+of NVLink; they compare implementations on the same footing. Cases, hc 4,
+plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
+
+- tp 2, H in {5120, 7168}, M in {1, 8, 32, 128}: ``unfused`` (torch),
+  then ``ll`` and ``bt`` (the kernel, protocol forced per call);
+- tp 4, H 5120, M in {1, 128}: ``unfused`` and ``ll`` (the M of the
+  published figures; BT is not built there, to keep compile time down).
+
+The unfused path per rank, on its stream: the all-reduce's stand-in, a sum
+over the ranks' contributions in one process (``x.sum(0)``: in a real run
+this would be NCCL; its published time is a reference row), then mHC post
+and collapse and RMSNorm in eager torch (FP32 math, BF16 results).
+
+Floor (all three of one shape): the bytes every rank must move once, its
+contribution, residual and the small FP32 mixing inputs read, residual_out
+and layer_input written, its contribution written to and read from each
+peer, over the copy bandwidth measured in the run, plus the launches on one
+rank's chain (publish, consumer; ranks run side by side), LL's count for
+all three so the floors are equal.
+
+Sanity, before timing: each rank's outputs of one call equal rank 0's
+(bits), LL and BT give the same bits where the instance has both, and
+residual_out / layer_input lie within a few BF16 roundings of a float64
+recomputation (``checks.check_close``, tolerance relative to the operands'
+magnitude). The unfused case checks its outputs against the same recomputation.
+
+Published figures (FlashInfer, REFERENCE section 4) ride along as
+``references`` rows labelled ``published, not measured here``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.bench.cases.checks import check_close, check_equal, tensor_bytes
+from harness.bench.cases.virtual import build_ranks, launch_ranks
+from harness.bench.registry import BenchContext, Prepared, bench_case
+
+HC, TOP_K, CAPACITY, EPS = 4, 8, 128, 1e-6
+TIMEOUT_MS = 2_000.0  # a lost peer traps with its diagnostic record after 2 s
+VIRTUAL_NOTE = "virtual ranks on one GPU: not a latency measurement of NVLink"
+STAND_IN_NOTE = "all-reduce stand-in: in-process sum over the ranks' tensors (x.sum(0)), not NCCL"
+_FLASHINFER = "FlashInfer PR #5178 (REFERENCE.md section 4); published, not measured here"
+_NCCL = "FlashInfer commit b190523e3 (REFERENCE.md section 4); published, not measured here"
+PUBLISHED = {
+    1: (
+        {"source": _FLASHINFER, "value_us": 4.09, "note": "FlashInfer LL, H=5120, M=1, TP4", "published": True},
+        {"source": _FLASHINFER, "value_us": 4.81, "note": "FlashInfer LL, H=5120, M=1, TP8", "published": True},
+    ),
+    128: (
+        {"source": _FLASHINFER, "value_us": 9.3, "note": "FlashInfer LL, H=5120, M=128, TP4 (about)", "published": True},
+        {"source": _FLASHINFER, "value_us": 9.9, "note": "FlashInfer LL, H=5120, M=128, TP8 (about)", "published": True},
+    ),
+}
+NCCL_PUBLISHED = (
+    {"source": _NCCL, "value_us": 16.6, "note": "NCCL all-reduce 8xH200, 2 KB message", "published": True},
+    {"source": _NCCL, "value_us": 20.8, "note": "NCCL all-reduce 8xH200, 512 KB message", "published": True},
+)
+_SYSTEMS: dict[tuple, list] = {}
+
+
+def floor_bytes(*, tp: int, rows: int, hidden: int, hc: int = HC) -> int:
+    """Bytes all ``tp`` ranks must move once for one call (see the module docstring)."""
+    row = rows * hidden * 2
+    per_rank = row * (1 + hc + hc + 1) + rows * (hc + hc * hc + hc) * 4 + 2 * (tp - 1) * row
+    return tp * per_rank
+
+
+def chain_launches(protocol: str) -> int:
+    """Kernels on one rank's chain: publish and consumer, plus the owner reduce for BT."""
+    return {"ll": 2, "bt": 3}[protocol]
+
+
+def make_config(*, tp: int, hidden: int, bt: bool) -> dict:
+    """The family config; with ``bt`` both protocols are built (threshold 1), else LL only."""
+    return dict(hidden=hidden, hc=HC, capacity=CAPACITY, top_k=TOP_K, tp=tp, eps=EPS, quantize=False,
+                residual_only=False, bt_min_rows=1 if bt else CAPACITY + 1)
+
+
+def make_weight(device: torch.device, hidden: int) -> torch.Tensor:
+    """The RMSNorm weight, BF16 ``[H]`` around 1 (same for every case of one H)."""
+    gen = torch.Generator(device=device).manual_seed(hidden)
+    return (1.0 + 0.25 * torch.randn(hidden, device=device, generator=gen)).to(torch.bfloat16)
+
+
+def make_inputs(device: torch.device, gen: torch.Generator, *, tp: int, rows: int, hidden: int) -> dict:
+    """One call's full inputs (every rank takes ``x[rank]``)."""
+    return {
+        "x": torch.randn(tp, rows, hidden, device=device, generator=gen).to(torch.bfloat16),
+        "residual": torch.randn(rows, HC, hidden, device=device, generator=gen).to(torch.bfloat16),
+        "post": torch.rand(rows, HC, device=device, generator=gen) * 2.0,
+        "comb": torch.rand(rows, HC, HC, device=device, generator=gen) / HC,
+        "pre": torch.rand(rows, HC, device=device, generator=gen) / HC,
+    }
+
+
+def unfused(inputs: dict, weight: torch.Tensor) -> dict:
+    """One rank's unfused path: the all-reduce stand-in, then mHC post/collapse and RMSNorm in torch."""
+    reduced = inputs["x"].sum(dim=0)
+    mixed = torch.einsum("mih,mij->mjh", inputs["residual"].float(), inputs["comb"])
+    residual_out = (mixed + reduced.float()[:, None, :] * inputs["post"][:, :, None]).to(torch.bfloat16)
+    prenorm = (residual_out.float() * inputs["pre"][:, :, None]).sum(dim=1).to(torch.bfloat16).float()
+    inv_rms = torch.rsqrt(prenorm.pow(2).mean(dim=-1, keepdim=True) + EPS)
+    layer_input = (prenorm * inv_rms * weight.float()).to(torch.bfloat16)
+    return {"residual_out": residual_out, "layer_input": layer_input}
+
+
+def reference(inputs: dict, weight: torch.Tensor) -> dict:
+    """Float64 values and operand magnitudes of both outputs; the reduced sum rounded to BF16 as both paths do."""
+    x = inputs["x"].double()
+    reduced = x.sum(dim=0).to(torch.bfloat16).double()
+    res, post, comb, pre = (inputs[k].double() for k in ("residual", "post", "comb", "pre"))
+    out = torch.einsum("mih,mij->mjh", res, comb) + reduced[:, None, :] * post[:, :, None]
+    out_mag = torch.einsum("mih,mij->mjh", res.abs(), comb) + x.abs().sum(dim=0)[:, None, :] * post[:, :, None]
+    prenorm = (out * pre[:, :, None]).sum(dim=1)
+    inv_rms = torch.rsqrt(prenorm.pow(2).mean(dim=-1, keepdim=True) + EPS)
+    gamma = weight.double()
+    layer = prenorm * inv_rms * gamma
+    layer_mag = (out_mag * pre[:, :, None]).sum(dim=1) * inv_rms * gamma.abs()
+    return {"residual_out": (out, out_mag), "layer_input": (layer, layer_mag)}
+
+
+def _check_outputs(case: str, outputs: list[dict], inputs: dict, weight: torch.Tensor) -> None:
+    """Every rank equals rank 0 (bits), and rank 0 is close to the float64 recomputation."""
+    for rank, out in enumerate(outputs[1:], start=1):
+        for name in ("residual_out", "layer_input"):
+            check_equal(case, f"rank {rank} {name}", out[name], outputs[0][name])
+    for name, (value, magnitude) in reference(inputs, weight).items():
+        check_close(case, name, outputs[0][name], value, magnitude, ulps=4)
+
+
+def _ranks(device: torch.device, tp: int, hidden: int, bt: bool) -> list:
+    """The cached virtual ranks of one (tp, H) instance (built, compiled and loaded once per process)."""
+    from kernels.allreduce import AllReduceMHC
+
+    key = (device, tp, hidden, bt)
+    if key not in _SYSTEMS:
+        weight = make_weight(device, hidden)
+        config = make_config(tp=tp, hidden=hidden, bt=bt)
+        _SYSTEMS[key] = build_ranks(
+            tp, device, lambda fabric: AllReduceMHC(fabric, {"norm_weight": weight}, config, timeout_ms=TIMEOUT_MS)
+        )
+    return _SYSTEMS[key]
+
+
+def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protocol: str, bt: bool) -> Prepared:
+    """The kernel at one shape and protocol, with a checked call (and the other protocol's bits) first."""
+    device = ctx.device
+    ranks = _ranks(device, tp, hidden, bt)
+    weight = make_weight(device, hidden)
+    gen = torch.Generator(device=device).manual_seed(1000 * tp + rows)
+    check = make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden)
+    case = f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_{protocol}"
+
+    def run(inputs: dict, chosen: str) -> list:
+        """One call on every rank with ``chosen`` protocol."""
+        params = {"finalize": False, "protocol": chosen}
+        return launch_ranks(ranks, lambda rank, system: system.launch(inputs, params))
+
+    outputs = run(check, protocol)
+    torch.cuda.synchronize(device)
+    _check_outputs(case, outputs, check, weight)
+    if bt:
+        other = run(check, "bt" if protocol == "ll" else "ll")
+        torch.cuda.synchronize(device)
+        for name in ("residual_out", "layer_input"):
+            check_equal(case, f"{name} (LL vs BT)", other[0][name], outputs[0][name])
+    return Prepared(
+        bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden),
+        input_bytes=tensor_bytes(check),
+        new_input_set=lambda: make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden),
+        launch=lambda inputs: run(inputs, protocol),
+        kernels_per_call=chain_launches("ll"),
+    )
+
+
+class _Streams:
+    """Stand-in ranks for the unfused path: one side stream per rank (``launch_ranks`` only needs ``.stream``)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.stream = torch.cuda.Stream(device=device)
+
+
+def _unfused_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int) -> Prepared:
+    """The unfused torch path on ``tp`` rank streams, with a checked call first."""
+    device = ctx.device
+    weight = make_weight(device, hidden)
+    ranks = [(_Streams(device), None) for _ in range(tp)]
+    gen = torch.Generator(device=device).manual_seed(1000 * tp + rows)
+    check = make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden)
+
+    def launch(inputs: dict) -> list:
+        """Every rank's unfused path, forked and joined on the current stream."""
+        return launch_ranks(ranks, lambda rank, _: unfused(inputs, weight))
+
+    outputs = launch(check)
+    torch.cuda.synchronize(device)
+    _check_outputs(f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_unfused", outputs, check, weight)
+    return Prepared(
+        bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden),
+        input_bytes=tensor_bytes(check),
+        new_input_set=lambda: make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden),
+        launch=launch,
+        kernels_per_call=chain_launches("ll"),
+    )
+
+
+def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool) -> None:
+    """Register one case: ``impl`` is ``unfused``, ``ll`` or ``bt``."""
+    name = f"tp{tp}_h{hidden}_m{rows}_{impl}"
+    params = {"tp": tp, "hidden": hidden, "rows": rows, "hc": HC, "impl": impl, "virtual_ranks": True,
+              "note": VIRTUAL_NOTE}
+    references: tuple = PUBLISHED.get(rows, ()) if hidden == 5120 and impl != "unfused" else ()
+    if impl == "unfused":
+        params["note"] = f"{VIRTUAL_NOTE}; {STAND_IN_NOTE}"
+        references = NCCL_PUBLISHED
+        setup = lambda ctx: _unfused_setup(ctx, tp=tp, rows=rows, hidden=hidden)  # noqa: E731
+        description = f"unfused, {tp} virtual ranks: sum stand-in + torch mHC + RMSNorm"
+    else:
+        params["baseline"] = f"tp{tp}_h{hidden}_m{rows}_unfused"
+        setup = lambda ctx: _kernel_setup(ctx, tp=tp, rows=rows, hidden=hidden, protocol=impl, bt=bt)  # noqa: E731
+        description = f"AllReduceMHC {impl.upper()}, {tp} virtual ranks on one GPU (not an NVLink latency)"
+    bench_case("allreduce_mhc", name, params=params, description=description, references=references)(setup)
+
+
+# Order: every torch case first, then LL, then BT, then the 4-rank instance,
+# so that a kernel trap (which ends the CUDA context) costs the fewest cases.
+_SHAPES_TP2 = [(hidden, rows) for hidden in (5120, 7168) for rows in (1, 8, 32, 128)]
+_SHAPES_TP4 = [(5120, 1), (5120, 128)]
+for _hidden, _rows in _SHAPES_TP2:
+    _register(2, _hidden, _rows, "unfused", bt=True)
+for _hidden, _rows in _SHAPES_TP4:
+    _register(4, _hidden, _rows, "unfused", bt=False)
+for _impl in ("ll", "bt"):
+    for _hidden, _rows in _SHAPES_TP2:
+        _register(2, _hidden, _rows, _impl, bt=True)
+for _hidden, _rows in _SHAPES_TP4:
+    _register(4, _hidden, _rows, "ll", bt=False)

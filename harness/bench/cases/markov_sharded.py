@@ -1,0 +1,196 @@
+"""Benchmark cases of seed 000's sharded Markov sampler (``kernels.markov.sharded.ShardedMarkovSampler``).
+
+Cases at rows 8, steps 8, vocab 129280 (BF16 base and cache, query 1 token
+per row), timed by the runner in the same run:
+
+- ``r8_s8_v129280_w1``: the kernel, one rank (one cooperative launch per call).
+- ``r8_s8_v129280_w8``: the kernel on 8 virtual ranks of this GPU (each an
+  eighth of the head and of the SMs; forked onto the ranks' streams and
+  joined per call, ``virtual.py``). Not a measurement of NVLink.
+- ``r8_s8_v129280_eager``: the loop in torch ops, captured like the others:
+  per step the GEMV ``embed @ head^T`` (BF16 matmul), the BF16 add of the
+  base, the cache store (``index_copy_``), ``logits / T + noise`` (noise
+  an input) or the greedy argmax, the next embedding.
+
+Floor (the same for all three, the task's): the bytes that must move once:
+the head (every rank's shard, ``V x 256`` BF16 in all), the base logits
+(BF16) and the noise (FP32) read once, every rank's cache rows written
+(BF16 ``rows x steps x V`` per rank, each rank ends with the full rows) and
+the staging writes (each rank's shard of the draft logits, ``rows x steps
+x V`` BF16 in all), over the copy bandwidth measured in the run, plus one
+launch per rank.
+
+Sanity, before timing (``checks.py``): rows 0-3 greedy, rows 4-7 sample at
+temperature 1 (exact division), every row a distinct request. Each case's
+own outputs pass the teacher-forced chain check (greedy tokens are the
+first maximum of the cached logits, sampled tokens the first maximum of
+logits + noise, exactly; the cached logits within a few BF16 roundings of
+base + head . embed[previous]); with 8 ranks every rank's tokens and cache
+equal rank 0's. Kernel and torch tokens are not compared with each other:
+the kernel's BF16 MMA chain and cuBLAS may round a bias differently, after
+which the chains legitimately diverge.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.bench.cases.checks import check_equal, check_markov_chain, tensor_bytes
+from harness.bench.cases.virtual import build_ranks, launch_ranks
+from harness.bench.registry import BenchContext, Prepared, bench_case
+
+ROWS, STEPS, VOCAB, DIM = 8, 8, 129280, 256
+GREEDY_ROWS = 4
+TIMEOUT_NS = 2_000_000_000  # a lost peer traps (with its diagnostic record) after 2 s, not 60
+GOAL = {"speedup_vs_eager": 5.0, "floor_ratio": 1.5}
+PARAMS = {"query_per_row": 1}
+
+
+def floor_bytes(*, rows: int, steps: int, vocab: int, world: int, dim: int = DIM) -> int:
+    """Bytes a call on ``world`` ranks must move once: head shards, base (BF16), noise (FP32), every rank's cache
+    rows (BF16) and the staging of every shard (BF16)."""
+    cells = rows * steps * vocab
+    return vocab * dim * 2 + cells * 2 + cells * 4 + world * cells * 2 + cells * 2
+
+
+def make_config(world: int) -> dict:
+    """The family config at ``world`` (BF16 base and cache, full-vocabulary base)."""
+    return dict(vocab=VOCAB, world=world, steps=STEPS, base_dtype="bfloat16", cache_dtype="bfloat16",
+                max_rows=ROWS, max_reqs=ROWS, shard_only_base=False, timeout_ns=TIMEOUT_NS)
+
+
+def make_static(device: torch.device, *, vocab: int = VOCAB, seed: int = 3) -> dict:
+    """``embed_table``, ``head`` BF16 ``[V, 256]`` giving a bias of std about 1."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    scale = DIM**-0.25
+    return {
+        "embed_table": (torch.randn(vocab, DIM, device=device, generator=gen) * scale).to(torch.bfloat16),
+        "head": (torch.randn(vocab, DIM, device=device, generator=gen) * scale).to(torch.bfloat16),
+    }
+
+
+def make_inputs(
+    device: torch.device, gen: torch.Generator, world: int, *, rows: int = ROWS, steps: int = STEPS, vocab: int = VOCAB
+) -> dict:
+    """One call's inputs (row r is request r; rows below ``GREEDY_ROWS`` greedy, the others T = 1), with one
+    cache per rank (each rank updates its own in place)."""
+    temperature = torch.ones(rows, device=device)
+    temperature[:GREEDY_ROWS] = 0.0
+    uniform = torch.rand(rows * steps, vocab, device=device, generator=gen).clamp_(min=1e-20)
+    return {
+        "input_ids": torch.randint(0, vocab, (rows,), device=device, generator=gen, dtype=torch.int32),
+        "idx_mapping": torch.arange(rows, device=device, dtype=torch.int64).repeat_interleave(steps),
+        "temperature": temperature,
+        "noise": -torch.log(-torch.log(uniform)),
+        "base_logits": torch.randn(rows, steps, vocab, device=device, generator=gen).to(torch.bfloat16),
+        "caches": [torch.zeros(rows, steps, vocab, device=device, dtype=torch.bfloat16) for _ in range(world)],
+    }
+
+
+def rank_inputs(inputs: dict, rank: int) -> dict:
+    """The call inputs rank ``rank`` launches with (the shared tensors and its own cache)."""
+    shared = {k: v for k, v in inputs.items() if k != "caches"}
+    return {**shared, "logits_cache": inputs["caches"][rank]}
+
+
+def eager_loop(static: dict, inputs: dict) -> dict:
+    """The sampling loop in torch ops (capturable); writes ``caches[0]`` in place."""
+    embed, head = static["embed_table"], static["head"]
+    base, cache = inputs["base_logits"], inputs["caches"][0]
+    rows, steps, vocab = base.shape
+    requests = inputs["idx_mapping"].view(rows, steps)
+    noise = inputs["noise"].view(rows, steps, vocab)
+    emb = embed[inputs["input_ids"].long()]
+    tokens = torch.empty(rows, steps, dtype=torch.int64, device=base.device)
+    for step in range(steps):
+        logits = base[:, step] + emb @ head.t()
+        cache[:, step].index_copy_(0, requests[:, step], logits)
+        temperature = inputs["temperature"][requests[:, step]]
+        sampled = (logits.float() / temperature[:, None] + noise[:, step]).argmax(dim=-1)
+        token = torch.where(temperature == 0, logits.float().argmax(dim=-1), sampled)
+        tokens[:, step] = token
+        emb = embed[token]
+    return {"draft_tokens": tokens, "logits_cache": cache}
+
+
+def _chain_check(case: str, static: dict, inputs: dict, out: dict) -> None:
+    """The teacher-forced chain check of one rank's outputs."""
+    check_markov_chain(
+        case, tokens=out["draft_tokens"], logits=out["logits_cache"], base=inputs["base_logits"],
+        anchors=inputs["input_ids"].long(), table=static["embed_table"], head=static["head"],
+        greedy=inputs["temperature"] == 0, noise=inputs["noise"].view(inputs["base_logits"].shape),
+    )
+
+
+def _kernel_setup(ctx: BenchContext, world: int) -> Prepared:
+    """The kernel on ``world`` virtual ranks, with a checked call first."""
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    device = ctx.device
+    static = make_static(device)
+    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSampler(fabric, static, make_config(world)))
+    gen = torch.Generator(device=device).manual_seed(4)
+    check = make_inputs(device, gen, world)
+    case = f"markov_sharded/kernel_w{world}"
+
+    def launch(inputs: dict) -> list:
+        """One call: every rank's launch, forked and joined on the current stream."""
+        return launch_ranks(ranks, lambda rank, system: system.launch(rank_inputs(inputs, rank), PARAMS))
+
+    outputs = launch(check)
+    torch.cuda.synchronize(device)
+    _chain_check(case, static, check, outputs[0])
+    for rank, out in enumerate(outputs[1:], start=1):
+        check_equal(case, f"rank {rank} draft_tokens", out["draft_tokens"], outputs[0]["draft_tokens"])
+        check_equal(case, f"rank {rank} logits_cache", out["logits_cache"], outputs[0]["logits_cache"])
+    return Prepared(
+        bytes_moved=floor_bytes(rows=ROWS, steps=STEPS, vocab=VOCAB, world=world),
+        input_bytes=tensor_bytes(check),
+        new_input_set=lambda: make_inputs(device, gen, world),
+        launch=launch,
+        kernels_per_call=world,
+    )
+
+
+def _eager_setup(ctx: BenchContext) -> Prepared:
+    """The torch loop, with a checked call first."""
+    device = ctx.device
+    static = make_static(device)
+    gen = torch.Generator(device=device).manual_seed(4)
+    check = make_inputs(device, gen, 1)
+    out = eager_loop(static, check)
+    torch.cuda.synchronize(device)
+    _chain_check("markov_sharded/eager", static, check, out)
+    return Prepared(
+        bytes_moved=floor_bytes(rows=ROWS, steps=STEPS, vocab=VOCAB, world=1),
+        input_bytes=tensor_bytes(check),
+        new_input_set=lambda: make_inputs(device, gen, 1),
+        launch=lambda inputs: eager_loop(static, inputs),
+        kernels_per_call=1,
+    )
+
+
+_BASE = f"r{ROWS}_s{STEPS}_v{VOCAB}"
+_PARAMS = {"rows": ROWS, "steps": STEPS, "vocab": VOCAB, "dim": DIM, "greedy_rows": GREEDY_ROWS,
+           "base_dtype": "bfloat16", "cache_dtype": "bfloat16"}
+
+def _register_kernel(world: int) -> None:
+    """Register the kernel case at ``world`` ranks."""
+    bench_case(
+        "markov_sharded", f"{_BASE}_w{world}",
+        params={**_PARAMS, "world": world, "impl": "kernel", "baseline": f"{_BASE}_eager", "goal": GOAL,
+                "virtual_ranks": world > 1},
+        description=f"ShardedMarkovSampler, {world} rank(s) on one GPU"
+        + (" (virtual ranks: not an NVLink latency)" if world > 1 else ""),
+    )(lambda ctx: _kernel_setup(ctx, world))
+
+
+# Order: the virtual 8-rank case last, so that a trap there (which ends the
+# CUDA context) cannot take the one-rank and torch cases with it.
+_register_kernel(1)
+bench_case(
+    "markov_sharded", f"{_BASE}_eager",
+    params={**_PARAMS, "world": 1, "impl": "eager torch loop"},
+    description="torch loop: per step GEMV, add, cache index_copy, logits/T + noise or argmax",
+)(_eager_setup)
+_register_kernel(8)
