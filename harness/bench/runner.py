@@ -213,9 +213,12 @@ def run_cases(
             results.append(case_result(case, prepared, timing, machine))
         except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
             failures.append({"case": case.key, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
-        finally:
+        try:
             torch.cuda.synchronize(device)
             torch.cuda.empty_cache()
+        except Exception as exc:  # noqa: BLE001 - a trap killed the context: keep what finished
+            failures.append({"case": case.key, "error": f"CUDA context lost: {type(exc).__name__}: {exc}"})
+            break
     return {
         "schema": SCHEMA,
         "command": list(command),

@@ -151,3 +151,28 @@ def test_pair_ratios_arithmetic_and_goals(tmp_path):
     written = json.loads((tmp_path / "bench-x.ratios.json").read_text())
     assert written["pairs"][0]["speedup"] == 3.0 and written["references"][0]["value_us"] == 4.09
     assert ratios_main([]) == 2 and ratios_main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_bench_inputs_pass_the_kernels_argument_checks(monkeypatch):
+    """The inputs the cases time are ones the kernel systems accept (checked as on the GPU, here on the CPU)."""
+    import types
+
+    from kernels.allreduce.config import check_call as allreduce_call
+    from kernels.allreduce.config import check_config as allreduce_config
+    from kernels.markov.fused import FusedMarkovLoop
+    from kernels.markov.sharded_checks import check_call as sharded_call
+    from kernels.markov.sharded_checks import check_config as sharded_config
+
+    gen = torch.Generator().manual_seed(0)
+    cfg = sharded_config(markov_sharded.make_config(8), 8)
+    inputs = markov_sharded.make_inputs(CPU, gen, 8)
+    call = sharded_call(cfg, 3, CPU, markov_sharded.rank_inputs(inputs, 3), markov_sharded.PARAMS, False)
+    assert (call.rows, call.base_column) == (8, 3 * 129280 // 8)
+    for tp, rows, bt in ((2, 1, True), (4, 128, False)):
+        config = allreduce_config(allreduce_mhc.make_config(tp=tp, hidden=5120, bt=bt))
+        x = allreduce_mhc.make_inputs(CPU, gen, tp=tp, rows=rows, hidden=5120)
+        assert allreduce_call(config, tp - 1, CPU, x, {"finalize": False, "protocol": "ll"}, True).rows == rows
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    fused = markov_fused.make_inputs(CPU, gen, rows=8, steps=8, vocab=129280)
+    loop = types.SimpleNamespace(vocab=129280, device=CPU, max_reqs=8)
+    assert FusedMarkovLoop._validate(loop, fused) == (8, 8)
