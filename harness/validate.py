@@ -34,6 +34,7 @@ from harness.families.catalog import Case, discover, select
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
 from harness.launchers.jobs import JobRunner
 from harness.report import Report
+from harness.worker import stored_case
 
 
 @dataclass
@@ -115,7 +116,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
               f"{len(cases)} scenario(s); "
               f"worlds {[w for w, _ in pairs]}" + (f"; tp {req.tp}" if req.tp else "") +
               f"\n# run dir {run_dir}; junit {junit}; json {json_path}")
-    unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and c.size != "cpu"})
+    unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
         header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
                    f"reference takes minutes on a CPU; their check is the golden reference recomputed in this run)")

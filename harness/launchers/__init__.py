@@ -68,6 +68,9 @@ def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None
         # One process holds every rank, and its golden references (realistic sizes) are the slow part:
         # let torch use the machine's cores instead of the one-per-process default of the other launchers.
         env["OMP_NUM_THREADS"] = str(max(1, os.cpu_count() or 1))
+        # Each virtual rank's stream needs a hardware queue of its own: with the default 8 a rank's
+        # kernel can wait behind a peer's spinning grid that waits for it.
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
     else:
         impl = "kernel"
         per_node = kw.get("nproc_per_node") or world_hint
