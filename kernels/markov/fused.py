@@ -640,7 +640,7 @@ def _require(condition: bool, exc, message: str) -> None:
 def _check_tensor(name: str, t, dtype, shape: tuple, device) -> None:
     """Type, dtype, shape and device of one argument, errors naming it."""
     _require(isinstance(t, torch.Tensor), TypeError, f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    _require(t.dtype == dtype, TypeError, f"{name}: expected dtype {dtype}, got {t.dtype}")
+    _require(t.dtype == dtype, ValueError, f"{name}: expected dtype {dtype}, got {t.dtype}")
     _require(
         tuple(t.shape) == tuple(shape), ValueError, f"{name}: expected shape {tuple(shape)}, got {tuple(t.shape)}"
     )

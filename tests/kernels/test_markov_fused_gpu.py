@@ -282,7 +282,7 @@ def test_bad_input_raises_before_launch_and_changes_nothing():
     config = config_of(1024)
     system = FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()}, config, bias_fn=grid_bias)
     cases = [
-        ("base", lambda t: t.float(), TypeError, r"call_inputs\.base: expected dtype torch\.bfloat16"),
+        ("base", lambda t: t.float(), ValueError, r"call_inputs\.base: expected dtype torch\.bfloat16"),
         ("idx_map", lambda t: t[:, :1], ValueError, r"call_inputs\.idx_map: expected shape"),
         ("idx_map", lambda t: torch.full_like(t, 6), ValueError, r"call_inputs\.idx_map: request rows must be < max_reqs"),
         ("anchor_idx", lambda t: t + 100, ValueError, r"call_inputs\.anchor_idx: values must lie in"),
