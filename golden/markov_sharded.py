@@ -44,8 +44,19 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
      ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) report
      truncating alignment inside an MMA on earlier GPUs instead, so this is
      a model to test, not a fact; the GPU decides.
+   - ``hopper_mma_bias`` (HYPOTHESIS fitted to one H200 run, to be
+     confirmed by the full probe on a GPU): the same 16 MMAs, but inside
+     each MMA the 16 exact products and the accumulator are aligned to the
+     largest exponent (a product's exponent is the sum of its operands'
+     exponents), each truncated toward zero to a multiple of 2^(E - 25),
+     summed exactly and the sum truncated (RZ) to FP32 (see its docstring).
+     It reproduces the 24 recorded GPU examples of
+     ``docs/results/markov_sharded_mma_probe_2026-11-29.json`` bit for bit
+     and the run's six mismatch counts against the other two models over
+     all 180,224 sums, which ``mma_chain_bias`` and ``fp32_k_order_bias``
+     miss on 83% of the sums.
 
-   Both start from a +0.0 accumulator, as the kernel's ``acc.fill(0.0)``.
+   All start from a +0.0 accumulator, as the kernel's ``acc.fill(0.0)``.
 3. ``bias = bf16(acc)``: ``cvt.rn.bf16.f32`` then widened back to FP32.
 4. ``base``: BF16 base logits widened exactly, or FP32 loaded as is. The
    base holds the full vocabulary (``base_column = k V/world``) or, with
@@ -229,9 +240,84 @@ def mma_chain_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Tens
     return acc
 
 
+HOPPER_ALIGN_BITS = 25
+_MIN_NORMAL_EXPONENT = -126
+
+
+def _operand_exponents(x: torch.Tensor) -> torch.Tensor:
+    """floor(log2|x|) of finite nonzero doubles, clamped below at the subnormal exponent -126."""
+    return (torch.frexp(x)[1] - 1).clamp(min=_MIN_NORMAL_EXPONENT).to(torch.float64)
+
+
+def _power_of_two(exponents: torch.Tensor) -> torch.Tensor:
+    """Exact doubles 2^k for integer-valued doubles k in [-1022, 1023], built from their bits."""
+    biased = (exponents.to(torch.int64) + 1023) << 52
+    return biased.view(torch.float64)
+
+
+def round_toward_zero_f32(x: torch.Tensor) -> torch.Tensor:
+    """FP32 of doubles ``x`` rounded toward zero (a finite value past the FP32 range gives the largest finite)."""
+    nearest = x.to(torch.float32)
+    overshoot = nearest.double().abs() > x.abs()
+    return torch.where(overshoot, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest)
+
+
+def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Tensor:
+    """FP32 ``[rows, n]`` of 16 chained MMAs, each a truncating 17-term fused sum rounded toward zero.
+
+    HYPOTHESIS, fitted to one H200 run of the MMA probe (24 recorded GPU
+    examples and six mismatch counts over 180,224 sums, all reproduced); to
+    be confirmed by the full probe on a GPU. For each MMA of
+    ``mma_k_groups`` (all 16 products fused at once: groups of 4 or 8 and
+    the other variants below do not fit the run), with ``c`` the FP32
+    accumulator:
+
+    1. Products ``e_k * h_k`` exact. A product's exponent is
+       ``x(e_k) + x(h_k)`` with ``x(v) = floor(log2|v|)`` (so the product's
+       significand lies in [1, 4)); the accumulator's is ``x(c)``. Zero
+       terms have none.
+    2. ``E`` = the largest of those exponents. Every term (the accumulator
+       too) is truncated toward zero to an integer multiple of
+       ``2^(E - 25)``; the truncated terms are summed exactly.
+    3. The sum is rounded toward zero to FP32 and becomes ``c``.
+
+    The fit ruled out (each misses some recorded examples): round to
+    nearest at the end, floor (two's complement) truncation, alignment to
+    the products' true exponents, 22-24 or 26-29 kept bits, the
+    accumulator added after the products' sum, and sub-groups of 4 or 8
+    products (by fragment or by k order) chained inside one MMA. Outside the
+    fit (no such operands in the run): subnormal operands (their exponent is
+    taken as -126), subnormal or overflowing results (RZ to a subnormal, to
+    the largest finite), and infinities or NaNs (the element follows IEEE
+    double addition of the raw terms, the caller canonicalizes NaN).
+    """
+    e = embeds.double()
+    h = head_shard.double()
+    acc = torch.zeros((e.shape[0], h.shape[0]), dtype=torch.float64, device=e.device)
+    none = torch.tensor(-math.inf, dtype=torch.float64, device=e.device)
+    for ks in mma_k_groups(e.shape[1]):
+        index = torch.tensor(ks, device=e.device)
+        e_group, h_group = e[:, index], h[:, index]
+        products = e_group[:, None, :] * h_group[None, :, :]
+        exponents = _operand_exponents(e_group)[:, None, :] + _operand_exponents(h_group)[None, :, :]
+        exponents = torch.where(products == 0, none, exponents)
+        largest = torch.maximum(exponents.amax(-1), torch.where(acc == 0, none, _operand_exponents(acc)))
+        # 2^-(E - 25) turns the kept bits into integers: each truncated term
+        # is below 2^27 in magnitude and 17 of them sum exactly in a double.
+        shift = torch.where(torch.isfinite(largest), HOPPER_ALIGN_BITS - largest, 0.0)
+        scale = _power_of_two(shift)
+        kept = torch.trunc(products * scale[..., None]).sum(-1) + torch.trunc(acc * scale)
+        total = kept / scale
+        finite = torch.isfinite(products).all(-1) & torch.isfinite(acc)
+        total = torch.where(finite, total, products.sum(-1) + acc)
+        acc = round_toward_zero_f32(total).double()
+    return acc.float()
+
+
 BIAS_FUNCTIONS: dict[str, BiasFn] = {
     "fp32_k_order": fp32_k_order_bias,
     "mma_chain": mma_chain_bias,
+    "hopper_mma": hopper_mma_bias,
 }
 
 
@@ -587,6 +673,7 @@ __all__ = [
     "encode_record",
     "exact_sum_to_f32",
     "fp32_k_order_bias",
+    "hopper_mma_bias",
     "key_index",
     "launch_tag",
     "mma_chain_bias",

@@ -2,7 +2,7 @@
 
 ``ShardedMarkovSampler(fabric, static, config)`` is one rank of the chain
 (``docs/interfaces.md``): ``launch(call_inputs, call_params) ->
-{"draft_tokens", "logits_cache"}`` runs one cooperative launch of
+{"draft_tokens", "logits_cache"}`` runs one launch of
 ``ShardedMarkovSample`` (``sharded_kernel.py``: the arithmetic, the work
 split and the memory ordering) and ``state() -> {"launches"}`` reports the
 launch counter.
@@ -46,6 +46,12 @@ that share it (``VirtualFabric``: all of them; otherwise
 ``config.ranks_per_device``, default 1), capped at what one tile per warp
 needs. Every rank's grid must be resident at once (the mailbox wait is the
 grid barrier), which is checked against the SM count before any launch.
+The launch is cooperative only when this rank has its GPU to itself
+(``cooperative_launch``): ranks sharing a GPU (virtual ranks, or
+``ranks_per_device > 1``) launch plainly, as the all-reduce kernels do.
+Cooperative launch guarantees co-residency of one grid, never of several
+ranks' grids; those are co-resident because the host gives each rank its
+share of the SMs, one 512-thread CTA per SM.
 
 Nothing compiles in ``launch``; a call may be captured into a CUDA graph
 once the instance exists (value checks are skipped under capture, inputs
@@ -88,10 +94,12 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
-def compiled_kernel(steps: int, base_dtype: str, cache_dtype: str, options: str | None = None):
-    """The compiled ``ShardedMarkovSample`` variant (cached by configuration
-    and options); ``CaptureError`` instead of compiling under capture."""
-    key = (steps, base_dtype, cache_dtype, options)
+def compiled_kernel(
+    steps: int, base_dtype: str, cache_dtype: str, options: str | None = None, *, cooperative: bool = True
+):
+    """The compiled ``ShardedMarkovSample`` variant (cached by configuration,
+    launch kind and options); ``CaptureError`` instead of compiling under capture."""
+    key = (steps, base_dtype, cache_dtype, cooperative, options)
     with _COMPILE_LOCK:
         compiled = _COMPILED.get(key)
         if compiled is None:
@@ -106,7 +114,7 @@ def compiled_kernel(steps: int, base_dtype: str, cache_dtype: str, options: str 
             from kernels.markov.sharded_kernel import ShardedMarkovSample
 
             args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
-            kernel = ShardedMarkovSample(steps, base_dtype, cache_dtype)
+            kernel = ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative)
             compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
             _COMPILED[key] = compiled
         return compiled
@@ -133,6 +141,11 @@ def _ranks_sharing_device(fabric: Any, cfg: SamplerConfig) -> int:
     if cfg.ranks_per_device is not None:
         return cfg.ranks_per_device
     return cfg.world if getattr(fabric, "provider", None) == "virtual" else 1
+
+
+def cooperative_launch(fabric: Any, cfg: SamplerConfig) -> bool:
+    """Whether this rank launches cooperatively: only when no other rank's grid shares its GPU."""
+    return _ranks_sharing_device(fabric, cfg) == 1
 
 
 class ShardedMarkovSampler:
@@ -168,7 +181,8 @@ class ShardedMarkovSampler:
             self.diag_record = DiagRecord()
         # Compile before the collective allocation: a rank that cannot
         # compile fails here instead of leaving the others in the rendezvous.
-        self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype)
+        self.cooperative = cooperative_launch(fabric, cfg)
+        self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype, cooperative=self.cooperative)
         with torch.cuda.device(self.device):
             preload(self._kernel)
         self.peer = fabric.alloc(
@@ -237,5 +251,6 @@ __all__ = [
     "ShardedMarkovSampler",
     "compile_variants",
     "compiled_kernel",
+    "cooperative_launch",
     "kernel_arguments",
 ]

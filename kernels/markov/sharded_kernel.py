@@ -44,7 +44,11 @@ parity) into every rank's mailbox with ``st.relaxed.sys`` (after
 ``membar.sys`` on the last step). Every CTA then polls its own mailbox
 (``ld.relaxed.sys``) until each rank's record of each row below ``rows``
 carries this launch's tag: that is the grid barrier and the cross-rank
-argmax at once, so the grid must be co-resident (cooperative launch). Lanes
+argmax at once, so the grid must be co-resident: a cooperative launch (the
+seed's, one rank per GPU) or, for ranks sharing a GPU, a plain launch whose
+grids the host sizes to fit beside each other (``cooperative=False``: a
+cooperative grid is only guaranteed co-resident with itself, and on the H200
+a rank's cooperative grid was never seen to start while a peer's spun). Lanes
 hold (row, source rank) pairs ``row * 8 + rank`` in two passes of 32, so any
 world up to 8 reduces over ranks with three butterflies. The winners'
 embedding rows are loaded for the next step; CTA 0 writes the tokens.
@@ -209,9 +213,14 @@ class ShardedMarkovSample:
     ``base_dtype`` and a draft-logits cache of ``cache_dtype`` (``"bfloat16"``
     or ``"float32"``); see the module docstring."""
 
-    def __init__(self, steps: int, base_dtype: str, cache_dtype: str) -> None:
+    def __init__(self, steps: int, base_dtype: str, cache_dtype: str, cooperative: bool = True) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             raise ValueError(f"steps: expected an int in [1, {MAX_STEPS}], got {steps!r}")
+        if not isinstance(cooperative, bool):
+            raise TypeError(f"cooperative: expected a bool, got {cooperative!r}")
+        # Cooperative launch only guarantees co-residency within one grid; for
+        # ranks sharing a GPU the host passes False (see sharded.py).
+        self.cooperative = cooperative
         for name, dtype in (("base_dtype", base_dtype), ("cache_dtype", cache_dtype)):
             if dtype not in DTYPE_BYTES:
                 raise ValueError(f"{name}: expected one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -228,7 +237,8 @@ class ShardedMarkovSample:
     def __str__(self) -> str:
         """The configuration as an identifier: CuTe DSL 4.8.1 mangles ``str(self)`` (minus an
         address) into the kernel's symbol, which must differ between variants loaded in one process."""
-        return f"ShardedMarkovSample_s{self.steps}_{self.base_dtype}_{self.cache_dtype}"
+        launch = "coop" if self.cooperative else "plain"
+        return f"ShardedMarkovSample_s{self.steps}_{self.base_dtype}_{self.cache_dtype}_{launch}"
 
     @cute.jit
     def __call__(
@@ -261,13 +271,13 @@ class ShardedMarkovSample:
         ctas: Int32,
         stream: cuda.CUstream,
     ):
-        """Launch the chain as a cooperative grid of ``ctas`` CTAs of 512 threads."""
+        """Launch the chain as a grid of ``ctas`` CTAs of 512 threads (cooperative unless configured not to be)."""
         self.kernel(
             base_logits, base_row_stride, base_step_stride, base_column, embed_table, head_shard, input_ids,
             idx_mapping, temperature, noise, noise_row_stride, logits_cache, cache_stride0, cache_stride1,
             draft_tokens, peers, control, diag, timeout_ns, query_per_row, rank, world, vocab_local, rows,
             max_rows,
-        ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=True)
+        ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
 
     # -- per-tile epilogue ----------------------------------------------------
 

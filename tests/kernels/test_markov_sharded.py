@@ -280,6 +280,49 @@ def test_kernel_variants_have_distinct_symbol_names():
     """CuTe DSL 4.8.1 mangles ``str(kernel)`` into the symbol: variants must differ."""
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    names = {str(ShardedMarkovSample(s, b, c)) for s in range(1, 9) for b in layout.DTYPE_BYTES for c in layout.DTYPE_BYTES}
-    assert len(names) == 8 * 2 * 2
+    names = {
+        str(ShardedMarkovSample(s, b, c, cooperative))
+        for s in range(1, 9) for b in layout.DTYPE_BYTES for c in layout.DTYPE_BYTES for cooperative in (True, False)
+    }
+    assert len(names) == 8 * 2 * 2 * 2
     assert all("object at" not in name and re.fullmatch(r"[A-Za-z0-9_]+", name) for name in names)
+
+
+def _launch_attributes(compiled) -> dict[int, int]:
+    """``{CUlaunchAttributeID: value}`` the compiled host launcher stores into its
+    ``CUlaunchAttribute`` array (read from the lowered LLVM dialect of ``__call__``)."""
+    text = str(compiled.ir_module)
+    start = text.index("llvm.func @cutlass___call___")
+    body = text[start : text.find("llvm.func @", start + 1)]
+    constants = dict(re.findall(r"(%\d+) = llvm\.mlir\.constant\((-?\d+) : i32\)", body))
+    attribute = r"!llvm\.struct<\(i32, array<4 x i8>, array<64 x i8>\)>"
+    found = {}
+    for element in re.findall(rf"(%\d+) = llvm\.getelementptr (%\d+)\[%\d+\] : \(!llvm\.ptr, i32\) -> !llvm\.ptr, {attribute}", body):
+        fields = {}
+        for field, index in re.findall(rf"(%\d+) = llvm\.getelementptr {element[0]}\[0, (\d)\] : \(!llvm\.ptr\) -> !llvm\.ptr, {attribute}", body):
+            stored = re.search(rf"llvm\.store (%\d+), {field} : i32", body)
+            if stored and stored.group(1) in constants:
+                fields[int(index)] = int(constants[stored.group(1)])
+        if 0 in fields and 2 in fields:
+            found[fields[0]] = fields[2]
+    return found
+
+
+def test_ranks_sharing_a_gpu_launch_plainly():
+    """Virtual ranks (and ``ranks_per_device > 1``) launch without the cooperative
+    attribute, a rank alone on its GPU with it: the host launcher's
+    ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE`` (id 2) is 1 only in the cooperative variant."""
+    from kernels.markov import sharded
+
+    class Fabric:
+        def __init__(self, provider):
+            self.provider = provider
+
+    assert sharded.cooperative_launch(Fabric("symmetric"), check_config(config(world=2), 2))
+    assert not sharded.cooperative_launch(Fabric("virtual"), check_config(config(world=2), 2))
+    assert sharded.cooperative_launch(Fabric("virtual"), check_config(config(world=1), 1))
+    assert not sharded.cooperative_launch(Fabric("symmetric"), check_config(config(world=2, ranks_per_device=2), 2))
+    cooperative_attribute = 2
+    for cooperative in (True, False):
+        compiled = sharded.compiled_kernel(1, "bfloat16", "bfloat16", cooperative=cooperative)
+        assert _launch_attributes(compiled).get(cooperative_attribute) == int(cooperative)

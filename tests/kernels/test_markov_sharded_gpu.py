@@ -27,7 +27,9 @@ use the measured reciprocals (``golden/data/rcp_f32_sm_90.json``).
 
 ``python tests/kernels/test_markov_sharded_gpu.py case NAME OUT.json`` runs
 one case (``CHILD_CASES``) and writes ``{"ok", "error"}`` to ``OUT.json``;
-``skip-child OUT.json`` is the child of the timeout test.
+``skip-child OUT.json`` is the child of the timeout test. The cases
+``launch_plain`` and ``launch_cooperative`` (by hand only) force the launch
+kind at world 2 and print how long each rank's launch call blocked the host.
 """
 
 from __future__ import annotations
@@ -249,8 +251,36 @@ def case_graphs_of_several_row_counts_replay_interleaved() -> None:
         assert state == {"launches": len(calls)}
 
 
+def case_launch_kind(cooperative: bool) -> None:
+    """Diagnostic (run by hand, not by pytest): world 2 with the launch forced
+    cooperative or plain; prints how long each rank's launch calls blocked the host."""
+    import time
+
+    from kernels.markov import sharded
+
+    sharded.cooperative_launch = lambda fabric, cfg: cooperative
+    original = sharded.ShardedMarkovSampler.launch
+
+    def timed_launch(self, *args, **kwargs):
+        began = time.monotonic()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            print(f"rank {self.rank} cooperative={self.cooperative} launch call took {time.monotonic() - began:.3f} s",
+                  flush=True)
+
+    sharded.ShardedMarkovSampler.launch = timed_launch
+    config = base_config(vocab=2048, steps=2)
+    static = make_static(config["vocab"], 15)
+    calls = [make_call(config, rows, 500 + i) for i, rows in enumerate((1, 8, 3))]
+    results = run_world(2, static, config, calls)
+    assert_golden(results, static, config, calls)
+
+
 CHILD_CASES = {
     **{f"golden{i}": partial(case_matches_golden, i) for i in range(len(CASES))},
+    "launch_cooperative": partial(case_launch_kind, True),
+    "launch_plain": partial(case_launch_kind, False),
     "wrap": case_launch_counter_wraps_the_tag,
     "graphs": case_graphs_of_several_row_counts_replay_interleaved,
 }
