@@ -214,6 +214,20 @@ def ld_volatile_b32_or(
     )
 
 
+# DSL type, LLVM type and inline-asm constraint letter of a 32- or 64-bit word.
+_ORDERED_WORD = {32: (Uint32, T.i32, "r"), 64: (Int64, T.i64, "l")}
+
+
+def _ld_ordered(address, bits, semantics, scope, loc, ip):
+    """``ld.{semantics}.{scope}.global.b{bits}`` of one word, as its DSL type."""
+    _check_ordering(semantics, scope)
+    if semantics not in ("relaxed", "acquire"):
+        raise ValueError(f"a load's semantics must be relaxed or acquire, got {semantics!r}")
+    dsl_type, ir_type, letter = _ORDERED_WORD[bits]
+    text = f"ld.{semantics}.{scope}.global.b{bits} $0, [$1];"
+    return dsl_type(_asm(ir_type(), _ir((Int64(address),), loc, ip), text, f"={letter},l", True, loc, ip))
+
+
 @dsl_user_op
 def ld_ordered_b32(
     address: Int64, semantics: str = "acquire", scope: str = "sys", *, loc=None, ip=None
@@ -222,20 +236,7 @@ def ld_ordered_b32(
     load for polling a flag another agent stores (relaxed.sys for a word
     written by a peer GPU or the host, acquire where the loads after it must
     see what the writer released)."""
-    _check_ordering(semantics, scope)
-    if semantics not in ("relaxed", "acquire"):
-        raise ValueError(f"a load's semantics must be relaxed or acquire, got {semantics!r}")
-    return Uint32(
-        _asm(
-            T.i32(),
-            _ir((Int64(address),), loc, ip),
-            f"ld.{semantics}.{scope}.global.b32 $0, [$1];",
-            "=r,l",
-            True,
-            loc,
-            ip,
-        )
-    )
+    return _ld_ordered(address, 32, semantics, scope, loc, ip)
 
 
 @dsl_user_op
@@ -244,20 +245,7 @@ def ld_ordered_b64(
 ) -> Int64:
     """``ld.{relaxed,acquire}.{cta,gpu,sys}.global.b64``: ``ld_ordered_b32``
     for a 64-bit word (a tagged key or counter)."""
-    _check_ordering(semantics, scope)
-    if semantics not in ("relaxed", "acquire"):
-        raise ValueError(f"a load's semantics must be relaxed or acquire, got {semantics!r}")
-    return Int64(
-        _asm(
-            T.i64(),
-            _ir((Int64(address),), loc, ip),
-            f"ld.{semantics}.{scope}.global.b64 $0, [$1];",
-            "=l,l",
-            True,
-            loc,
-            ip,
-        )
-    )
+    return _ld_ordered(address, 64, semantics, scope, loc, ip)
 
 
 # ---------------------------------------------------------------------------
@@ -329,6 +317,16 @@ def st_global_b64(address: Int64, value: Int64, predicate: Int32, *, loc=None, i
     )
 
 
+def _st_ordered(address, value, bits, semantics, scope, loc, ip):
+    """``st.{semantics}.{scope}.global.b{bits}`` of one word."""
+    _check_ordering(semantics, scope)
+    if semantics not in ("relaxed", "release"):
+        raise ValueError(f"a store's semantics must be relaxed or release, got {semantics!r}")
+    dsl_type, _, letter = _ORDERED_WORD[bits]
+    text = f"st.{semantics}.{scope}.global.b{bits} [$0], $1;"
+    _asm(None, _ir((Int64(address), dsl_type(value)), loc, ip), text, f"l,{letter}", True, loc, ip)
+
+
 @dsl_user_op
 def st_ordered_b32(
     address: Int64, value: Uint32, semantics: str = "relaxed", scope: str = "sys", *, loc=None, ip=None
@@ -336,18 +334,7 @@ def st_ordered_b32(
     """``st.{relaxed,release}.{cta,gpu,sys}.global.b32``: a morally strong
     store that a poller (peer GPU, host through pinned memory) reads without
     a data race; release orders this thread's earlier stores before it."""
-    _check_ordering(semantics, scope)
-    if semantics not in ("relaxed", "release"):
-        raise ValueError(f"a store's semantics must be relaxed or release, got {semantics!r}")
-    _asm(
-        None,
-        _ir((Int64(address), Uint32(value)), loc, ip),
-        f"st.{semantics}.{scope}.global.b32 [$0], $1;",
-        "l,r",
-        True,
-        loc,
-        ip,
-    )
+    _st_ordered(address, value, 32, semantics, scope, loc, ip)
 
 
 @dsl_user_op
@@ -356,18 +343,7 @@ def st_ordered_b64(
 ) -> None:
     """``st.{relaxed,release}.{cta,gpu,sys}.global.b64``: ``st_ordered_b32``
     for a 64-bit word."""
-    _check_ordering(semantics, scope)
-    if semantics not in ("relaxed", "release"):
-        raise ValueError(f"a store's semantics must be relaxed or release, got {semantics!r}")
-    _asm(
-        None,
-        _ir((Int64(address), Int64(value)), loc, ip),
-        f"st.{semantics}.{scope}.global.b64 [$0], $1;",
-        "l,l",
-        True,
-        loc,
-        ip,
-    )
+    _st_ordered(address, value, 64, semantics, scope, loc, ip)
 
 
 # ---------------------------------------------------------------------------
