@@ -53,6 +53,7 @@ import cutlass.cute as cute
 from cutlass import Boolean, Float32, Int32, Int64, Uint32
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 from kernels.allreduce import device
 from kernels.allreduce.layout import (
     ACTIVE,
@@ -76,7 +77,7 @@ ARCHS = ("sm_90a", "sm_100a")
 FRAGMENTS_PER_SCALE_WORD = MXFP8_BLOCK * SCALE_TILE_COLS // VEC
 
 
-class LamportMHCConsumer:
+class LamportMHCConsumer(KernelVariant):
     """The mHC consumer of one protocol (LL or BT) and one output variant."""
 
     def __init__(
@@ -120,12 +121,6 @@ class LamportMHCConsumer:
         self.fragments = hidden // VEC
         self.sources = 1 if reduced_input else tp
         self.scale_cols = mxfp8_padded_cols(hidden)
-
-    def __str__(self) -> str:
-        """The configuration as an identifier: CuTe DSL mangles it into the kernel's symbol
-        name, which must differ between variants (a default repr differs only in its
-        address, which the mangler drops, and same-named variants collide at load)."""
-        return "_".join(str(part) for part in self.key())
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""

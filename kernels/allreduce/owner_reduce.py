@@ -30,6 +30,7 @@ import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, Uint32
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 from kernels.allreduce import device
 from kernels.allreduce.layout import (
     ACTIVE,
@@ -44,7 +45,7 @@ from kernels.allreduce.layout import (
 FANOUTS = ("multicast", "unicast")
 
 
-class OwnerReduceKernel:
+class OwnerReduceKernel(KernelVariant):
     """Reduces the tokens a rank owns (BT) and fans the sums out to every rank."""
 
     def __init__(self, *, hidden: int, tp: int, capacity: int, fanout: str, threads: int = PUBLISH_THREADS) -> None:
@@ -62,12 +63,6 @@ class OwnerReduceKernel:
         self.fragments = hidden // VEC
         self.ctas_per_token = math.ceil(self.fragments / threads)
         self.owner_capacity = owner_capacity(capacity, tp)
-
-    def __str__(self) -> str:
-        """The configuration as an identifier: CuTe DSL mangles it into the kernel's symbol
-        name, which must differ between variants (a default repr differs only in its
-        address, which the mangler drops, and same-named variants collide at load)."""
-        return "_".join(str(part) for part in self.key())
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""

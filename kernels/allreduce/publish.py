@@ -39,6 +39,7 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 from kernels.allreduce import device
 from kernels.allreduce.layout import (
     ACTIVE,
@@ -55,7 +56,7 @@ SOURCES = ("plain", "finalize")
 FANOUTS = ("multicast", "unicast")
 
 
-class PublishKernel:
+class PublishKernel(KernelVariant):
     """Publishes one rank's contribution (plain or MoE finalize) for LL or BT."""
 
     def __init__(
@@ -95,12 +96,6 @@ class PublishKernel:
         self.fragments = hidden // VEC
         self.ctas_per_token = math.ceil(self.fragments / threads)
         self.owner_capacity = owner_capacity(capacity, tp)
-
-    def __str__(self) -> str:
-        """The configuration as an identifier: CuTe DSL mangles it into the kernel's symbol
-        name, which must differ between variants (a default repr differs only in its
-        address, which the mangler drops, and same-named variants collide at load)."""
-        return "_".join(str(part) for part in self.key())
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""

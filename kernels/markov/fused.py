@@ -67,6 +67,7 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 
 SYSTEM_CLASS = "FusedMarkovLoop"
 THREADS = 128
@@ -212,13 +213,17 @@ def _store_bf16(row, offsets: list, stores: list, bits: list, vector: bool) -> N
 # ---------------------------------------------------------------------------
 
 
-class AnchorKernel:
+class AnchorKernel(KernelVariant):
     """Grid (rows,), 128 threads: step 0's Markov embedding (the w1 row of
     each row's anchor token, clamped to the table) and the row's arrival
     count reset."""
 
     def __init__(self, *, row_bytes: int, chunk: int, w1_rows: int) -> None:
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
+
+    def key(self) -> tuple:
+        """The configuration that identifies this variant (and its kernel symbol)."""
+        return ("markov_anchor", self.row_bytes, self.chunk, self.w1_rows)
 
     @cute.jit
     def __call__(
@@ -245,7 +250,7 @@ class AnchorKernel:
         ptx.st_global(arrivals + row * 4, [Uint32(0)], 4, Int32(tidx == 0))
 
 
-class StepKernel:
+class StepKernel(KernelVariant):
     """Grid (rows, blocks), 128 threads, ``block`` vocab entries per CTA; one
     draft step (see the module docstring). ``blocks`` is compile-time."""
 
@@ -262,6 +267,11 @@ class StepKernel:
         self.finish_warps = finish_warps(blocks)
         self.has_cap, self.sharded, self.pdl = has_cap, sharded, pdl
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
+
+    def key(self) -> tuple:
+        """The configuration that identifies this variant (and its kernel symbol)."""
+        return ("markov_step", self.block, self.blocks, self.vector, self.has_cap, self.sharded, self.pdl,
+                self.row_bytes, self.chunk, self.w1_rows)
 
     @cute.jit
     def __call__(
@@ -420,7 +430,7 @@ class StepKernel:
             )
 
 
-class PickKernel:
+class PickKernel(KernelVariant):
     """Grid (rows,), one warp: the winner over the gathered ``[tp, rows, 4]``
     packets (lane l holds rank l % tp; a butterfly over tp lanes), its token
     and w1 row."""
@@ -430,6 +440,10 @@ class PickKernel:
             raise ValueError(f"tp must be a power of two in [1, {WARP}], got {tp}")
         self.tp, self.pdl = tp, pdl
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
+
+    def key(self) -> tuple:
+        """The configuration that identifies this variant (and its kernel symbol)."""
+        return ("markov_pick", self.tp, self.pdl, self.row_bytes, self.chunk, self.w1_rows)
 
     @cute.jit
     def __call__(
@@ -461,7 +475,7 @@ class PickKernel:
         )
 
 
-class CacheFillKernel:
+class CacheFillKernel(KernelVariant):
     """Grid (rows * steps, ceil(V / 1024)), 128 threads of 8 consecutive
     entries: scatter of the gathered ``[tp, rows, steps, shard]`` draft
     logits (rank stride ``src_s0``) into ``cache[idx_map[r, i], i, :]``; a
@@ -470,6 +484,10 @@ class CacheFillKernel:
 
     def __init__(self, *, vector: bool) -> None:
         self.vector = vector
+
+    def key(self) -> tuple:
+        """The configuration that identifies this variant (and its kernel symbol)."""
+        return ("markov_fill", self.vector)
 
     @cute.jit
     def __call__(

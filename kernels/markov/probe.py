@@ -39,6 +39,7 @@ import torch
 from cutlass import Float32, Int32, Int64, Uint32, const_expr
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 
 PROBE_THREADS = 256
 OPS = ("logf_ftz", "tanhf", "div_full", "murmur", "uniform", "gumbel", "logit", "logit_cap")
@@ -50,13 +51,17 @@ def _word(address, i):
     return ptx.ld_global_nc(address + Int64(i) * 4, 4, Int32(1))[0]
 
 
-class ProbeKernel:
+class ProbeKernel(KernelVariant):
     """Grid ceil(n / 256), 256 threads: ``out[i] = op(in0[i], ...)``."""
 
     def __init__(self, op: str) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {OPS}, got {op!r}")
         self.op = op
+
+    def key(self) -> tuple:
+        """The probed operation, which tells this variant's kernel symbol from the others'."""
+        return ("probe", self.op)
 
     @cute.jit
     def __call__(

@@ -94,6 +94,7 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.markov.sharded_layout import (
     ARRIVAL_WORD,
@@ -208,7 +209,7 @@ def _tile_bias(fragment, embedding_row: Int32) -> list:
 # ---------------------------------------------------------------------------
 
 
-class ShardedMarkovSample:
+class ShardedMarkovSample(KernelVariant):
     """The sharded Markov chain for ``steps`` draft positions, base logits of
     ``base_dtype`` and a draft-logits cache of ``cache_dtype`` (``"bfloat16"``
     or ``"float32"``); see the module docstring."""
@@ -234,11 +235,10 @@ class ShardedMarkovSample:
         self.tile_vectors = TILE_ROWS // self.vector_elements
         self.base_dtype, self.cache_dtype = base_dtype, cache_dtype
 
-    def __str__(self) -> str:
-        """The configuration as an identifier: CuTe DSL 4.8.1 mangles ``str(self)`` (minus an
-        address) into the kernel's symbol, which must differ between variants loaded in one process."""
-        launch = "coop" if self.cooperative else "plain"
-        return f"ShardedMarkovSample_s{self.steps}_{self.base_dtype}_{self.cache_dtype}_{launch}"
+    def key(self) -> tuple:
+        """The configuration that identifies this variant (and its kernel symbol)."""
+        return ("ShardedMarkovSample", f"s{self.steps}", self.base_dtype, self.cache_dtype,
+                "coop" if self.cooperative else "plain")
 
     @cute.jit
     def __call__(

@@ -24,18 +24,19 @@ from cutlass import Int32, Int64
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.variant import KernelVariant
 from kernels.markov.sharded_kernel import _tile_bias
 from kernels.markov.sharded_layout import CHUNKS, HEAD_DIM, MAX_ROWS, ROW_BYTES, TILE_ROWS, WARP
 
 _COMPILED: dict[str, object] = {}
 
 
-class MmaChainProbe:
+class MmaChainProbe(KernelVariant):
     """Grid (tiles, sets), 32 threads: ``out[set, r, v] = chain(embeds[set, r], head[v])``."""
 
-    def __str__(self) -> str:
-        """A fixed identifier for the kernel's symbol (CuTe DSL mangles ``str(self)`` into it)."""
-        return "MmaChainProbe"
+    def key(self) -> tuple:
+        """The kernel's one configuration (and its symbol)."""
+        return ("MmaChainProbe",)
 
     @cute.jit
     def __call__(self, head: Int64, embeds: Int64, out: Int64, tiles: Int32, sets: Int32, stream: cuda.CUstream):
