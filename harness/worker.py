@@ -220,13 +220,18 @@ class ReferenceCache:
 
     def _claim(self, claim: Path) -> bool:
         """Create ``claim`` exclusively (True), or take over one whose process is gone; False when held."""
+        # The claim appears with its pid already written (a hard link of a finished file):
+        # a claim created empty and written after could be read half-written, its pid taken
+        # for a dead process's and the claim broken.
+        staged = claim.with_name(f".{claim.name}.{os.getpid()}.{threading_ident()}")
+        staged.write_text(str(os.getpid()), encoding="utf-8")
         try:
-            fd = os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            os.link(staged, claim)
         except FileExistsError:
             try:
                 holder = int(claim.read_text(encoding="utf-8") or "0")
-            except (FileNotFoundError, ValueError):
-                return False  # being written or just dropped: look again at the next poll
+            except FileNotFoundError:
+                return False  # just dropped: look again at the next poll
             if holder and _process_alive(holder):
                 return False
             try:
@@ -234,8 +239,8 @@ class ReferenceCache:
             except FileNotFoundError:
                 pass
             return self._claim(claim) if holder else False
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(str(os.getpid()))
+        finally:
+            staged.unlink(missing_ok=True)  # a take-over's retry has removed it already
         return True
 
     def get(self, key: str, compute: Callable[[], dict], *, wait_s: float, share: bool = True,
@@ -251,6 +256,11 @@ class ReferenceCache:
             if path.exists():
                 return load_file(str(path))
             if self._claim(claim):
+                # The previous claimer stores the reference before dropping its claim: one
+                # that finished between the look above and this claim left the file behind.
+                if path.exists():
+                    claim.unlink()
+                    return load_file(str(path))
                 break
             if time.monotonic() >= deadline:
                 claim = None  # the claimer is too slow: compute it here, leave its claim alone
