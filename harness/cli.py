@@ -129,14 +129,16 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run ``validate``."""
+    from harness.launchers.jobs import Rendezvous  # noqa: PLC0415
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
 
     req = ValidateRequest(launcher=args.launcher, family=args.family, scenarios=args.scenario, worlds=args.world,
                           size=args.size, tp=args.tp, junit=args.junit, json=args.json, run_dir=args.run_dir,
                           deadline=args.deadline, startup=args.startup, scenario_root=args.scenario_root,
-                          impl=args.impl, store=None if args.no_store else "check", nnodes=args.nnodes, node_rank=args.node_rank,
-                          rdzv_backend=args.rdzv_backend, rdzv_endpoint=args.rdzv_endpoint, rdzv_id=args.rdzv_id,
-                          nproc_per_node=args.nproc_per_node)
+                          impl=args.impl, store=None if args.no_store else "check",
+                          rendezvous=Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, backend=args.rdzv_backend,
+                                                endpoint=args.rdzv_endpoint, id=args.rdzv_id,
+                                                nproc_per_node=args.nproc_per_node))
     return run_validate(req)
 
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 from harness.families.catalog import Case, discover, select
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
-from harness.launchers.jobs import JobRunner
+from harness.launchers.jobs import JobRunner, Rendezvous
 from harness.report import Report
 from harness.worker import stored_case
 
@@ -55,12 +55,7 @@ class ValidateRequest:
     scenario_root: str | None = None
     impl: str | None = None
     store: str | None = "check"
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_backend: str | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    nproc_per_node: int | None = None
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
 
 
 def default_run_dir() -> Path:
@@ -93,8 +88,9 @@ def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> list[tuple[int, 
                 raise ValueError("--world: " + "; ".join(f"{c.key} runs at {list(c.worlds)}" for c in idle) +
                                  f", not at {list(req.worlds)}")
         worlds = [w for w in worlds if w in req.worlds]
-    if req.nnodes > 1 and req.nproc_per_node:
-        worlds = [w for w in worlds if w == req.nnodes * req.nproc_per_node]
+    rdzv = req.rendezvous
+    if rdzv.nnodes > 1 and rdzv.nproc_per_node:
+        worlds = [w for w in worlds if w == rdzv.nnodes * rdzv.nproc_per_node]
     return [(w, [c for c in cases if w in c.worlds]) for w in worlds]
 
 
@@ -126,10 +122,8 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
             if not world_cases:
                 continue
             settings = settings_for(launcher, run_dir, world, gpus, per_launch_s=req.deadline,
-                                    startup_s=req.startup, tp=req.tp, impl=req.impl, nnodes=req.nnodes,
-                                    node_rank=req.node_rank, rdzv_backend=req.rdzv_backend,
-                                    rdzv_endpoint=req.rdzv_endpoint, rdzv_id=req.rdzv_id,
-                                    nproc_per_node=req.nproc_per_node, store=req.store)
+                                    startup_s=req.startup, tp=req.tp, impl=req.impl, rendezvous=req.rendezvous,
+                                    store=req.store)
             JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(world_cases, world)
     return report.exit_code()
 

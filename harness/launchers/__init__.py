@@ -73,7 +73,8 @@ def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None
         env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32"
     else:
         impl = "kernel"
-        per_node = kw.get("nproc_per_node") or world_hint
+        rendezvous = kw.get("rendezvous")
+        per_node = (rendezvous and rendezvous.nproc_per_node) or world_hint
         if gpus >= per_node:
             backend = "nccl"
         else:
@@ -85,19 +86,20 @@ def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None
 
 def torchrun_argv(s: JobSettings, job_path: Path, world: int, job_index: int) -> list[str]:
     """The torchrun command line of one job (standalone, or the multi-node pass-through)."""
-    per_node = s.nproc_per_node or world // max(s.nnodes, 1)
-    if per_node * s.nnodes != world:
-        raise ValueError(f"--nproc-per-node {per_node} x --nnodes {s.nnodes} must equal the world size {world}")
+    rdzv = s.rendezvous
+    per_node = rdzv.nproc_per_node or world // max(rdzv.nnodes, 1)
+    if per_node * rdzv.nnodes != world:
+        raise ValueError(f"--nproc-per-node {per_node} x --nnodes {rdzv.nnodes} must equal the world size {world}")
     argv = [python(), "-m", "torch.distributed.run"]
-    if s.nnodes > 1 or s.rdzv_endpoint:
-        if not s.rdzv_endpoint:
+    if rdzv.nnodes > 1 or rdzv.endpoint:
+        if not rdzv.endpoint:
             raise ValueError("--rdzv-endpoint is required with --nnodes > 1")
-        argv += ["--nnodes", str(s.nnodes), "--node-rank", str(s.node_rank),
-                 "--rdzv-backend", s.rdzv_backend or "c10d", "--rdzv-endpoint", s.rdzv_endpoint,
-                 "--rdzv-id", f"{s.rdzv_id or 'rankcheck'}-job{job_index}"]
+        argv += ["--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
+                 "--rdzv-backend", rdzv.backend or "c10d", "--rdzv-endpoint", rdzv.endpoint,
+                 "--rdzv-id", f"{rdzv.id or 'rankcheck'}-job{job_index}"]
     else:
         argv += ["--standalone", "--nnodes", "1"]
-    log_dir = s.run_dir / "logs" / f"job{job_index}{'.node%d' % s.node_rank if s.nnodes > 1 else ''}"
+    log_dir = s.run_dir / "logs" / f"job{job_index}{rdzv.node_suffix}"
     argv += ["--nproc-per-node", str(per_node), "--max-restarts", "0", "--monitor-interval", "0.5",
              "--log-dir", str(log_dir), "--redirects", "3",
              "-m", "harness.worker", "--job", str(job_path)]

@@ -49,6 +49,23 @@ HEARTBEAT_STALE_S = 30.0
 REFERENCE_ALLOWANCE_S = 3600.0
 
 
+@dataclass(frozen=True)
+class Rendezvous:
+    """torchrun's node options, passed through unchanged (defaults: one standalone node)."""
+
+    nnodes: int = 1
+    node_rank: int = 0
+    backend: str | None = None
+    endpoint: str | None = None
+    id: str | None = None
+    nproc_per_node: int | None = None
+
+    @property
+    def node_suffix(self) -> str:
+        """``.node<rank>`` for a node of a multi-node run (its files must not collide with the others'), else ``""``."""
+        return f".node{self.node_rank}" if self.nnodes > 1 else ""
+
+
 @dataclass
 class JobSettings:
     """Everything a launcher needs to run jobs (from the CLI)."""
@@ -62,12 +79,7 @@ class JobSettings:
     case_allowance_s: float = 20.0
     grace_s: float = 3.0
     tp: int | None = None
-    nnodes: int = 1
-    node_rank: int = 0
-    rdzv_backend: str | None = None
-    rdzv_endpoint: str | None = None
-    rdzv_id: str | None = None
-    nproc_per_node: int | None = None
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
     store: str | None = None
     env: dict = field(default_factory=dict)
 
@@ -120,12 +132,11 @@ class JobRunner:
     def _write_job(self, cases: list[Case], world: int, tp: int) -> Path:
         """Write the job file for ``cases`` and return its path."""
         s = self.settings
-        node = f".node{s.node_rank}" if s.nnodes > 1 else ""
-        path = s.run_dir / "jobs" / f"job{self.job_index}{node}.json"
+        path = s.run_dir / "jobs" / f"job{self.job_index}{s.rendezvous.node_suffix}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         longest = max(self._case_budget(c) for c in cases)
         doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp, "store": s.store,
-               "shared_run_dir": s.nnodes == 1,
+               "shared_run_dir": s.rendezvous.nnodes == 1,
                "collective_timeout_s": longest + s.startup_s,
                "cases": [{"family": c.family, "name": c.name, "path": c.path} for c in cases]}
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -138,7 +149,7 @@ class JobRunner:
         groups = self._groups(world, tp)
         job_path = self._write_job(pending, world, tp)
         argv = self.argv_for(s, job_path, world, self.job_index)
-        log_path = s.run_dir / "logs" / f"job{self.job_index}{'.node%d' % s.node_rank if s.nnodes > 1 else ''}.log"
+        log_path = s.run_dir / "logs" / f"job{self.job_index}{s.rendezvous.node_suffix}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.on_note(f"job {self.job_index}: {len(pending)} case(s) at world {world} (tp {tp}) via {s.launcher}; "
                      f"log {log_path}")
@@ -152,7 +163,8 @@ class JobRunner:
                  "paused": 0.0, "case_paused": 0.0, "settled": 0, "abandoned": False}
         # results this harness can see: every rank's on one node; with several nodes the run
         # directories need not be shared, so this node's ranks (more when the directory is shared)
-        visible = world if s.nnodes == 1 else (s.nproc_per_node or world // s.nnodes)
+        rdzv = s.rendezvous
+        visible = world if rdzv.nnodes == 1 else (rdzv.nproc_per_node or world // rdzv.nnodes)
 
         def settle_completed() -> None:
             """Judge and report every leading case whose ranks have all written results."""
