@@ -384,6 +384,23 @@ def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
             return
 
 
+def _graph_launches(impl: str, system: Any, handle: Any, launches: list,
+                    family_problem: str | None = None) -> tuple[Any, dict | None]:
+    """``(GraphLaunches or None, the case's graph note)`` for a plan: graphs only for a kernel system that can be captured."""
+    if not any(launch.graph is not None for launch in launches):
+        return None, None
+    if impl != "kernel":
+        return None, {"mode": "eager", "reason": "the golden implementation runs on the CPU"}
+    from harness.families import rank_device  # noqa: PLC0415
+    from harness.graphs import GraphLaunches, capture_problem  # noqa: PLC0415
+
+    problem = family_problem or capture_problem(system)
+    if problem is not None:
+        return None, {"mode": "eager", "reason": problem}
+    device = getattr(system, "device", None)
+    return GraphLaunches(system, device if device is not None else rank_device(handle)), None
+
+
 def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
              run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None,
              share_refs: bool = True) -> dict:
@@ -391,6 +408,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
     from harness import compare as cmp  # noqa: PLC0415
     from harness.families import NotAvailable, adapter, catalog  # noqa: PLC0415
     from harness.progress import ProgressWriter  # noqa: PLC0415
+    from kernels.hostcopy import outputs_to_host  # noqa: PLC0415 - torch only, no CuTe DSL
 
     out_dir = case_dir(run_dir, spec["family"], spec["name"], tp, group)
     progress = ProgressWriter(out_dir, rank)
@@ -398,7 +416,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
     result: dict = {"rank": rank, "group": group, "group_rank": group_rank, "tp": tp, "impl": impl,
                     "family": spec["family"], "name": spec["name"], "status": "ok", "launches_done": 0,
                     "comparison": None, "error": None, "refused": [], "not_refused": []}
-    system = None
+    system = graphs = None
     try:
         progress.write("start", -1)
         scenario = catalog.load(spec["path"])
@@ -417,6 +435,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
             handle = make_handle(fam)
             agreement_comm = handle if callable(getattr(handle, "all_gather", None)) else None
             system = fam.make_system(impl, handle, static, config)
+            graphs, result["graph"] = _graph_launches(impl, system, handle, launches, fam.graph_capture_problem)
             for launch in launches:
                 k = launch.index
                 inj = {i.kind: i for i in launch.injections}
@@ -442,7 +461,13 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                     if impl == "golden" and agreement_comm is not None:
                         check_agreement(agreement_comm, launch)
                     try:
-                        outputs = system.launch(launch.call_inputs, launch.call_params)
+                        # Host copies now, through pinned memory: a pageable copy later (the
+                        # comparison's) could wait behind a virtual peer's (kernels.hostcopy).
+                        if graphs is not None and launch.graph is not None and launch.expected_error is None:
+                            launched = graphs.launch(launch.graph, launch.call_inputs, launch.call_params)
+                        else:
+                            launched = system.launch(launch.call_inputs, launch.call_params)
+                        outputs = outputs_to_host(launched)
                     except Exception as exc:
                         if launch.expected_error is None:
                             result["state_before"], result["state_after"] = before, _safe_state(system)
@@ -483,6 +508,8 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
             progress.write("error", -1, {}, _safe_state(system), error=f"{type(exc).__name__}: {exc}")
             if phase != "construct" and "error" not in case.outcomes and not isinstance(exc, CallDisagreement):
                 result["abandon"] = True
+        if graphs is not None:
+            result["graph"] = graphs.summary()
         result["comparison"] = total.to_json()
         result["references_computed"] = refs.computed  # by this rank; the others loaded them from refcache/
         result["state"] = _safe_state(system)

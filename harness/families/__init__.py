@@ -86,8 +86,13 @@ def _resolve(dotted: str) -> Any:
 
 
 def to_device(value: Any, device: Any) -> Any:
-    """A copy of tensor ``value`` on ``device`` with the same shape, strides and storage offset; other values as given."""
+    """A copy of tensor ``value`` on ``device`` with the same shape, strides and storage offset; other values as given.
+
+    Host data goes through pinned memory (``kernels.hostcopy``): a pageable
+    copy would wait behind a virtual peer's, which may wait for a kernel."""
     import torch  # noqa: PLC0415
+
+    from kernels.hostcopy import to_device as copy_to_device  # noqa: PLC0415 - torch only, no CuTe DSL
 
     if not isinstance(value, torch.Tensor):
         return value
@@ -96,7 +101,8 @@ def to_device(value: Any, device: Any) -> Any:
     # The storage prefix up to the last element the view reaches: copying it keeps the
     # storage offset, so a view misaligned on purpose stays misaligned on the device.
     extent = value.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride()))
-    flat = value.as_strided((extent,), (1,), 0).to(device, copy=True)
+    flat = value.as_strided((extent,), (1,), 0)
+    flat = copy_to_device(flat, device) if flat.device != torch.device(device) else flat.clone()
     return flat.as_strided(tuple(value.shape), value.stride(), value.storage_offset())
 
 
@@ -156,6 +162,9 @@ class FamilyAdapter:
     golden_config_extras: Mapping[str, Any] = field(default_factory=dict)
     kernel_kwargs: Mapping[str, str] = field(default_factory=dict)
     kernel_inputs_on_device: bool = False
+    # Why this family's kernel system, as the harness builds it, cannot be captured into a CUDA
+    # graph (None: the system's own graph_capture_problem() decides).
+    graph_capture_problem: str | None = None
 
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""

@@ -166,6 +166,7 @@ class PlannedLaunch:
     agreed_params: dict
     expected_error: Any
     injections: list
+    graph: str | None = None  # the CUDA-graph label when the scenario captures graphs
 
 
 def plan(scenario: Any, world: int, rank: int) -> tuple[dict, dict, list[PlannedLaunch]]:
@@ -183,5 +184,6 @@ def plan(scenario: Any, world: int, rank: int) -> tuple[dict, dict, list[Planned
             built[ci] = (mine, agreed, builders.expected_call_error(scenario, ci))
         (inputs, params), (agreed_inputs, agreed_params), error = built[ci]
         launches.append(PlannedLaunch(launch.index, ci, inputs, params, agreed_inputs, agreed_params, error,
-                                      scenario.injections_for(rank, launch.index)))
+                                      scenario.injections_for(rank, launch.index),
+                                      launch.graph if scenario.graph.capture else None))
     return static, config, launches

@@ -11,6 +11,12 @@ and the bias GEMV as ``bias_fn``: the golden's exact
 ``golden.markov_fused.markov_bias``, so that both sides' step kernels see
 identical operands (the kernel's default is a plain bf16 matmul). ``pdl``
 and ``sharded`` are kernel-only config keys; the golden rejects them.
+
+Graph scenarios run eagerly here (the report says so): that exact bias
+resolves rare inexact sums on the host, which a CUDA graph cannot capture,
+and at tp > 1 the gather goes through the host as well. The kernel's own
+capture and replay is checked by ``tests/kernels/test_markov_fused_gpu.py``
+with a device GEMV.
 """
 
 from harness.families import FamilyAdapter
@@ -28,4 +34,6 @@ ADAPTER = FamilyAdapter(
     kernel_only_config=("pdl", "sharded"),
     kernel_kwargs={"bias_fn": "golden.markov_fused:markov_bias"},
     kernel_inputs_on_device=True,
+    graph_capture_problem="the bias GEMV handed to the kernel (golden.markov_fused.markov_bias, exact sums) "
+    "synchronizes with the host",
 )

@@ -96,7 +96,22 @@ def _bits_verdict(results: Mapping[int, dict], world: int) -> tuple[str, str, in
         detail += f", {refused} bad calls refused as expected"
     if max_ulps:
         detail += f" (max {max_ulps} ulps within the declared tolerance)"
+    graph = _graph_note(results)
+    if graph:
+        detail += f"; {graph}"
     return "pass", detail, 0, first, max_ulps
+
+
+def _graph_note(results: Mapping[int, dict]) -> str:
+    """How the ranks ran a graph scenario's launches ('' when the scenario captures none)."""
+    notes = [r.get("graph") for r in results.values() if r.get("graph")]
+    if not notes:
+        return ""
+    note = notes[0]
+    if note.get("mode") == "captured":
+        replays = sum(int(n.get("replays", 0)) for n in notes if n.get("mode") == "captured")
+        return f"CUDA graphs captured ({len(note.get('labels', []))} labels), {replays} replays over the ranks"
+    return f"graphs not captured: {note.get('reason', '?')}"
 
 
 def _describe_mismatch(m: dict) -> str:

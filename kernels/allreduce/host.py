@@ -52,6 +52,7 @@ from typing import Any, Mapping
 
 import torch
 
+from kernels import hostcopy
 from kernels.allreduce import variants
 from kernels.allreduce.config import AllReduceConfig, CallArgs, check_call, check_config, check_tensor
 from kernels.allreduce.consumer import LamportMHCConsumer
@@ -168,7 +169,7 @@ class AllReduceMHC:
             return None
         weight = static.get("norm_weight")
         if isinstance(weight, torch.Tensor) and weight.device.type == "cpu":
-            weight = weight.to(self.device)
+            weight = hostcopy.to_device(weight, self.device)
         return check_tensor(weight, "static['norm_weight']", torch.bfloat16, (self.config.hidden,), self.device, True)
 
     def _choose_thresholds(self) -> None:
@@ -229,10 +230,15 @@ class AllReduceMHC:
         share = max(1, sms // self.config.tp)
         return max(1, share // self.config.layout.cluster), share
 
+    def graph_capture_problem(self) -> str | None:
+        """None: a call can be captured (every variant compiled at construction, generations kept on the device)."""
+        return None
+
     def state(self) -> dict[str, int]:
-        """Calls launched and both protocols' (NEXT, ACTIVE), read from the device after its stream's work."""
-        ll = self.ll_state.tolist()
-        bt = self.bt_state.tolist()
+        """Calls launched from the host (a graph replay is not one) and both protocols' (NEXT, ACTIVE), read
+        from the device after its stream's work."""
+        ll = hostcopy.to_host(self.ll_state).tolist()
+        bt = hostcopy.to_host(self.bt_state).tolist()
         return {
             "calls": self.calls,
             "generation_next": int(ll[NEXT]),
@@ -270,7 +276,8 @@ class AllReduceMHC:
     def _on_device(self, call: CallArgs) -> CallArgs:
         """The call with its CPU inputs (already validated as given) copied to the device."""
         moved = {
-            name: value.to(self.device) if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
+            name: hostcopy.to_device(value, self.device)
+            if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
             for name, value in vars(call).items()
         }
         return CallArgs(**moved)

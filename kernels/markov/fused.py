@@ -752,6 +752,9 @@ class FusedMarkovLoop:
                 chunk=self._chunk(PICK_THREADS), w1_rows=self.vocab,
             )
             self._fills = {v: compile_kernel(CacheFillKernel, vector=v) for v in (False, True)}
+        # The bias GEMV runs once here, on zeros, so its own first-use work (library
+        # handles, workspaces, lazily loaded kernels) never happens under capture.
+        self.bias_fn(torch.zeros(1, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
 
     # -- validation --------------------------------------------------------
 
@@ -874,6 +877,13 @@ class FusedMarkovLoop:
     def state(self) -> dict:
         """Plain ints for progress records: the number of calls launched."""
         return {"launches": self._launches}
+
+    def graph_capture_problem(self) -> str | None:
+        """Why a launch cannot be captured into a CUDA graph (None at tp 1: every kernel compiled, inputs on the device)."""
+        if self.comm.world > 1:
+            return (f"tp {self.comm.world}: the vocab-parallel gather goes through comm.all_gather on the host, "
+                    "which a CUDA graph cannot capture")
+        return None
 
 
 __all__ = [

@@ -21,8 +21,11 @@ before every rank finished construction (compile, preload, peer buffer,
 control words) and none posts into a buffer a peer has not set up.
 
 The launch path runs no CUDA kernel besides the sampler's (value checks read
-host copies made with plain memcpys), so no first use of some other kernel
-has to be loaded while a peer's grid waits for this rank.
+host copies), so no first use of some other kernel has to be loaded while a
+peer's grid waits for this rank; and every copy between host and device goes
+through ``kernels.hostcopy`` (pinned memory), because a pageable copy waits
+behind another virtual rank's pageable copy, which may wait for a kernel that
+waits for this rank.
 
 ``kernel_arguments`` builds the launch's 26 scalar arguments (addresses,
 strides, sizes) from the checked call alone, so the CPU tests pin the
@@ -65,6 +68,7 @@ from typing import Any, Mapping
 
 import torch
 
+from kernels import hostcopy
 from kernels.loading import preload
 from kernels.markov.sharded_checks import CallArgs, SamplerConfig, check_call, check_config, check_static
 from kernels.markov.sharded_layout import (
@@ -195,11 +199,15 @@ class ShardedMarkovSampler:
         self._launches = start
         fabric.barrier()
 
+    def graph_capture_problem(self) -> str | None:
+        """None: a launch can be captured (compiled at construction, the launch counter kept on the device)."""
+        return None
+
     def state(self) -> dict:
         """The uint32 launch counter (read from the device after this stream's work; the host count while capturing)."""
         if _capturing():
             return {"launches": self._launches}
-        return {"launches": int(self.control[LAUNCH_WORD].item()) & 0xFFFFFFFF}
+        return {"launches": int(hostcopy.to_host(self.control[LAUNCH_WORD : LAUNCH_WORD + 1])[0]) & 0xFFFFFFFF}
 
     def launch(self, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None = None) -> dict:
         """One launch of the chain on this rank: ``{"draft_tokens" int64 [rows, steps], "logits_cache"}``

@@ -25,6 +25,7 @@ from typing import Any, Mapping
 
 import torch
 
+from kernels import hostcopy
 from kernels.markov.sharded_layout import (
     COUNTER_MODULUS,
     DTYPE_BYTES,
@@ -163,7 +164,7 @@ def _on_device(where: str, tensor: torch.Tensor, device: torch.device, capturing
     if tensor.device == device:
         return tensor
     if tensor.device.type == "cpu" and not capturing:
-        return tensor.to(device)
+        return hostcopy.to_device(tensor, device)
     raise ValueError(
         f"{where}: expected a tensor on {device}"
         + (" (CPU inputs cannot be copied while a CUDA graph is captured)" if capturing else "")
@@ -233,17 +234,18 @@ def _check_params(cfg: SamplerConfig, call_params: Any, base: Any) -> tuple[int,
 def _check_values(cfg: SamplerConfig, rows: int, query_per_row: int, ids: torch.Tensor, idx: torch.Tensor) -> None:
     """Anchors inside the vocabulary, request rows below max_reqs, no request twice in one step.
 
-    Reads host copies made by plain memcpys (both tensors are 1-d with unit
-    stride): no CUDA kernel runs here, so none has to be loaded while a peer
-    rank's grid spins waiting for this rank's launch."""
-    anchors = ids.to("cpu")[: (rows - 1) * query_per_row + 1 : query_per_row].to(torch.int64)
+    Reads host copies made by ``kernels.hostcopy`` (pinned memory, only this
+    rank's stream synchronized): no CUDA kernel runs here, so none has to be
+    loaded while a peer rank's grid spins waiting for this rank's launch, and
+    no pageable copy waits behind a peer's."""
+    anchors = hostcopy.to_host(ids)[: (rows - 1) * query_per_row + 1 : query_per_row].to(torch.int64)
     bad = ((anchors < 0) | (anchors >= cfg.vocab)).nonzero().flatten().tolist()
     if bad:
         raise ValueError(
             f"call_inputs['input_ids']: anchor of row {bad[0]} is {int(anchors[bad[0]])}, "
             f"expected a token id in [0, {cfg.vocab})"
         )
-    states = idx.to("cpu").view(rows, cfg.steps)
+    states = hostcopy.to_host(idx).view(rows, cfg.steps)
     over = (states >= cfg.max_reqs).nonzero()
     if len(over):
         r, i = over[0].tolist()

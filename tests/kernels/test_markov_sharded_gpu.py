@@ -135,6 +135,7 @@ def capture(launch) -> tuple:
 def run_world(world: int, static: dict, config: dict, calls: list, *, graph: bool = False) -> list:
     """Every rank's ``(outputs per call, state)`` from ``world`` virtual ranks; with ``graph`` each row
     count's first call captures a CUDA graph that later calls of that row count replay."""
+    from kernels import hostcopy
     from kernels.fabric import VirtualFabric
     from kernels.markov.sharded import ShardedMarkovSampler
 
@@ -150,14 +151,14 @@ def run_world(world: int, static: dict, config: dict, calls: list, *, graph: boo
             else:
                 rows = inputs["base_logits"].shape[0]
                 if rows not in buffers:
-                    buffers[rows] = {k: v.to(device) for k, v in inputs.items()}
+                    buffers[rows] = {k: hostcopy.to_device(v, device) for k, v in inputs.items()}
                     graphs[rows] = capture(lambda: sampler.launch(buffers[rows], params))
                 else:
                     for name, tensor in inputs.items():
-                        buffers[rows][name].copy_(tensor)
+                        hostcopy.copy_into(buffers[rows][name], tensor)
                 cuda_graph, out = graphs[rows]
                 cuda_graph.replay()
-            outputs.append({k: v.cpu() for k, v in out.items()})
+            outputs.append(hostcopy.outputs_to_host(out))
         torch.cuda.current_stream(device).synchronize()
         return outputs, sampler.state()
 
