@@ -28,6 +28,10 @@ class CollectiveTimeout(RuntimeError):
     """Raised when ranks did not all reach a collective before its deadline."""
 
 
+class CollectiveMismatch(RuntimeError):
+    """Raised on every rank when ranks call one collective with different shapes or dtypes (a desynchronisation)."""
+
+
 class Comm(Protocol):
     """What a per-rank golden loop may ask of its world."""
 
@@ -109,7 +113,7 @@ class ThreadWorld:
             first = slot[0]
             for other, t in slot.items():
                 if t.shape != first.shape or t.dtype != first.dtype:
-                    raise ValueError(
+                    raise CollectiveMismatch(
                         f"all_gather #{seq}: rank 0 gave {tuple(first.shape)} {first.dtype}, "
                         f"rank {other} gave {tuple(t.shape)} {t.dtype}"
                     )
@@ -172,6 +176,7 @@ def shard_bounds(total: int, world: int, rank: int) -> tuple[int, int]:
 
 __all__: Sequence[str] = (
     "Comm",
+    "CollectiveMismatch",
     "CollectiveTimeout",
     "SoloComm",
     "ThreadWorld",

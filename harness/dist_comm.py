@@ -16,6 +16,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from golden.comm import CollectiveMismatch
+
 _MAX_DIMS = 8
 _DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
            torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.uint16, torch.uint32, torch.uint64]
@@ -61,7 +63,7 @@ class DistComm:
         dist.all_gather(descs, desc, group=self.group)
         for other, d in enumerate(descs):
             if not torch.equal(d, descs[0]):
-                raise ValueError(
+                raise CollectiveMismatch(
                     f"all_gather #{seq}: rank 0 gave {_decode(descs[0].cpu())}, rank {other} gave {_decode(d.cpu())}"
                 )
         src = tensor.detach().contiguous().to(self.device)

@@ -31,7 +31,9 @@ SIGKILL, or raise), ``skip_launch`` (record it and do not launch),
 make for this rank. A refused call (``bad_input``) is checked here: the
 error's type and message, and the system state unchanged. On the golden
 path every launch first checks that all ranks make the same call
-(``check_agreement``). An unexpected exception inside a
+(``check_agreement``); on the kernel path every completed launch does, so a
+disagreement that hangs the kernels is still reproduced (and named by the
+watchdog) and one they complete silently is named. An unexpected exception inside a
 launch may leave peers inside a collective, so the rank then writes its
 result and exits with ``ABANDON_EXIT``: the launcher ends the job and runs
 the remaining cases in a fresh one.
@@ -136,7 +138,10 @@ def check_agreement(comm: Any, launch: Any) -> None:
     that every rank makes the same launch with the same parameters and input
     shapes before it starts; a disagreement (a skipped or repeated launch, a
     rank with other rows or parameters) is then named here instead of
-    silently pairing unrelated exchanges.
+    silently pairing unrelated exchanges. On the kernel path it runs after
+    each completed launch: a disagreement that the kernels' protocol does not
+    exchange (e.g. markov_sharded's ``query_per_row``) completes with wrong
+    bits instead of hanging, and is named here.
     """
     import torch  # noqa: PLC0415
 
@@ -386,7 +391,7 @@ def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
 
 def _graph_launches(impl: str, system: Any, handle: Any, launches: list,
                     family_problem: str | None = None) -> tuple[Any, dict | None]:
-    """``(GraphLaunches or None, the case's graph note)`` for a plan: graphs only for a kernel system that can be captured."""
+    """``(GraphLaunches or None, the case's graph note)``: graphs only for a kernel system that can be captured."""
     if not any(launch.graph is not None for launch in launches):
         return None, None
     if impl != "kernel":
@@ -487,6 +492,11 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                         break
                     if attempt:
                         continue
+                    if impl == "kernel" and agreement_comm is not None:
+                        # After the launch, not before: a disagreement that hangs the kernels
+                        # must stay reproducible (the watchdog names it); one the kernels
+                        # cannot see (a parameter the protocol does not exchange) is named here.
+                        check_agreement(agreement_comm, launch)
                     result["launches_done"] += 1
                     progress.write("reference", k, launch.call_params, _safe_state(system))
                     reference = refs.get(

@@ -70,6 +70,8 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from kernels import hostcopy
+
 HEADER_BYTES = 1024
 ALLOW_MULTICAST_ENV = "RANKCHECK_ALLOW_MULTICAST"
 DISABLE_MULTICAST_ENV = "TORCH_SYMM_MEM_DISABLE_MULTICAST"
@@ -84,8 +86,8 @@ class CollectiveTimeout(FabricError):
     """Ranks did not all reach a fabric collective before its deadline."""
 
 
-class FabricMismatch(ValueError):
-    """Ranks called a fabric collective with different arguments (or different collectives)."""
+class FabricMismatch(FabricError):
+    """Ranks called a fabric collective with different arguments (or different collectives): a desynchronisation."""
 
 
 @dataclass(frozen=True)
@@ -467,7 +469,10 @@ class VirtualFabric(_FabricBase):
         """Every rank's tensor, copied to host (which waits for the stream producing it) and stacked."""
         seq = self._seq
         self._seq += 1
-        values = self._rendezvous.gather(self.rank, seq, tensor.detach().to("cpu", copy=True), "all_gather payload")
+        # A CUDA tensor comes back through pinned memory (kernels.hostcopy: a pageable copy can
+        # wait behind a virtual peer's); a host one is cloned, since the ranks share the process.
+        local = hostcopy.to_host(tensor.detach()) if tensor.is_cuda else tensor.detach().clone()
+        values = self._rendezvous.gather(self.rank, seq, local, "all_gather payload")
         return torch.stack(values)
 
     def _sync_device(self) -> None:

@@ -33,7 +33,7 @@ import torch
 
 
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
-    """``tensor`` on ``device``: as is when it is there, else copied (a host tensor through pinned memory, asynchronously)."""
+    """``tensor`` on ``device``: as is when it is there, else copied (from the host through pinned memory, asynchronously)."""
     device = torch.device(device)
     if tensor.device == device:
         return tensor

@@ -73,10 +73,21 @@ def _normal(seed: int, shape: tuple[int, ...], std: float, dtype: torch.dtype, *
 
 
 def _gumbel(seed: int, shape: tuple[int, ...], *label: Any) -> torch.Tensor:
-    """Gumbel(0, 1) noise ``-log(-log(u))`` in fp32, u uniform in (0, 1)."""
+    """Gumbel(0, 1) noise ``-log(-log(u))`` in fp32, u uniform in (0, 1) (logs in fp64, see ``_transcendental``)."""
     u = torch.rand(shape, generator=_generator(seed, *label))
     u = u.clamp(min=torch.finfo(torch.float32).tiny, max=1.0 - 2.0**-24)
-    return -torch.log(-torch.log(u))
+    return _transcendental(lambda x: -torch.log(-torch.log(x)), u)
+
+
+def _transcendental(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``fn(x)`` evaluated in fp64 and rounded once to fp32.
+
+    Torch's fp32 log, exp and sigmoid on the CPU come from vectorised
+    libraries chosen by the CPU (AVX2 or AVX-512) and differ between them in
+    the last bit, so inputs built with them differ between a laptop and a GPU
+    node, and the stored golden digests with them. In fp64 the differences
+    are far below fp32's rounding: the inputs are the same bits everywhere."""
+    return fn(x.to(torch.float64)).to(torch.float32)
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -280,11 +291,15 @@ def _allreduce_static(s: Scenario) -> dict[str, torch.Tensor]:
 
 def _sinkhorn(logits: torch.Tensor) -> torch.Tensor:
     """A positive [hc, hc] mix with rows and columns near sum 1 (fp32 Sinkhorn steps)."""
-    m = torch.exp(logits)
-    for _ in range(SINKHORN_ITERS):
-        m = m / m.sum(dim=1, keepdim=True)
-        m = m / m.sum(dim=0, keepdim=True)
-    return m
+    def steps(x: torch.Tensor) -> torch.Tensor:
+        """exp, then the Sinkhorn normalisations."""
+        m = torch.exp(x)
+        for _ in range(SINKHORN_ITERS):
+            m = m / m.sum(dim=1, keepdim=True)
+            m = m / m.sum(dim=0, keepdim=True)
+        return m
+
+    return _transcendental(steps, logits)
 
 
 def _contributions(s: Scenario, call_index: int, name: str, world: int, rows: int) -> torch.Tensor:
@@ -302,8 +317,8 @@ def _finalize_inputs(s: Scenario, call_index: int, rows: int, world: int) -> dic
     per_rank = experts // world
     routes = _per_row(rows, lambda r: torch.randperm(
         experts, generator=_generator(seed, "call", call_index, "routes", r))[:top_k])
-    weights = _per_row(rows, lambda r: torch.softmax(torch.randn(
-        (top_k,), generator=_generator(seed, "call", call_index, "expert_weights", r)), 0) * ROUTED_SCALE)
+    weights = _per_row(rows, lambda r: _transcendental(lambda x: torch.softmax(x, 0), torch.randn(
+        (top_k,), generator=_generator(seed, "call", call_index, "expert_weights", r))) * ROUTED_SCALE)
     values = _per_row(rows, lambda r: _normal(seed, (top_k, h), 1.0, torch.bfloat16,
                                               "call", call_index, "route_values", r))
     capacity_rows = max(rows * top_k, 1)
@@ -333,9 +348,14 @@ def _allreduce_call(s: Scenario, call_index: int, rows: int, params: Mapping, wo
     out = {} if params["finalize"] else {"x": _contributions(s, call_index, "x", world, rows)}
     out["residual"] = _per_row(rows, lambda r: _normal(seed, (hc, h), 1.0, torch.bfloat16,
                                                        "call", call_index, "residual", r))
-    out["post"] = _per_row(rows, lambda r: 2.0 * torch.sigmoid(torch.randn((hc,), generator=stream("post", r))))
+
+    def sigmoid_of_normal(name: str, r: int) -> torch.Tensor:
+        """sigmoid(N(0, 1)) of ``hc`` values, row ``r`` of mix ``name``."""
+        return _transcendental(torch.sigmoid, torch.randn((hc,), generator=stream(name, r)))
+
+    out["post"] = _per_row(rows, lambda r: 2.0 * sigmoid_of_normal("post", r))
     out["comb"] = _per_row(rows, lambda r: _sinkhorn(torch.randn((hc, hc), generator=stream("comb", r))))
-    out["pre"] = _per_row(rows, lambda r: torch.sigmoid(torch.randn((hc,), generator=stream("pre", r))))
+    out["pre"] = _per_row(rows, lambda r: sigmoid_of_normal("pre", r))
     if params["finalize"]:
         out.update(_finalize_inputs(s, call_index, rows, world))
     return out

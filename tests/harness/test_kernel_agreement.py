@@ -1,0 +1,61 @@
+"""The worker's call-agreement check on the kernel path (after each completed launch), on the CPU.
+
+The kernel path has no agreement check before a launch (a disagreement that
+hangs the kernels must stay reproducible), so a disagreement the kernels'
+protocol does not exchange would complete silently. Here the golden system
+stands in for a kernel system (an adapter whose ``kernel`` implementation is
+the golden one) and two virtual ranks run ``markov_sharded/rank_disagree``,
+where rank 1 calls with another ``query_per_row``: the golden exchange
+completes, and the worker must name the disagreement after the launch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from golden.comm import ThreadWorld
+from harness import worker
+from harness.families import FamilyAdapter, adapter
+from scenarios.loader import get
+
+
+class GoldenAsKernel(FamilyAdapter):
+    """An adapter whose kernel implementation is the golden system (available without a GPU)."""
+
+    def check_available(self, impl: str) -> None:
+        return None
+
+    def make_system(self, impl, world_handle, static, config):
+        return self.golden_system(world_handle, static, config)
+
+
+def run_world(scenario_name: str, world: int, impl: str, run_dir, monkeypatch) -> list[dict]:
+    """Every rank's result of one case run by ``world`` rank threads with implementation ``impl``."""
+    scenario = get(scenario_name)
+    fam = adapter(scenario.family)
+    stand_in = GoldenAsKernel(**{f.name: getattr(fam, f.name) for f in dataclasses.fields(fam)})
+    monkeypatch.setattr("harness.families.adapter", lambda family: stand_in)
+    spec = {"family": scenario.family, "name": scenario.name, "path": scenario.source}
+
+    def body(comm):
+        return worker.run_case(spec, rank=comm.rank, group_rank=comm.rank, tp=world, group=None, impl=impl,
+                               run_dir=str(run_dir), make_handle=lambda f, c=comm: c)
+
+    return ThreadWorld(world, timeout_s=60).run(body)
+
+
+def test_a_disagreement_the_kernels_complete_is_named_after_the_launch(tmp_path, monkeypatch):
+    results = run_world("markov_sharded/rank_disagree", 2, "kernel", tmp_path, monkeypatch)
+    for rank, result in enumerate(results):
+        assert result["status"] == "error", result
+        assert result["error"]["type"] == "CallDisagreement"
+        message = result["error"]["message"]
+        assert "rank 1" in message and "query_per_row" in message, message
+        assert result["launches_done"] == 1  # launch 0 agreed; launch 1 completed, then was named
+
+
+def test_agreeing_ranks_pass_the_check(tmp_path, monkeypatch):
+    results = run_world("markov_sharded/basic", 2, "kernel", tmp_path, monkeypatch)
+    for result in results:
+        assert result["status"] == "ok", result
+        assert result["comparison"]["mismatch_count"] == 0
