@@ -47,8 +47,8 @@ carries this launch's tag: that is the grid barrier and the cross-rank
 argmax at once, so the grid must be co-resident: a cooperative launch (the
 seed's, one rank per GPU) or, for ranks sharing a GPU, a plain launch whose
 grids the host sizes to fit beside each other (``cooperative=False``: a
-cooperative grid is only guaranteed co-resident with itself, and on the H200
-a rank's cooperative grid was never seen to start while a peer's spun). Lanes
+cooperative grid is only guaranteed co-resident with itself; on the H200 both
+kinds ran side by side, docs/results/gpu-run-3_2026-11-29.md). Lanes
 hold (row, source rank) pairs ``row * 8 + rank`` in two passes of 32, so any
 world up to 8 reduces over ranks with three butterflies. The winners'
 embedding rows are loaded for the next step; CTA 0 writes the tokens.
