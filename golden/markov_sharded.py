@@ -29,11 +29,11 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    chained in order over k; how the tensor core rounds inside one MMA is not
    documented by NVIDIA, so the accumulation is pluggable:
 
-   - ``fp32_k_order_bias`` (default, PROVISIONAL until the GPU check of the
-     kernel issue decides): each product ``e_k * h_k`` rounded to FP32
+   - ``fp32_k_order_bias`` (the function's default; refuted for the H200's
+     tensor cores by the probe, kept for comparison): each product ``e_k * h_k`` rounded to FP32
      (exact unless it falls below 2^-126), summed in FP32 in k order
      0..255, one rounding per add.
-   - ``mma_chain_bias`` (HYPOTHESIS to be checked on the GPU): 16 MMAs in
+   - ``mma_chain_bias`` (refuted by the probe, kept for comparison): 16 MMAs in
      the kernel's order; each MMA adds the exact sum of its 16 exact
      products to the FP32 accumulator and rounds once to FP32. The kernel's
      fragments give MMA ``2c + h`` (chunk c = 0..7, h = 0, 1) the k set
@@ -43,9 +43,10 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
      Python integers elsewhere). Fasi, Higham, Mikaitis and Pranesh
      ("Numerical behavior of NVIDIA tensor cores", PeerJ CS 2021) report
      truncating alignment inside an MMA on earlier GPUs instead, so this is
-     a model to test, not a fact; the GPU decides.
-   - ``hopper_mma_bias`` (HYPOTHESIS fitted to one H200 run, to be
-     confirmed by the full probe on a GPU): the same 16 MMAs, but inside
+     a model to test, not a fact; the GPU decided against it.
+   - ``hopper_mma_bias`` (the H200's behaviour: fitted to one probe run and
+     confirmed by the full probe on all 1,196,032 sums, gpu-run-3; the
+     harness's model): the same 16 MMAs, but inside
      each MMA the 16 exact products and the accumulator are aligned to the
      largest exponent (a product's exponent is the sum of its operands'
      exponents), each truncated toward zero to a multiple of 2^(E - 25),
@@ -265,9 +266,11 @@ def round_toward_zero_f32(x: torch.Tensor) -> torch.Tensor:
 def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Tensor:
     """FP32 ``[rows, n]`` of 16 chained MMAs, each a truncating 17-term fused sum rounded toward zero.
 
-    HYPOTHESIS, fitted to one H200 run of the MMA probe (24 recorded GPU
-    examples and six mismatch counts over 180,224 sums, all reproduced); to
-    be confirmed by the full probe on a GPU. For each MMA of
+    Fitted to one H200 run of the MMA probe (24 recorded GPU examples and six
+    mismatch counts over 180,224 sums, all reproduced), then confirmed by the
+    full probe: equal to ``mma.sync`` on all 1,196,032 sums of normal,
+    exponent-spread and cancelling operands
+    (docs/results/gpu-run-3/markov_sharded_mma_full.json). For each MMA of
     ``mma_k_groups`` (all 16 products fused at once: groups of 4 or 8 and
     the other variants below do not fit the run), with ``c`` the FP32
     accumulator:

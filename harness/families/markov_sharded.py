@@ -20,7 +20,9 @@ from harness.families import FamilyAdapter
 # (docs/results/markov_sharded_mma_probe_2026-11-29.json) neither "mma_chain" (exact sum per
 # MMA, one RN) nor "fp32_k_order" matched, while "hopper_mma" (terms truncated to 2^(E-25)
 # of the largest exponent, sum rounded toward zero) reproduces every recorded example and
-# the exact mismatch counts of the other two models. Change this one constant to follow the probe.
+# the exact mismatch counts of the other two models; the full probe then matched it on all
+# 1,196,032 sums (docs/results/gpu-run-3/markov_sharded_mma_full.json). Change this one
+# constant to follow the probe on another GPU.
 BIAS_MODEL = "hopper_mma"
 
 # The reciprocal table the golden reads (golden.fp32.load_rcp_table: golden/data/rcp_f32_<arch>.json).

@@ -60,6 +60,13 @@ class Rendezvous:
     id: str | None = None
     nproc_per_node: int | None = None
 
+    def local_ranks(self, world: int) -> range:
+        """The global ranks this node runs (all of them on one node)."""
+        if self.nnodes == 1:
+            return range(world)
+        per_node = self.nproc_per_node or world // self.nnodes
+        return range(self.node_rank * per_node, (self.node_rank + 1) * per_node)
+
     @property
     def node_suffix(self) -> str:
         """``.node<rank>`` for a node of a multi-node run (its files must not collide with the others'), else ``""``."""
@@ -147,6 +154,7 @@ class JobRunner:
         s = self.settings
         self.job_index = next(self.job_numbers)
         groups = self._groups(world, tp)
+        records.clear_rank_files(s.run_dir, pending, tp, groups, s.rendezvous.local_ranks(world))
         job_path = self._write_job(pending, world, tp)
         argv = self.argv_for(s, job_path, world, self.job_index)
         log_path = s.run_dir / "logs" / f"job{self.job_index}{s.rendezvous.node_suffix}.log"
@@ -157,7 +165,10 @@ class JobRunner:
         env.update(s.env)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
         env.setdefault("PYTHONUNBUFFERED", "1")
-        env.setdefault("OMP_NUM_THREADS", "1")
+        # The golden references run on the CPU: share its cores among this node's processes
+        # (one for the virtual launcher, one per rank otherwise).
+        processes = 1 if s.launcher == "virtual" else len(s.rendezvous.local_ranks(world))
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
         remaining = list(pending)
         clock = {"case_started": None, "job_started": time.monotonic(), "last_poll": time.monotonic(),
                  "paused": 0.0, "case_paused": 0.0, "settled": 0, "abandoned": False}
@@ -234,7 +245,8 @@ class JobRunner:
             while remaining:
                 nxt = remaining.pop(0)
                 res = {g: records.read_results(s.run_dir, nxt.family, nxt.name, tp, g, world) for g in groups}
-                self._report(nxt, world, tp, groups, res, records.CaseEnd(any(res.values()), False, 0), 0.0)
+                self._report(nxt, world, tp, groups, res, records.CaseEnd(any(res.values()), False, 0),
+                             _ranks_time(res))
         return remaining
 
     def _report(self, case: Case, world: int, tp: int, groups: list[int | None], results: dict,
@@ -251,6 +263,11 @@ class JobRunner:
                 self.on_result(store_result(case, tp, stored))
             self.on_result(judge(case, world=tp, launcher=self.settings.launcher, impl=self.settings.impl,
                                  group=g, results=results[g], end=end, diagnosis=diagnosis, time_s=time_s))
+
+
+def _ranks_time(results: dict) -> float:
+    """The longest time a rank of a case measured for itself (seconds; 0.0 when no rank reported one)."""
+    return max((float(r.get("time_s", 0.0)) for group in results.values() for r in group.values()), default=0.0)
 
 
 def store_result(case: Case, tp: int, stored: dict) -> CaseResult:

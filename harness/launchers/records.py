@@ -52,6 +52,31 @@ def read_group_progress(run_dir: str | Path, family: str, name: str, tp: int, gr
             for g_rank, rank in enumerate(group_ranks(world, tp, group))}
 
 
+def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int | None], ranks) -> int:
+    """Remove the result, progress and diagnostic files of ``ranks`` for ``cases`` before a job runs them; return how many.
+
+    A run directory may be reused (``--run-dir``, to keep its reference cache):
+    files an earlier run left would otherwise be read as this run's, a case
+    taken as started or finished before its job wrote anything. Only this
+    node's ranks are cleared, so nodes sharing a directory never remove each
+    other's files."""
+    removed = 0
+    for case in cases:
+        for group in groups:
+            directory = case_dir(run_dir, case.family, case.name, tp, group)
+            if not directory.is_dir():
+                continue
+            for rank in ranks:
+                for path in (result_path(directory, rank), progress_path(directory, rank),
+                             directory / f"rank{rank}.diag.json"):
+                    try:
+                        path.unlink()
+                        removed += 1
+                    except FileNotFoundError:
+                        pass
+    return removed
+
+
 def case_started(run_dir: str | Path, family: str, name: str, tp: int, groups: list[int | None]) -> bool:
     """Whether any rank of the case has written a progress record."""
     for group in groups:

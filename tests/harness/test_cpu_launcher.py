@@ -88,6 +88,19 @@ def test_virtual_launcher_runs_ranks_as_threads(tmp_path):
     assert (res["launcher"], res["world"], res["status"]) == ("virtual", 4, "pass")
 
 
+def test_a_reused_run_directory_never_lends_an_earlier_runs_files(tmp_path):
+    """A second run in the same --run-dir (kept for its reference cache) judges only what it wrote itself."""
+    for _ in range(2):
+        proc = harness("validate", "--launcher", "virtual", "--impl", "golden", "--scenario", "tiny",
+                       "--world", "2", run_dir=tmp_path)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    progress = (tmp_path / "cases").glob("*/w2/rank0.progress.jsonl")
+    (path,) = list(progress)
+    events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
+    assert events.count("start") == 1, events  # the first run's records were removed, not appended to
+    assert list((tmp_path / "refcache").glob("*.safetensors"))  # the cache itself is kept
+
+
 def test_injected_hang_ends_in_time_naming_rank_and_launch(tmp_path):
     started = time.monotonic()
     proc = harness("validate", "--launcher", "cpu", "--scenario", "tiny_hang", run_dir=tmp_path)

@@ -99,3 +99,32 @@ def test_case_after_an_abandoned_case_reruns_and_reference_time_is_not_the_case_
     assert got == {"abandon_all": "error", "after": "pass", "slow_reference": "pass"}, verdicts
     jobs = sorted(p.name for p in (tmp_path / "run" / "jobs").iterdir())
     assert jobs == ["job0.json", "job1.json"]  # abandon_all (+ the case it cut short), then after + slow_reference
+
+
+def test_a_case_judged_after_its_job_ended_keeps_the_time_its_ranks_measured():
+    from harness.launchers.jobs import _ranks_time
+
+    assert _ranks_time({None: {0: {"time_s": 1.5}, 1: {"time_s": 2.25}}, 1: {0: {"time_s": 0.5}}}) == 2.25
+    assert _ranks_time({None: {}}) == 0.0
+    assert _ranks_time({None: {0: {"status": "error"}}}) == 0.0
+
+
+def test_a_node_clears_only_its_own_ranks_files(tmp_path):
+    from types import SimpleNamespace
+
+    from harness.launchers.jobs import Rendezvous
+    from harness.launchers.records import clear_rank_files
+    from harness.progress import progress_path
+    from harness.worker import case_dir, result_path
+
+    case = SimpleNamespace(family="markov_fused", name="basic")
+    directory = case_dir(tmp_path, case.family, case.name, 4, None)
+    directory.mkdir(parents=True)
+    for rank in range(4):
+        result_path(directory, rank).write_text("{}")
+        progress_path(directory, rank).write_text("{}\n")
+    node1 = Rendezvous(nnodes=2, node_rank=1, nproc_per_node=2)
+    assert list(node1.local_ranks(4)) == [2, 3] and list(Rendezvous().local_ranks(4)) == [0, 1, 2, 3]
+    assert clear_rank_files(tmp_path, [case], 4, [None], node1.local_ranks(4)) == 4
+    assert sorted(p.name for p in directory.iterdir()) == ["rank0.progress.jsonl", "rank0.result.json",
+                                                           "rank1.progress.jsonl", "rank1.result.json"]
