@@ -66,14 +66,20 @@ def case(name: str) -> Case:
     return Case("markov_sharded", name, "", (2,), "cpu", ("golden",), None, None, 1, None, 2.0, "", ())
 
 
-def test_recovery_after_abandon_and_hang(tmp_path):
+def fake_runner(tmp_path) -> tuple[JobRunner, list]:
+    """A cpu-launcher JobRunner over the fake worker, with short allowances, and the list its verdicts go to."""
     script = tmp_path / "fake_worker.py"
     script.write_text(WORKER)
     settings = JobSettings(launcher="cpu", impl="golden", backend="gloo", run_dir=tmp_path / "run",
                            startup_s=30, case_allowance_s=1.0, grace_s=0.5)
-    verdicts = []
+    verdicts: list = []
     runner = JobRunner(settings, lambda s, job, world, i: [sys.executable, str(script), str(job), str(world)],
                        verdicts.append)
+    return runner, verdicts
+
+
+def test_recovery_after_abandon_and_hang(tmp_path):
+    runner, verdicts = fake_runner(tmp_path)
     started = time.monotonic()
     runner.run([case(n) for n in ("a", "abandon", "c", "hang", "d")], 2)
     assert time.monotonic() - started < 30
@@ -87,13 +93,7 @@ def test_recovery_after_abandon_and_hang(tmp_path):
 
 
 def test_case_after_an_abandoned_case_reruns_and_reference_time_is_not_the_case_budget(tmp_path):
-    script = tmp_path / "fake_worker.py"
-    script.write_text(WORKER)
-    settings = JobSettings(launcher="cpu", impl="golden", backend="gloo", run_dir=tmp_path / "run",
-                           startup_s=30, case_allowance_s=1.0, grace_s=0.5)
-    verdicts = []
-    runner = JobRunner(settings, lambda s, job, world, i: [sys.executable, str(script), str(job), str(world)],
-                       verdicts.append)
+    runner, verdicts = fake_runner(tmp_path)
     runner.run([case(n) for n in ("abandon_all", "after", "slow_reference")], 2)
     got = {v.scenario: v.status for v in verdicts}
     assert got == {"abandon_all": "error", "after": "pass", "slow_reference": "pass"}, verdicts
