@@ -311,8 +311,11 @@ def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Ten
         scale = _power_of_two(shift)
         kept = torch.trunc(products * scale[..., None]).sum(-1) + torch.trunc(acc * scale)
         total = kept / scale
-        finite = torch.isfinite(products).all(-1) & torch.isfinite(acc)
-        total = torch.where(finite, total, products.sum(-1) + acc)
+        # A product of finite BF16 values is finite in a double: finiteness is the operands'.
+        finite = (torch.isfinite(e_group).all(-1)[:, None] & torch.isfinite(h_group).all(-1)[None, :]
+                  & torch.isfinite(acc))
+        if not bool(finite.all()):
+            total = torch.where(finite, total, products.sum(-1) + acc)
         acc = round_toward_zero_f32(total).double()
     return acc.float()
 
