@@ -34,9 +34,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 
+def _kernel_system(system: Any) -> Any:
+    """The kernel system itself: the one a ``DevicePlaced`` wrapper holds, else ``system``."""
+    return getattr(system, "system", system)
+
+
 def capture_problem(system: Any) -> str | None:
     """Why ``system`` (or the kernel system it wraps) cannot be captured into a CUDA graph; None when it can."""
-    target = getattr(system, "system", system)
+    target = _kernel_system(system)
     probe = getattr(target, "graph_capture_problem", None)
     if probe is None:
         return f"{type(target).__name__} does not declare whether it can be captured (graph_capture_problem)"
@@ -83,7 +88,7 @@ class GraphLaunches:
         entry = self.captured.get(label)
         if entry is None:
             buffers = placed(dict(call_inputs), self.device)
-            target = getattr(self.system, "system", self.system)  # a DevicePlaced wrapper's kernel system
+            target = _kernel_system(self.system)  # inputs are placed here, not by a DevicePlaced wrapper
             graph, outputs = self._capture(lambda: target.launch(buffers, call_params))
             entry = self.captured[label] = _Captured(graph, buffers, signature, outputs)
         else:

@@ -74,15 +74,25 @@ def processes_with_token(token: str) -> dict[int, int]:
     return found
 
 
-def group_alive(pgid: int) -> bool:
-    """True while any process of group ``pgid`` exists."""
+def _answers_signal_zero(send: Callable[[int, int], None], target: int) -> bool:
+    """Whether ``send(target, 0)`` finds its target (one that exists but is not ours counts)."""
     try:
-        os.killpg(pgid, 0)
+        send(target, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
     return True
+
+
+def group_alive(pgid: int) -> bool:
+    """True while any process of group ``pgid`` exists."""
+    return _answers_signal_zero(os.killpg, pgid)
+
+
+def process_alive(pid: int) -> bool:
+    """True while process ``pid`` exists."""
+    return _answers_signal_zero(os.kill, pid)
 
 
 def _signal_groups(pgids: Sequence[int], sig: int) -> None:

@@ -53,6 +53,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.watchdog import process_alive
+
 CRASH_EXIT = 43
 ABANDON_EXIT = 44
 
@@ -237,7 +239,7 @@ class ReferenceCache:
                 holder = int(claim.read_text(encoding="utf-8") or "0")
             except FileNotFoundError:
                 return False  # just dropped: look again at the next poll
-            if holder and _process_alive(holder):
+            if holder and process_alive(holder):
                 return False
             try:
                 claim.unlink()
@@ -291,17 +293,6 @@ class ReferenceCache:
 
 
 HEARTBEAT_S = 5.0
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class _Heartbeat:

@@ -32,6 +32,11 @@ from typing import Any, Mapping
 import torch
 
 
+def _pinned(tensor: torch.Tensor) -> torch.Tensor:
+    """A host ``tensor`` in page-locked memory: itself when it is, else a copy."""
+    return tensor if tensor.is_pinned() else tensor.pin_memory()
+
+
 def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     """``tensor`` on ``device``: as is when it is there, else copied (from the host through pinned memory, asynchronously)."""
     device = torch.device(device)
@@ -39,14 +44,13 @@ def to_device(tensor: torch.Tensor, device: torch.device | str) -> torch.Tensor:
         return tensor
     if tensor.device.type != "cpu" or device.type != "cuda":
         return tensor.to(device)
-    staged = tensor if tensor.is_pinned() else tensor.pin_memory()
-    return staged.to(device, non_blocking=True)
+    return _pinned(tensor).to(device, non_blocking=True)
 
 
 def copy_into(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
     """``target.copy_(source)`` where a host ``source`` goes through pinned memory, asynchronously."""
-    if source.device.type == "cpu" and target.device.type == "cuda" and not source.is_pinned():
-        source = source.pin_memory()
+    if source.device.type == "cpu" and target.device.type == "cuda":
+        source = _pinned(source)
     return target.copy_(source, non_blocking=True)
 
 
