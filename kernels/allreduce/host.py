@@ -33,9 +33,12 @@ resident at once: each rank then gets an equal share of the SMs and its
 kernels walk the tokens (``_resident_grid_caps``).
 
 Row threshold: ``config.bt_min_rows`` when given. Otherwise the measured
-crossover for (arch, tp, H) from ``thresholds.json`` beside this module,
-written by ``harness bench`` with its provenance; without a measurement, LL
-only (``capacity + 1``), and ``threshold_provenance`` says so.
+crossover for (arch, fabric provider, tp, H) from ``thresholds.json`` beside
+this module, derived from a ``harness bench`` results document by
+``python -m harness.bench.thresholds`` with its provenance (the provider is
+part of the key: a crossover of virtual ranks sharing one GPU says nothing
+about NVLink); without a measurement, LL only (``capacity + 1``), and
+``threshold_provenance`` says so.
 
 Timeout: ``timeout_ms`` (default 5 s; 0: wait forever) makes every Lamport
 poll give up after that long, commit the ``kernels.diag`` record (``diag``,
@@ -88,9 +91,15 @@ def device_arch(device: torch.device) -> str:
     raise ValueError(f"allreduce_mhc kernels need an SM90 or SM100 GPU, got compute capability {major}.x on {device}")
 
 
-def measured_threshold(arch: str, tp: int, hidden: int, path: str = THRESHOLDS_FILE) -> tuple[dict | None, str]:
-    """The bench's measured ``{bt_min_rows, bt_min_finalize_rows}`` for (arch, tp, H) and its provenance."""
-    key = f"{arch}/tp{tp}/h{hidden}"
+def threshold_key(arch: str, provider: str, tp: int, hidden: int) -> str:
+    """The ``thresholds.json`` key of one measured shape, e.g. ``sm_90a/virtual/tp2/h5120``."""
+    return f"{arch}/{provider}/tp{tp}/h{hidden}"
+
+
+def measured_threshold(arch: str, provider: str, tp: int, hidden: int,
+                       path: str = THRESHOLDS_FILE) -> tuple[dict | None, str]:
+    """The bench's measured ``{bt_min_rows, bt_min_finalize_rows}`` for (arch, provider, tp, H) and its provenance."""
+    key = threshold_key(arch, provider, tp, hidden)
     if not os.path.exists(path):
         return None, f"no measurement ({os.path.basename(path)} absent): LL only until `harness bench` measures {key}"
     with open(path) as fh:
@@ -179,12 +188,16 @@ class AllReduceMHC:
             self.bt_min_rows, self.bt_min_finalize_rows = cfg.bt_min_rows, cfg.bt_min_finalize_rows
             self.threshold_provenance = "config.bt_min_rows"
         else:
-            entry, self.threshold_provenance = measured_threshold(self.arch, cfg.tp, cfg.hidden)
+            entry, self.threshold_provenance = measured_threshold(
+                self.arch, str(getattr(self.fabric, "provider", "unknown")), cfg.tp, cfg.hidden)
+            never = cfg.capacity + 1
             if entry is None:
-                self.bt_min_rows = self.bt_min_finalize_rows = cfg.capacity + 1
+                self.bt_min_rows = self.bt_min_finalize_rows = never
             else:
-                self.bt_min_rows = int(entry["bt_min_rows"])
-                self.bt_min_finalize_rows = int(entry.get("bt_min_finalize_rows", self.bt_min_rows))
+                # null: BT was measured and never stayed faster, so this source runs LL only.
+                self.bt_min_rows = never if entry.get("bt_min_rows") is None else int(entry["bt_min_rows"])
+                finalize = entry.get("bt_min_finalize_rows", entry.get("bt_min_rows"))
+                self.bt_min_finalize_rows = never if finalize is None else int(finalize)
         # As in the seed, an instance too small for BT builds no BT buffers.
         self.bt_enabled = cfg.capacity >= self.bt_min_rows
 
@@ -357,4 +370,4 @@ class AllReduceMHC:
             self._kernels["consumer", protocol](*consumer_args)
 
 
-__all__ = ["AllReduceMHC", "device_arch", "measured_threshold"]
+__all__ = ["AllReduceMHC", "device_arch", "measured_threshold", "threshold_key"]

@@ -172,6 +172,11 @@ def test_bench_inputs_pass_the_kernels_argument_checks(monkeypatch):
         config = allreduce_config(allreduce_mhc.make_config(tp=tp, hidden=5120, bt=bt))
         x = allreduce_mhc.make_inputs(CPU, gen, tp=tp, rows=rows, hidden=5120)
         assert allreduce_call(config, tp - 1, CPU, x, {"finalize": False, "protocol": "ll"}, True).rows == rows
+    for rank in (0, 1):
+        config = allreduce_config(allreduce_mhc.make_config(tp=2, hidden=5120, bt=True))
+        fin = allreduce_mhc.make_finalize_inputs(CPU, gen, tp=2, rows=16, hidden=5120)
+        call = allreduce_call(config, rank, CPU, fin, {"finalize": True, "protocol": "bt"}, True)
+        assert call.rows == 16 and call.x is None and bool((call.routes == -1).any())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     fused = markov_fused.make_inputs(CPU, gen, rows=8, steps=8, vocab=129280)
     loop = types.SimpleNamespace(vocab=129280, device=CPU, max_reqs=8)

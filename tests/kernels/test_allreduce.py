@@ -164,12 +164,13 @@ def test_threshold_provenance(tmp_path):
     from kernels.allreduce.host import measured_threshold
 
     path = tmp_path / "thresholds.json"
-    entry, why = measured_threshold("sm_90a", 8, 5120, str(path))
+    entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
     assert entry is None and "LL only" in why
-    path.write_text(json.dumps({"sm_90a/tp8/h5120": {"bt_min_rows": 96, "source": "docs/results/x.json"}}))
-    entry, why = measured_threshold("sm_90a", 8, 5120, str(path))
+    path.write_text(json.dumps({"sm_90a/symmetric/tp8/h5120": {"bt_min_rows": 96, "source": "docs/results/x.json"}}))
+    entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
     assert entry["bt_min_rows"] == 96 and "docs/results/x.json" in why
-    assert measured_threshold("sm_90a", 4, 5120, str(path))[0] is None
+    assert measured_threshold("sm_90a", "symmetric", 4, 5120, str(path))[0] is None
+    assert measured_threshold("sm_90a", "virtual", 8, 5120, str(path))[0] is None
 
 
 # --------------------------------------------------------------------------- compiled PTX

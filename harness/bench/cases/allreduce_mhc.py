@@ -5,8 +5,12 @@ exchange through its memory, so these times are not a latency measurement
 of NVLink; they compare implementations on the same footing. Cases, hc 4,
 plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
 
-- tp 2, H in {5120, 7168}, M in {1, 8, 32, 128}: ``unfused`` (torch),
-  then ``ll`` and ``bt`` (the kernel, protocol forced per call);
+- tp 2, H in {5120, 7168}, M in {1, 8, 16, 32, 64, 128}: ``unfused``
+  (torch), then ``ll`` and ``bt`` (the kernel, protocol forced per call),
+  then ``finalize_ll`` and ``finalize_bt`` (the MoE-finalize source: each
+  rank gathers its ``top_k`` routed rows, weighted, plus its shared
+  output). The LL and BT medians of one source give the measured LL/BT
+  crossover (``harness.bench.thresholds``);
 - tp 4, H 5120, M in {1, 128}: ``unfused`` and ``ll`` (the M of the
   published figures; BT is not built there, to keep compile time down).
 
@@ -27,6 +31,9 @@ Sanity, before timing: each rank's outputs of one call equal rank 0's
 residual_out / layer_input lie within a few BF16 roundings of a float64
 recomputation (``checks.check_close``, tolerance relative to the operands'
 magnitude). The unfused case checks its outputs against the same recomputation.
+The finalize cases check rank agreement and LL = BT bits only (their golden
+bits are the scenarios' job: ``harness validate``), and have no unfused
+baseline: they exist for the crossover.
 
 Published figures (FlashInfer, REFERENCE section 4) ride along as
 ``references`` rows labelled ``published, not measured here``.
@@ -63,10 +70,16 @@ NCCL_PUBLISHED = (
 _SYSTEMS: dict[tuple, list] = {}
 
 
-def floor_bytes(*, tp: int, rows: int, hidden: int, hc: int = HC) -> int:
-    """Bytes all ``tp`` ranks must move once for one call (see the module docstring)."""
+def floor_bytes(*, tp: int, rows: int, hidden: int, hc: int = HC, finalize: bool = False) -> int:
+    """Bytes all ``tp`` ranks must move once for one call (see the module docstring).
+
+    With ``finalize`` a rank's contribution is read as its ``top_k`` routed
+    rows (every route counted, dropped ones too: an upper bound of at most
+    a third) plus its shared output, with the weights and routes.
+    """
     row = rows * hidden * 2
-    per_rank = row * (1 + hc + hc + 1) + rows * (hc + hc * hc + hc) * 4 + 2 * (tp - 1) * row
+    contribution = row * (TOP_K + 1) + rows * TOP_K * 8 if finalize else row
+    per_rank = contribution + row * (hc + hc + 1) + rows * (hc + hc * hc + hc) * 4 + 2 * (tp - 1) * row
     return tp * per_rank
 
 
@@ -95,6 +108,21 @@ def make_inputs(device: torch.device, gen: torch.Generator, *, tp: int, rows: in
         "post": torch.rand(rows, HC, device=device, generator=gen) * 2.0,
         "comb": torch.rand(rows, HC, HC, device=device, generator=gen) / HC,
         "pre": torch.rand(rows, HC, device=device, generator=gen) / HC,
+    }
+
+
+def make_finalize_inputs(device: torch.device, gen: torch.Generator, *, tp: int, rows: int, hidden: int) -> dict:
+    """One finalize call's full inputs: ``rows * top_k`` routed rows per rank, a third of the routes dropped (-1)."""
+    routed = rows * TOP_K
+    routes = torch.randint(0, routed, (tp, rows, TOP_K), device=device, generator=gen, dtype=torch.int32)
+    dropped = torch.rand(tp, rows, TOP_K, device=device, generator=gen) < 1 / 3
+    inputs = make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden)
+    del inputs["x"]
+    return inputs | {
+        "gemm2_permuted": torch.randn(tp, routed, hidden, device=device, generator=gen).to(torch.bfloat16),
+        "expert_weights": torch.rand(rows, TOP_K, device=device, generator=gen),
+        "expanded_idx_to_permuted_idx": torch.where(dropped, torch.full_like(routes, -1), routes),
+        "shared_output": (0.5 * torch.randn(tp, rows, hidden, device=device, generator=gen)).to(torch.bfloat16),
     }
 
 
@@ -147,32 +175,39 @@ def _ranks(device: torch.device, tp: int, hidden: int, bt: bool) -> list:
     return _SYSTEMS[key]
 
 
-def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protocol: str, bt: bool) -> Prepared:
-    """The kernel at one shape and protocol, with a checked call (and the other protocol's bits) first."""
+def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protocol: str, bt: bool,
+                  finalize: bool = False) -> Prepared:
+    """The kernel at one shape, source and protocol, with a checked call (and the other protocol's bits) first."""
     device = ctx.device
     ranks = _ranks(device, tp, hidden, bt)
     weight = make_weight(device, hidden)
     gen = torch.Generator(device=device).manual_seed(1000 * tp + rows)
-    check = make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden)
-    case = f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_{protocol}"
+    make = make_finalize_inputs if finalize else make_inputs
+    check = make(device, gen, tp=tp, rows=rows, hidden=hidden)
+    case = f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_{'finalize_' if finalize else ''}{protocol}"
 
     def run(inputs: dict, chosen: str) -> list:
         """One call on every rank with ``chosen`` protocol."""
-        params = {"finalize": False, "protocol": chosen}
+        params = {"finalize": finalize, "protocol": chosen}
         return launch_ranks(ranks, lambda rank, system: system.launch(inputs, params))
 
     outputs = run(check, protocol)
     torch.cuda.synchronize(device)
-    _check_outputs(case, outputs, check, weight)
+    if finalize:
+        for rank, out in enumerate(outputs[1:], start=1):
+            for name in ("residual_out", "layer_input"):
+                check_equal(case, f"rank {rank} {name}", out[name], outputs[0][name])
+    else:
+        _check_outputs(case, outputs, check, weight)
     if bt:
         other = run(check, "bt" if protocol == "ll" else "ll")
         torch.cuda.synchronize(device)
         for name in ("residual_out", "layer_input"):
             check_equal(case, f"{name} (LL vs BT)", other[0][name], outputs[0][name])
     return Prepared(
-        bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden),
+        bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden, finalize=finalize),
         input_bytes=tensor_bytes(check),
-        new_input_set=lambda: make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden),
+        new_input_set=lambda: make(device, gen, tp=tp, rows=rows, hidden=hidden),
         launch=lambda inputs: run(inputs, protocol),
         kernels_per_call=chain_launches("ll"),
     )
@@ -210,32 +245,38 @@ def _unfused_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int) -> Pre
 
 
 def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool) -> None:
-    """Register one case: ``impl`` is ``unfused``, ``ll`` or ``bt``."""
+    """Register one case: ``impl`` is ``unfused``, ``ll``, ``bt``, ``finalize_ll`` or ``finalize_bt``."""
     name = f"tp{tp}_h{hidden}_m{rows}_{impl}"
+    finalize = impl.startswith("finalize_")
+    protocol = impl.removeprefix("finalize_")
     params = {"tp": tp, "hidden": hidden, "rows": rows, "hc": HC, "impl": impl, "virtual_ranks": True,
+              "provider": "virtual", "source": "finalize" if finalize else "plain", "protocol": protocol,
               "note": VIRTUAL_NOTE}
-    references: tuple = PUBLISHED.get(rows, ()) if hidden == 5120 and impl != "unfused" else ()
+    references: tuple = PUBLISHED.get(rows, ()) if hidden == 5120 and impl in ("ll", "bt") else ()
     if impl == "unfused":
         params["note"] = f"{VIRTUAL_NOTE}; {STAND_IN_NOTE}"
         references = NCCL_PUBLISHED
         setup = lambda ctx: _unfused_setup(ctx, tp=tp, rows=rows, hidden=hidden)  # noqa: E731
         description = f"unfused, {tp} virtual ranks: sum stand-in + torch mHC + RMSNorm"
     else:
-        params["baseline"] = f"tp{tp}_h{hidden}_m{rows}_unfused"
-        setup = lambda ctx: _kernel_setup(ctx, tp=tp, rows=rows, hidden=hidden, protocol=impl, bt=bt)  # noqa: E731
-        description = f"AllReduceMHC {impl.upper()}, {tp} virtual ranks on one GPU (not an NVLink latency)"
+        if not finalize:
+            params["baseline"] = f"tp{tp}_h{hidden}_m{rows}_unfused"
+        setup = lambda ctx: _kernel_setup(ctx, tp=tp, rows=rows, hidden=hidden, protocol=protocol,  # noqa: E731
+                                          bt=bt, finalize=finalize)
+        description = (f"AllReduceMHC {'finalize ' if finalize else ''}{protocol.upper()}, {tp} virtual ranks "
+                       "on one GPU (not an NVLink latency)")
     bench_case("allreduce_mhc", name, params=params, description=description, references=references)(setup)
 
 
-# Order: every torch case first, then LL, then BT, then the 4-rank instance,
-# so that a kernel trap (which ends the CUDA context) costs the fewest cases.
-_SHAPES_TP2 = [(hidden, rows) for hidden in (5120, 7168) for rows in (1, 8, 32, 128)]
+# Order: every torch case first, then LL, then BT, then finalize, then the 4-rank
+# instance, so that a kernel trap (which ends the CUDA context) costs the fewest cases.
+_SHAPES_TP2 = [(hidden, rows) for hidden in (5120, 7168) for rows in (1, 8, 16, 32, 64, 128)]
 _SHAPES_TP4 = [(5120, 1), (5120, 128)]
 for _hidden, _rows in _SHAPES_TP2:
     _register(2, _hidden, _rows, "unfused", bt=True)
 for _hidden, _rows in _SHAPES_TP4:
     _register(4, _hidden, _rows, "unfused", bt=False)
-for _impl in ("ll", "bt"):
+for _impl in ("ll", "bt", "finalize_ll", "finalize_bt"):
     for _hidden, _rows in _SHAPES_TP2:
         _register(2, _hidden, _rows, _impl, bt=True)
 for _hidden, _rows in _SHAPES_TP4:

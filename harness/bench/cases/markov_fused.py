@@ -1,14 +1,15 @@
 """Benchmark cases of seed 001's fused Markov draft loop (``kernels.markov.fused.FusedMarkovLoop``).
 
-Two cases at rows 8, steps 8, vocab 129280, dim 256, tp 1, timed by the
-runner in the same run (CUDA-graph replays and eager launches, inputs
-rotated beyond the L2):
+Pairs of cases at rows R and steps S in {1, 8} x {1, 8}, vocab 129280,
+dim 256, tp 1, timed by the runner in the same run (CUDA-graph replays and
+eager launches, inputs rotated beyond the L2); the goals are judged at rows
+8, steps 8:
 
-- ``r8_s8_v129280_tp1``: the whole draft loop of the kernel system: anchor,
+- ``rR_sS_v129280_tp1``: the whole draft loop of the kernel system: anchor,
   per step the bias GEMV (``default_bias``: torch BF16 matmul) and the step
   kernel (output transform, cache store, Gumbel or greedy pick, next
   embedding).
-- ``r8_s8_v129280_tp1_eager``: the same loop in torch ops: per step the
+- ``rR_sS_v129280_tp1_eager``: the same loop in torch ops: per step the
   GEMV, the add, the output transform (``* mult``, BF16), the cache store
   (``index_copy_``), Gumbel noise from ``torch.rand`` (``-log(-log(u))``,
   divided temperature) or the greedy argmax, and the next embedding.
@@ -22,7 +23,7 @@ it once per step: the floor counts it once, as the benchmark issue defines
 it, which no implementation can reach (``params.w2_reads_per_call`` says so).
 
 Sanity, before timing (``checks.py``): rows 0-3 are greedy (temperature 0),
-rows 4-7 sample at temperature 1. The kernel case runs both loops on one
+the others sample at temperature 1. The kernel case runs both loops on one
 check set and requires equal greedy tokens and equal greedy cache rows
 (bits: both take the bias from the same matmul, and ``add.bf16`` equals
 torch's BF16 add), then the teacher-forced chain check; the eager case runs
@@ -124,18 +125,18 @@ def _clone(inputs: dict) -> dict:
     return {**inputs, "cache": inputs["cache"].clone()}
 
 
-def _setup(ctx: BenchContext, *, fused: bool) -> Prepared:
-    """The kernel loop (``fused``) or the torch loop, with a checked call first."""
+def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int) -> Prepared:
+    """The kernel loop (``fused``) or the torch loop at ``rows`` x ``steps``, with a checked call first."""
     from kernels.markov.fused import FusedMarkovLoop
 
     device = ctx.device
     static = make_static(device, vocab=VOCAB, dim=DIM)
     gen = torch.Generator(device=device).manual_seed(2)
-    check = make_inputs(device, gen, rows=ROWS, steps=STEPS, vocab=VOCAB)
-    case = f"markov_fused/{'kernel' if fused else 'eager'}"
+    check = make_inputs(device, gen, rows=rows, steps=steps, vocab=VOCAB)
+    case = f"markov_fused/{'kernel' if fused else 'eager'}_r{rows}_s{steps}"
     eager_out = eager_loop(static, _clone(check))
     if fused:
-        system = FusedMarkovLoop(None, static, make_config(vocab=VOCAB, dim=DIM, max_reqs=ROWS))
+        system = FusedMarkovLoop(None, static, make_config(vocab=VOCAB, dim=DIM, max_reqs=rows))
         out = system.launch(_clone(check))
         torch.cuda.synchronize(device)
         check_equal(case, "greedy tokens (kernel vs eager)", out["tokens"][:GREEDY_ROWS], eager_out["tokens"][:GREEDY_ROWS])
@@ -155,28 +156,34 @@ def _setup(ctx: BenchContext, *, fused: bool) -> Prepared:
             eager_loop(static, inputs)
 
     return Prepared(
-        bytes_moved=floor_bytes(rows=ROWS, steps=STEPS, vocab=VOCAB, dim=DIM),
+        bytes_moved=floor_bytes(rows=rows, steps=steps, vocab=VOCAB, dim=DIM),
         input_bytes=tensor_bytes(check),
-        new_input_set=lambda: make_inputs(device, gen, rows=ROWS, steps=STEPS, vocab=VOCAB),
+        new_input_set=lambda: make_inputs(device, gen, rows=rows, steps=steps, vocab=VOCAB),
         launch=launch,
-        kernels_per_call=launches_per_call(STEPS),
+        kernels_per_call=launches_per_call(steps),
     )
 
 
-_PARAMS = {
-    "rows": ROWS, "steps": STEPS, "vocab": VOCAB, "dim": DIM, "tp": 1, "block": BLOCK, "greedy_rows": GREEDY_ROWS,
-    "w2_reads_per_call": STEPS, "floor": "w2 once + base + cache writes (BF16) + (1 + 2 steps) launches",
-}
-_NAME = f"r{ROWS}_s{STEPS}_v{VOCAB}_tp1"
+def _register(rows: int, steps: int) -> None:
+    """Register the kernel case and its eager baseline at ``rows`` x ``steps`` (goals at rows 8, steps 8)."""
+    params = {
+        "rows": rows, "steps": steps, "vocab": VOCAB, "dim": DIM, "tp": 1, "block": BLOCK,
+        "greedy_rows": min(rows, GREEDY_ROWS), "w2_reads_per_call": steps,
+        "floor": "w2 once + base + cache writes (BF16) + (1 + 2 steps) launches",
+    }
+    name = f"r{rows}_s{steps}_v{VOCAB}_tp1"
+    goal = {"goal": GOAL} if (rows, steps) == (ROWS, STEPS) else {}
+    bench_case(
+        "markov_fused", name,
+        params={**params, "impl": "kernel", "baseline": f"{name}_eager", **goal},
+        description="FusedMarkovLoop: anchor + per step torch bf16 GEMV and step kernel (whole draft loop)",
+    )(lambda ctx: _setup(ctx, fused=True, rows=rows, steps=steps))
+    bench_case(
+        "markov_fused", f"{name}_eager",
+        params={**params, "impl": "eager torch loop"},
+        description="torch loop: per step GEMV, add, output transform, cache index_copy, torch.rand Gumbel / argmax",
+    )(lambda ctx: _setup(ctx, fused=False, rows=rows, steps=steps))
 
-bench_case(
-    "markov_fused", _NAME,
-    params={**_PARAMS, "impl": "kernel", "baseline": f"{_NAME}_eager", "goal": GOAL},
-    description="FusedMarkovLoop: anchor + per step torch bf16 GEMV and step kernel (whole draft loop)",
-)(lambda ctx: _setup(ctx, fused=True))
 
-bench_case(
-    "markov_fused", f"{_NAME}_eager",
-    params={**_PARAMS, "impl": "eager torch loop"},
-    description="torch loop: per step GEMV, add, output transform, cache index_copy, torch.rand Gumbel / argmax",
-)(lambda ctx: _setup(ctx, fused=False))
+for _rows, _steps in ((ROWS, STEPS), (1, 1), (1, STEPS), (ROWS, 1)):
+    _register(_rows, _steps)

@@ -1,0 +1,147 @@
+"""The LL/BT row thresholds of ``kernels.allreduce``, derived from a bench results document.
+
+The all-reduce picks its protocol per call from the row count: LL (one
+Lamport round, every rank reads every peer's whole contribution) below a
+threshold, BT (owner-reduced fragments, three kernels) from it on. The
+crossover depends on the machine, the fabric, the TP size and H, so it is
+measured, never guessed: ``harness bench --family allreduce_mhc`` times both
+protocols at several M for each (tp, H) and source (plain, finalize) on the
+same inputs, and this module turns those medians into entries of
+``kernels/allreduce/thresholds.json``::
+
+    "sm_90a/virtual/tp2/h5120": {
+        "bt_min_rows": 64,            # null: BT was never faster (LL only)
+        "bt_min_finalize_rows": 32,   # absent when finalize was not measured
+        "source": "docs/results/bench-....json", "device": "...", "date": "...",
+        "measured": {"plain": {"rows": [...], "ll_us": [...], "bt_us": [...]}, ...},
+        "rule": "..."}
+
+Rule (``crossover``): the smallest measured M from which BT's CUDA-graph
+median is below LL's at that M and at every larger measured M; rows between
+two measured M take the larger one (LL in the gap, which was measured no
+worse there). The provider is part of the key: virtual ranks share one GPU's
+SMs and memory, so their crossover is recorded as theirs and never applied to
+ranks on NVLink.
+
+``python -m harness.bench.thresholds RESULT.json [--into PATH]`` prints the
+derived entries and merges them into PATH (default the kernels' file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Mapping, Sequence
+
+FAMILY = "allreduce_mhc"
+RULE = ("smallest measured M from which the BT graph median is below LL's at it and at every larger "
+        "measured M; null when there is none (LL only)")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DEFAULT_INTO = os.path.join(REPO_ROOT, "kernels", "allreduce", "thresholds.json")
+
+
+def arch_of(capability: str) -> str:
+    """The CuTe DSL target of a ``major.minor`` capability string: sm_90a, sm_100a."""
+    major = int(str(capability).split(".")[0])
+    if major == 9:
+        return "sm_90a"
+    if major == 10:
+        return "sm_100a"
+    raise ValueError(f"no all-reduce target for compute capability {capability}")
+
+
+def crossover(rows: Sequence[int], ll_us: Sequence[float], bt_us: Sequence[float]) -> int | None:
+    """The smallest ``rows[i]`` with BT faster there and at every larger row; None when BT never stays ahead."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i])
+    found = None
+    for i in reversed(order):
+        if bt_us[i] < ll_us[i]:
+            found = rows[i]
+        else:
+            break
+    return found
+
+
+def measurements(document: Mapping) -> dict[tuple, dict]:
+    """``{(provider, tp, hidden, source): {rows: {protocol: graph median us}}}`` of the document's cases."""
+    table: dict[tuple, dict] = {}
+    for case in document.get("cases", []):
+        params = case.get("params", {})
+        if case.get("family") != FAMILY or params.get("protocol") not in ("ll", "bt"):
+            continue
+        key = (params.get("provider", "virtual"), params["tp"], params["hidden"], params.get("source", "plain"))
+        table.setdefault(key, {}).setdefault(params["rows"], {})[params["protocol"]] = case["graph"]["median_us"]
+    return table
+
+
+def derive(document: Mapping, source: str) -> dict[str, dict]:
+    """The thresholds entries of one results document (only shapes where both protocols were timed)."""
+    arch = arch_of(document["device"]["capability"])
+    entries: dict[str, dict] = {}
+    for (provider, tp, hidden, kind), by_rows in sorted(measurements(document).items()):
+        rows = sorted(m for m, medians in by_rows.items() if {"ll", "bt"} <= set(medians))
+        if not rows:
+            continue
+        ll = [by_rows[m]["ll"] for m in rows]
+        bt = [by_rows[m]["bt"] for m in rows]
+        key = f"{arch}/{provider}/tp{tp}/h{hidden}"
+        entry = entries.setdefault(key, {"source": source, "device": document["device"]["name"],
+                                         "date": document["date"], "rule": RULE, "measured": {}})
+        entry["measured"][kind] = {"rows": rows, "ll_us": ll, "bt_us": bt}
+        entry["bt_min_finalize_rows" if kind == "finalize" else "bt_min_rows"] = crossover(rows, ll, bt)
+    for entry in entries.values():
+        entry.setdefault("bt_min_rows", None)  # finalize measured alone: the plain source stays LL only
+    return entries
+
+
+def merge_into(path: str, entries: Mapping[str, dict]) -> dict:
+    """Merge ``entries`` into the JSON table at ``path`` (created if absent), atomically; return the table."""
+    table: dict = {}
+    if os.path.exists(path):
+        with open(path) as fh:
+            table = json.load(fh)
+    table.update(entries)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump(dict(sorted(table.items())), fh, indent=1)
+        fh.write("\n")
+    os.replace(tmp, path)
+    return table
+
+
+def format_entry(key: str, entry: Mapping) -> str:
+    """One line per entry: the key, both thresholds and the medians they came from."""
+    parts = [f"{key}: bt_min_rows={entry.get('bt_min_rows')}"]
+    if "bt_min_finalize_rows" in entry:
+        parts.append(f"bt_min_finalize_rows={entry['bt_min_finalize_rows']}")
+    for kind, m in entry["measured"].items():
+        pairs = ", ".join(f"M{r} {a:.1f}/{b:.1f}" for r, a, b in zip(m["rows"], m["ll_us"], m["bt_us"]))
+        parts.append(f"[{kind} LL/BT us: {pairs}]")
+    return " ".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Derive, print and merge the thresholds of one results file; 2 when it holds no LL/BT pair."""
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.thresholds", description=__doc__.split("\n")[0])
+    parser.add_argument("result", help="a bench results JSON (rankcheck-bench/1)")
+    parser.add_argument("--into", default=DEFAULT_INTO, help="thresholds table to merge into (default: the kernels')")
+    parser.add_argument("--dry-run", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    with open(args.result) as fh:
+        document = json.load(fh)
+    entries = derive(document, os.path.relpath(os.path.abspath(args.result), REPO_ROOT))
+    if not entries:
+        print(f"thresholds: {args.result} has no {FAMILY} case timed with both LL and BT", file=sys.stderr)
+        return 2
+    for key, entry in entries.items():
+        print(format_entry(key, entry))
+    if not args.dry_run:
+        merge_into(args.into, entries)
+        print(f"thresholds: merged {len(entries)} entries into {args.into}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""The LL/BT crossover rule and the thresholds table the all-reduce reads (harness.bench.thresholds)."""
+
+import json
+
+import pytest
+
+from harness.bench.thresholds import arch_of, crossover, derive, main
+from kernels.allreduce.host import measured_threshold
+
+
+def test_crossover_needs_bt_ahead_from_there_on():
+    rows = [1, 8, 16, 32, 64, 128]
+    assert crossover(rows, [5, 6, 7, 9, 12, 20], [8, 9, 8, 8, 10, 14]) == 32
+    # A BT win at 8 followed by a loss at 16 is noise, not a crossover.
+    assert crossover(rows, [5, 6, 7, 9, 12, 20], [8, 5, 8, 8, 10, 14]) == 32
+    assert crossover(rows, [1, 1, 1, 1, 1, 1], [2, 2, 2, 2, 2, 2]) is None
+    assert crossover(rows, [9] * 6, [1] * 6) == 1
+    assert crossover(list(reversed(rows)), [20, 12, 9, 7, 6, 5], [14, 10, 8, 8, 9, 8]) == 32
+    assert crossover(rows, [5] * 6, [5] * 6) is None  # a tie keeps LL
+
+
+def _case(tp, hidden, rows, protocol, source, median):
+    """A results entry reduced to what the derivation reads."""
+    return {"family": "allreduce_mhc", "name": f"tp{tp}_h{hidden}_m{rows}_{source}_{protocol}",
+            "params": {"tp": tp, "hidden": hidden, "rows": rows, "protocol": protocol, "source": source,
+                       "provider": "virtual"},
+            "graph": {"median_us": median}}
+
+
+def _document():
+    """Plain and finalize LL/BT medians at tp 2, H 5120, an LL-only shape, and an unrelated case."""
+    cases = []
+    for m, ll, bt in ((1, 5.0, 8.0), (32, 9.0, 8.5), (128, 20.0, 12.0)):
+        cases += [_case(2, 5120, m, "ll", "plain", ll), _case(2, 5120, m, "bt", "plain", bt)]
+    for m, ll, bt in ((1, 6.0, 9.0), (32, 10.0, 11.0), (128, 25.0, 13.0)):
+        cases += [_case(2, 5120, m, "ll", "finalize", ll), _case(2, 5120, m, "bt", "finalize", bt)]
+    cases.append(_case(4, 5120, 1, "ll", "plain", 7.0))
+    cases.append({"family": "markov_fused", "name": "x", "params": {}, "graph": {"median_us": 1.0}})
+    return {"device": {"name": "NVIDIA H200", "capability": "9.0"}, "date": "2026-11-29T12:00:00+00:00",
+            "cases": cases}
+
+
+def test_derive_and_the_host_reads_what_was_written(tmp_path, capsys):
+    entries = derive(_document(), "docs/results/bench-x.json")
+    assert list(entries) == ["sm_90a/virtual/tp2/h5120"]  # tp 4 timed LL only: no entry
+    entry = entries["sm_90a/virtual/tp2/h5120"]
+    assert (entry["bt_min_rows"], entry["bt_min_finalize_rows"]) == (32, 128)
+    assert entry["measured"]["plain"] == {"rows": [1, 32, 128], "ll_us": [5.0, 9.0, 20.0], "bt_us": [8.0, 8.5, 12.0]}
+    result = tmp_path / "bench-x.json"
+    result.write_text(json.dumps(_document()))
+    table = tmp_path / "thresholds.json"
+    table.write_text(json.dumps({"sm_100a/symmetric/tp8/h7168": {"bt_min_rows": 64}}))
+    assert main([str(result), "--into", str(table)]) == 0
+    assert "bt_min_rows=32 bt_min_finalize_rows=128" in capsys.readouterr().out
+    merged = json.loads(table.read_text())
+    assert set(merged) == {"sm_100a/symmetric/tp8/h7168", "sm_90a/virtual/tp2/h5120"}
+    read, why = measured_threshold("sm_90a", "virtual", 2, 5120, str(table))
+    assert read["bt_min_rows"] == 32 and "bench-x.json" in why
+    assert measured_threshold("sm_90a", "symmetric", 2, 5120, str(table))[0] is None
+
+
+def test_nothing_to_derive_is_an_error(tmp_path):
+    doc = _document()
+    doc["cases"] = [c for c in doc["cases"] if c["params"].get("protocol") != "bt"]
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(doc))
+    assert main([str(path), "--into", str(tmp_path / "t.json")]) == 2
+    assert not (tmp_path / "t.json").exists()
+    with pytest.raises(ValueError, match="compute capability 8.0"):
+        arch_of("8.0")
