@@ -35,6 +35,8 @@ import os
 import sys
 from typing import Mapping, Sequence
 
+from kernels.allreduce.config import arch_of_capability, threshold_key
+
 FAMILY = "allreduce_mhc"
 RULE = ("smallest measured M from which the BT graph median is below LL's at it and at every larger "
         "measured M; null when there is none (LL only)")
@@ -43,13 +45,9 @@ DEFAULT_INTO = os.path.join(REPO_ROOT, "kernels", "allreduce", "thresholds.json"
 
 
 def arch_of(capability: str) -> str:
-    """The CuTe DSL target of a ``major.minor`` capability string: sm_90a, sm_100a."""
-    major = int(str(capability).split(".")[0])
-    if major == 9:
-        return "sm_90a"
-    if major == 10:
-        return "sm_100a"
-    raise ValueError(f"no all-reduce target for compute capability {capability}")
+    """The CuTe DSL target of a ``major.minor`` capability string (``kernels.allreduce.config``'s mapping)."""
+    major, _, minor = str(capability).partition(".")
+    return arch_of_capability(int(major), int(minor or 0))
 
 
 def crossover(rows: Sequence[int], ll_us: Sequence[float], bt_us: Sequence[float]) -> int | None:
@@ -86,7 +84,7 @@ def derive(document: Mapping, source: str) -> dict[str, dict]:
             continue
         ll = [by_rows[m]["ll"] for m in rows]
         bt = [by_rows[m]["bt"] for m in rows]
-        key = f"{arch}/{provider}/tp{tp}/h{hidden}"
+        key = threshold_key(arch, provider, tp, hidden)
         entry = entries.setdefault(key, {"source": source, "device": document["device"]["name"],
                                          "date": document["date"], "rule": RULE, "measured": {}})
         entry["measured"][kind] = {"rows": rows, "ll_us": ll, "bt_us": bt}

@@ -72,6 +72,20 @@ class CallArgs:
     shared: torch.Tensor | None
 
 
+def arch_of_capability(major: int, minor: int = 0) -> str:
+    """The CuTe DSL target of a compute capability: sm_90a for Hopper (9.x), sm_100a for Blackwell (10.x)."""
+    if major == 9:
+        return "sm_90a"
+    if major == 10:
+        return "sm_100a"
+    raise ValueError(f"allreduce_mhc kernels need an SM90 or SM100 GPU, got compute capability {major}.{minor}")
+
+
+def threshold_key(arch: str, provider: str, tp: int, hidden: int) -> str:
+    """The ``thresholds.json`` key of one measured shape, e.g. ``sm_90a/virtual/tp2/h5120``."""
+    return f"{arch}/{provider}/tp{tp}/h{hidden}"
+
+
 def _int(config: Mapping[str, Any], key: str, low: int, high: int | None = None, default: Any = None) -> int:
     """``config[key]`` as an int in ``[low, high]``, else a ``ValueError`` naming ``config.key``."""
     value = config.get(key, default)

@@ -57,7 +57,15 @@ import torch
 
 from kernels import hostcopy
 from kernels.allreduce import variants
-from kernels.allreduce.config import AllReduceConfig, CallArgs, check_call, check_config, check_tensor
+from kernels.allreduce.config import (
+    AllReduceConfig,
+    CallArgs,
+    arch_of_capability,
+    check_call,
+    check_config,
+    check_tensor,
+    threshold_key,
+)
 from kernels.allreduce.consumer import LamportMHCConsumer
 from kernels.allreduce.layout import (
     ACTIVE,
@@ -83,17 +91,11 @@ _LAUNCH_LOCK = threading.Lock()
 
 def device_arch(device: torch.device) -> str:
     """The CuTe DSL target of ``device``: sm_90a for Hopper, sm_100a for Blackwell."""
-    major, _ = torch.cuda.get_device_capability(device)
-    if major == 9:
-        return "sm_90a"
-    if major == 10:
-        return "sm_100a"
-    raise ValueError(f"allreduce_mhc kernels need an SM90 or SM100 GPU, got compute capability {major}.x on {device}")
-
-
-def threshold_key(arch: str, provider: str, tp: int, hidden: int) -> str:
-    """The ``thresholds.json`` key of one measured shape, e.g. ``sm_90a/virtual/tp2/h5120``."""
-    return f"{arch}/{provider}/tp{tp}/h{hidden}"
+    major, minor = torch.cuda.get_device_capability(device)
+    try:
+        return arch_of_capability(major, minor)
+    except ValueError as exc:
+        raise ValueError(f"{exc} on {device}") from None
 
 
 def measured_threshold(arch: str, provider: str, tp: int, hidden: int,
@@ -370,4 +372,4 @@ class AllReduceMHC:
             self._kernels["consumer", protocol](*consumer_args)
 
 
-__all__ = ["AllReduceMHC", "device_arch", "measured_threshold", "threshold_key"]
+__all__ = ["AllReduceMHC", "device_arch", "measured_threshold"]

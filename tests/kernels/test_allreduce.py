@@ -173,6 +173,17 @@ def test_threshold_provenance(tmp_path):
     assert measured_threshold("sm_90a", "virtual", 8, 5120, str(path))[0] is None
 
 
+def test_device_arch_maps_capabilities(monkeypatch):
+    from kernels.allreduce.host import device_arch
+
+    for capability, arch in (((9, 0), "sm_90a"), ((10, 0), "sm_100a")):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
+        assert device_arch(torch.device("cuda", 0)) == arch
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device: (8, 0))
+    with pytest.raises(ValueError, match=r"compute capability 8\.0 on cuda:0"):
+        device_arch(torch.device("cuda", 0))
+
+
 # --------------------------------------------------------------------------- compiled PTX
 
 
