@@ -16,6 +16,12 @@ if ROOT not in sys.path:
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
+# Runs started by the tests keep their references and compiled kernels in a cache of this test session,
+# never in the user's ~/.cache/rankcheck.
+if "RANKCHECK_CACHE_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["RANKCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-cache-")
 
 
 def _cuda_available() -> bool:

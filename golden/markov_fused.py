@@ -237,7 +237,7 @@ def cache_fill(gathered: torch.Tensor, cache: torch.Tensor, idx_map: torch.Tenso
 
 # ------------------------------------------------------------ validation
 
-_CONFIG_KEYS = ("vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block")
+_CONFIG_KEYS = ("vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block", "rcp_table")
 _INPUT_SPECS = {  # name -> (dtype, shape names)
     "input_ids": (torch.int32, ("T",)),
     "anchor_idx": (torch.int64, ("rows",)),
@@ -280,8 +280,9 @@ class GoldenMarkovFused:
 
     ``static`` holds the full ``w1``/``w2``; this rank keeps the rows of
     ``w2`` of its vocab shard. ``rcp_table`` (``{temperature bits: rcp
-    bits}``) defaults to ``golden/data/rcp_f32_<arch>.json``, read only when
-    a temperature is not a power of two."""
+    bits}``, the keyword or config key ``rcp_table``, which the harness fills
+    from the architecture's facts) defaults to ``golden/data/rcp_f32_<arch>.json``,
+    read only when a temperature is not a power of two."""
 
     def __init__(self, comm: Comm, static: Mapping[str, torch.Tensor], config: Mapping[str, Any], *,
                  rcp_table: Mapping[int, int] | None = None, arch: str = "sm_90") -> None:
@@ -311,7 +312,7 @@ class GoldenMarkovFused:
         self.start, self.end = shard_bounds(self.vocab, comm.world, comm.rank)
         self.w1 = static["w1"]
         self.w2_shard = static["w2"][self.start:self.end]
-        self._rcp_table = rcp_table
+        self._rcp_table = config.get("rcp_table", rcp_table)
         self._arch = arch
         self._launches = 0
 

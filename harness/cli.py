@@ -10,50 +10,77 @@ Subcommands:
 - ``golden [--regenerate]``: check (or record, on purpose) the stored golden
   bits of every cpu scenario through a cpu validation run;
   ``golden --measure-rcp [T...]`` measures the GPU's reciprocal table
-  (``harness.rcp_table``).
+  (``harness.rcp_table``); ``golden --probe`` measures all of a GPU type's
+  arithmetic facts (``harness.probe``); ``golden --arch sm_XY`` validates
+  with that architecture's facts where no GPU is present.
 - ``record``, ``bench``, ``compile``: dispatched to ``harness.record``,
   ``harness.bench`` and ``harness.compile_gate`` (imported only when used,
   so a missing module is a clear message, not an import error at start).
 
 Bad arguments are reported by argparse (exit 2) or as one line naming the
-argument (exit 2) before anything runs.
+argument (exit 2) before anything runs; a number that does not parse says
+what was expected in words (``argument --world: expected a whole number >=
+1, got 'x'``). The exit codes of ``validate`` and ``replay`` are their
+report's verdict (``harness.report.Report.verdict``: 0 ok, 1 failed, 2
+nothing run or bad arguments, 3 nothing available, 130 interrupted).
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
-from typing import Sequence
+from typing import Callable, Sequence
+
+from harness.report import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
 
 DISPATCHED = {"record": "harness.record", "bench": "harness.bench", "compile": "harness.compile_gate"}
+# Bad arguments run nothing: argparse's code, the same as a selection that plans no case.
+EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 
 
-def _positive_float(text: str) -> float:
-    """argparse type: a float > 0."""
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text}")
-    return value
+def number_type(parse: Callable[[str], float], words: str, minimum: float | None = None,
+                inclusive: bool = True) -> Callable[[str], float]:
+    """An argparse type that parses with ``parse`` and rejects anything else, or below ``minimum``, in words."""
+    bound = "" if minimum is None else f" {'>=' if inclusive else '>'} {minimum:g}"
+
+    def check(text: str) -> float:
+        """``text`` as the number, or ArgumentTypeError saying what was expected."""
+        try:
+            value = parse(text)
+        except ValueError:
+            value = None
+        if (value is None or not math.isfinite(value)
+                or (minimum is not None and (value < minimum if inclusive else value <= minimum))):
+            raise argparse.ArgumentTypeError(f"expected {words}{bound}, got {text!r}")
+        return value
+
+    check.__name__ = words  # argparse names the type by it where it does not use our message
+    return check
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: an int >= 1."""
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text}")
-    return value
+_positive_int = number_type(int, "a whole number", 1)
+_nonnegative_int = number_type(int, "a whole number", 0)
+_positive_float = number_type(float, "a number of seconds", 0, inclusive=False)
+_finite_float = number_type(float, "a finite number")
 
 
 def _add_torchrun(p: argparse.ArgumentParser) -> None:
     """The torchrun pass-through options (several agents / nodes)."""
     g = p.add_argument_group("torchrun pass-through (multi-node)")
     g.add_argument("--nnodes", type=_positive_int, default=1)
-    g.add_argument("--node-rank", type=int, default=0)
+    g.add_argument("--node-rank", type=_nonnegative_int, default=0)
     g.add_argument("--rdzv-backend", default=None)
     g.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous")
     g.add_argument("--rdzv-id", default=None)
     g.add_argument("--nproc-per-node", type=_positive_int, default=None)
+
+
+def _add_allow_unavailable(p: argparse.ArgumentParser) -> None:
+    """The ``--allow-unavailable`` flag: a run where every case is not available exits 0 instead of 3."""
+    p.add_argument("--allow-unavailable", action="store_true",
+                   help="exit 0, not 3, when every case is not available here (e.g. kernel cases without a GPU)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,6 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="startup allowance of a job in seconds (interpreters, imports, rendezvous)")
     p.add_argument("--impl", choices=("golden", "kernel"), help="override the launcher's implementation")
     p.add_argument("--no-store", action="store_true", help="skip the stored-golden-bits check")
+    p.add_argument("--no-cache", action="store_true",
+                   help="bypass the persistent reference and kernel cache ($RANKCHECK_CACHE_DIR, default "
+                        "~/.cache/rankcheck): references go to the run directory, kernels compile afresh")
+    p.add_argument("--jobs", type=_positive_int, metavar="N",
+                   help="job units run at once (default: one per three cores, at most six; one with several "
+                        "nodes or --tp)")
+    p.add_argument("--ref-workers", type=number_type(int, "a whole number", 0), metavar="N",
+                   help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
+    _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
     _add_torchrun(p)
 
@@ -95,14 +131,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", metavar="DIR")
     p.add_argument("--deadline", type=_positive_float, metavar="S")
     p.add_argument("--impl", choices=("golden", "kernel"))
+    _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
 
     p = sub.add_parser("golden", help="check or regenerate the stored golden bits")
     p.add_argument("--regenerate", action="store_true", help="recompute and store (on purpose)")
-    p.add_argument("--measure-rcp", nargs="*", type=float, default=None, metavar="T",
+    p.add_argument("--measure-rcp", nargs="*", type=_finite_float, default=None, metavar="T",
                    help="measure the GPU's div.full.f32 reciprocal bits of these temperatures (default: every "
-                        "temperature of the scenario files and of the table) into golden/data/rcp_f32_sm_90.json")
+                        "temperature of the scenario files and of the table) into golden/data/rcp_f32_<GPU arch>.json")
+    p.add_argument("--probe", action="store_true",
+                   help="measure this GPU type's arithmetic facts into golden/data/arch/<arch>.json (with "
+                        "--regenerate: replace stored facts that differ)")
+    p.add_argument("--arch", metavar="sm_XY",
+                   help="without a GPU: whose arithmetic facts the golden uses (default sm_90, the stored bits')")
     p.add_argument("--run-dir", metavar="DIR")
+
+    p = sub.add_parser("merge-reports", help="one JUnit and one JSON from the per-node reports of a multi-node job")
+    p.add_argument("inputs", nargs="+", metavar="IN", help="per-node JSON reports: files, glob patterns or directories")
+    p.add_argument("--junit", metavar="PATH", help="where the merged JUnit XML goes")
+    p.add_argument("--json", metavar="PATH", help="where the merged JSON goes")
+    _add_allow_unavailable(p)
 
     for name in DISPATCHED:
         sub.add_parser(name, help=f"see `rankcheck {name} --help`", add_help=False)
@@ -138,7 +186,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
                           impl=args.impl, store=None if args.no_store else "check",
                           rendezvous=Rendezvous(nnodes=args.nnodes, node_rank=args.node_rank, backend=args.rdzv_backend,
                                                 endpoint=args.rdzv_endpoint, id=args.rdzv_id,
-                                                nproc_per_node=args.nproc_per_node))
+                                                nproc_per_node=args.nproc_per_node),
+                          allow_unavailable=args.allow_unavailable, cache=not args.no_cache, lanes=args.jobs,
+                          ref_workers=args.ref_workers)
     return run_validate(req)
 
 
@@ -147,21 +197,44 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from harness.replay import run_replay  # noqa: PLC0415
 
     return run_replay(args.scenario, world=args.world, launcher=args.launcher, inject=args.inject,
-                      run_dir=args.run_dir, deadline=args.deadline, impl=args.impl, scenario_root=args.scenario_root)
+                      run_dir=args.run_dir, deadline=args.deadline, impl=args.impl, scenario_root=args.scenario_root,
+                      allow_unavailable=args.allow_unavailable)
 
 
 def cmd_golden(args: argparse.Namespace) -> int:
     """Check the stored golden bits of every cpu scenario (or record them with --regenerate)."""
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
 
+    if args.probe:
+        from harness.probe import run_probe  # noqa: PLC0415
+
+        if args.measure_rcp is not None or args.arch:
+            raise ValueError("--probe measures the GPU present: no --measure-rcp or --arch with it")
+        return run_probe(args.run_dir, replace=args.regenerate)
     if args.measure_rcp is not None:
         from harness.rcp_table import measure  # noqa: PLC0415
 
         if args.regenerate:
             raise ValueError("--measure-rcp and --regenerate: run one at a time")
         return measure(args.measure_rcp or None)
+    if args.arch:
+        import os  # noqa: PLC0415
+
+        from golden.arch import normalize_arch  # noqa: PLC0415
+        from harness.arch_facts import ARCH_ENV  # noqa: PLC0415
+
+        os.environ[ARCH_ENV] = normalize_arch(args.arch)  # read by every rank (they inherit the environment)
     return run_validate(ValidateRequest(launcher="cpu", size="cpu", run_dir=args.run_dir,
                                         store="record" if args.regenerate else "check"))
+
+
+def cmd_merge_reports(args: argparse.Namespace) -> int:
+    """Merge per-node reports into one (``harness.merge_reports``)."""
+    from harness.merge_reports import run_merge  # noqa: PLC0415
+
+    if not (args.junit or args.json):
+        raise ValueError("--junit or --json: say where the merged report goes")
+    return run_merge(args.inputs, junit=args.junit, json_path=args.json, allow_unavailable=args.allow_unavailable)
 
 
 def dispatch(command: str, argv: Sequence[str]) -> int:
@@ -171,11 +244,11 @@ def dispatch(command: str, argv: Sequence[str]) -> int:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
         print(f"rankcheck {command}: {module_name} is not available ({exc})", file=sys.stderr)
-        return 2
+        return EXIT_BAD_ARGUMENTS
     main_fn = getattr(module, "main", None)
     if not callable(main_fn):
         print(f"rankcheck {command}: {module_name} has no main(argv)", file=sys.stderr)
-        return 2
+        return EXIT_BAD_ARGUMENTS
     return int(main_fn(list(argv)) or 0)
 
 
@@ -185,12 +258,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in DISPATCHED:
         return dispatch(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
-    handlers = {"list": cmd_list, "validate": cmd_validate, "replay": cmd_replay, "golden": cmd_golden}
+    handlers = {"list": cmd_list, "validate": cmd_validate, "replay": cmd_replay, "golden": cmd_golden,
+                "merge-reports": cmd_merge_reports}
     try:
         return handlers[args.command](args)
     except ValueError as exc:
         print(f"rankcheck {args.command}: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_ARGUMENTS
     except KeyboardInterrupt:
         print(f"rankcheck {args.command}: interrupted; results so far are in the run directory", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED

@@ -2,12 +2,16 @@
 
 Every rank appends one JSON line per event to ``<dir>/rank<k>.progress.jsonl``:
 ``{"rank", "launch", "event": "begin"|"end"|"skip"|"crash"|"hang", "params",
-"state", "t"}``. Each line is flushed and fsynced before the launch it
+"state", "t", "pid", "thread"}``. Each line is flushed and fsynced before the launch it
 announces starts, so a rank that is killed (or whose CUDA context dies) leaves
 an exact account: the last ``begin`` without an ``end`` is the launch it was
 in, and a missing ``begin`` is a launch it never reached. ``state`` is the
 system's ``state()`` (launch counter, generation, ...) at that moment, which
-is what the rank *believed* when it stopped.
+is what the rank *believed* when it stopped. ``pid`` and ``thread``
+(``threading.get_ident()``) name the process and thread that wrote the
+record: the virtual launcher runs every rank as a thread of one process, and
+the diagnosis cuts that process's stack dump down to the hung rank's thread
+(``harness.evidence``).
 
 A ``reference`` record says the rank is computing (or waiting for) the
 unsharded reference of that launch; while it does, it refreshes the file's
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -65,15 +70,17 @@ class ProgressWriter:
             "params": _plain(params or {}),
             "state": _plain(state or {}),
             "t": time.time(),
+            "pid": os.getpid(),
+            "thread": threading.get_ident(),
         }
         record.update({k: _plain(v) for k, v in extra.items()})
         self._file.write(json.dumps(record, sort_keys=True) + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    def begin(self, launch: int, params: Mapping | None = None, state: Mapping | None = None) -> None:
-        """Record that ``launch`` is about to start."""
-        self.write("begin", launch, params, state)
+    def begin(self, launch: int, params: Mapping | None = None, state: Mapping | None = None, **extra: Any) -> None:
+        """Record that ``launch`` is about to start (``extra``: e.g. the parameters that deviate from the call's)."""
+        self.write("begin", launch, params, state, **extra)
 
     def end(self, launch: int, params: Mapping | None = None, state: Mapping | None = None) -> None:
         """Record that ``launch`` returned."""

@@ -13,7 +13,28 @@ and launch), ``error`` (an unexpected exception or crash), ``not-available``
 (the implementation cannot run here, with the reason; neither pass nor
 failure). The footer follows nccl-tests: ``Out of bounds values : N OK`` (or
 ``FAILED``) where N counts mismatching elements over every case, then the
-counts per status; the exit code is non-zero on any fail, timeout or error.
+counts per status, then the result.
+
+A case is one scenario at one world (and TP group) under one launcher; the
+``<name>:stored-bits`` lines are checks attached to a case (its reference
+against the golden store), counted on a line of their own and never as
+cases, so the live bar, the planned total and the footer's case counts all
+count the same things. A failing stored-bits check still fails the run.
+
+The result and the exit code are decided in one place (``Report.verdict``),
+in this order: interrupted (``INTERRUPTED (n of m run)``, 130), ended by an
+exception (``ABORTED (...)``, 1), any fail, timeout or error (``FAILED``,
+1), no case run (``NOTHING RUN``, 2, with the
+reason the caller gave), every case not available (``NOT AVAILABLE``, 3,
+unless the caller allows it), else ``OK`` (0). Nothing that did not run is
+ever green.
+
+Both files carry the run's provenance (``harness.provenance``: versions,
+commit, host, GPUs, the multicast variables, the start time); the JSON names
+its format (``schema``). A JUnit failure carries the first mismatch and,
+where the diagnosis names each rank's log (``diagnosis["logs"]``: rank ->
+path), the tail of the log of the rank that failed. ``Report`` may be fed
+from several threads: one lock orders every change and every file write.
 """
 
 from __future__ import annotations
@@ -22,14 +43,23 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
+
+from harness import provenance as provenance_facts
 
 STATUSES = ("pass", "fail", "timeout", "error", "not-available")
 FAILING = ("fail", "timeout", "error")
+JSON_SCHEMA = "rankcheck-validate/2"
+# The launcher name the job runner gives a stored-golden-bits check (a check attached to a case, not a case).
+STORED_BITS_LAUNCHER = "store"
+LOG_TAIL_LINES = 40
+LOG_TAIL_BYTES = 64 * 1024
+EXIT_OK, EXIT_FAILED, EXIT_NOTHING_RUN, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 @dataclass
@@ -51,16 +81,34 @@ class CaseResult:
     group: int | None = None
     diagnosis: dict | None = None
     impl: str = "golden"
+    phases: dict = field(default_factory=dict)  # seconds per phase, the slowest rank's (harness.phases)
+    facts: str | None = None  # the architecture facts file the golden used (harness.arch_facts), None: none needed
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
     @property
+    def is_stored_bits_check(self) -> bool:
+        """True for a stored-golden-bits check (a check attached to a case, not a case of its own)."""
+        return self.launcher == STORED_BITS_LAUNCHER
+
+    @property
     def case_id(self) -> str:
         """A stable name: family/scenario[world=N,launcher=L(,group=G)]."""
         group = f",group={self.group}" if self.group is not None else ""
         return f"{self.family}/{self.scenario}[world={self.world},launcher={self.launcher}{group}]"
+
+
+def phase_summary(results: Sequence[CaseResult]) -> str:
+    """Each phase's seconds summed over ``results``, largest first, as ``reference 12.3 s  kernel 4.5 s``."""
+    totals: dict[str, float] = {}
+    for r in results:
+        for name, seconds in r.phases.items():
+            totals[name] = totals.get(name, 0.0) + float(seconds)
+    if not totals:
+        return "none recorded"
+    return "  ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
 def atomic_write(path: str | os.PathLike, text: str) -> None:
@@ -82,8 +130,48 @@ def atomic_write(path: str | os.PathLike, text: str) -> None:
         raise
 
 
-def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str) -> str:
-    """Render results as a JUnit XML document (one testcase per result)."""
+def log_tail(path: str | os.PathLike, lines: int = LOG_TAIL_LINES) -> str:
+    """The last ``lines`` lines of the file at ``path`` ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(f.tell() - LOG_TAIL_BYTES, 0))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def failing_rank_log(diagnosis: Mapping | None) -> tuple[str, str] | None:
+    """(rank, log path) of the rank the diagnosis blames (else its first logged rank); None without logs."""
+    logs = (diagnosis or {}).get("logs") or {}
+    if not isinstance(logs, Mapping) or not logs:
+        return None
+    by_rank = {str(rank): str(path) for rank, path in logs.items()}
+    blamed = str(diagnosis.get("rank"))
+    rank = blamed if blamed in by_rank else next(iter(by_rank))
+    return rank, by_rank[rank]
+
+
+def failure_text(r: CaseResult) -> str:
+    """The body of a failing JUnit case: detail, first mismatch, diagnosis, mismatches, the failing rank's log tail."""
+    body = r.detail
+    if r.first_mismatch and r.first_mismatch != r.detail:
+        body += "\nfirst mismatch: " + r.first_mismatch
+    if r.diagnosis:
+        body += "\n" + json.dumps(r.diagnosis, indent=1, sort_keys=True, default=str)
+    if r.mismatches:
+        body += "\n" + "\n".join(m if isinstance(m, str) else json.dumps(m, default=str) for m in r.mismatches)
+    logged = failing_rank_log(r.diagnosis)
+    if logged:
+        rank, path = logged
+        tail = log_tail(path)
+        body += f"\n--- rank {rank} log {path} (last {LOG_TAIL_LINES} lines) ---\n" + (tail or "(no such file)")
+    return body
+
+
+def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None) -> str:
+    """Render results as a JUnit XML document (one testcase per result; provenance as suite properties)."""
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     root = ET.Element("testsuites")
     ts = ET.SubElement(root, "testsuite", {
@@ -96,21 +184,22 @@ def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str) -> str:
     })
     props = ET.SubElement(ts, "properties")
     ET.SubElement(props, "property", {"name": "header", "value": header})
+    ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
+    for name, value in provenance_facts.flat(provenance or {}, "provenance.").items():
+        ET.SubElement(props, "property", {"name": name, "value": value})
     for r in results:
         case = ET.SubElement(ts, "testcase", {
             "classname": f"{r.family}.{r.scenario}",
             "name": f"world={r.world},launcher={r.launcher}" + (f",group={r.group}" if r.group is not None else ""),
             "time": f"{r.time_s:.3f}",
         })
-        body = r.detail
-        if r.diagnosis:
-            body += "\n" + json.dumps(r.diagnosis, indent=1, sort_keys=True, default=str)
-        if r.mismatches:
-            body += "\n" + "\n".join(m if isinstance(m, str) else json.dumps(m, default=str) for m in r.mismatches)
+        if r.facts:
+            ET.SubElement(ET.SubElement(case, "properties"), "property", {"name": "facts", "value": r.facts})
         if r.status == "fail":
-            ET.SubElement(case, "failure", {"message": (r.first_mismatch or r.detail)[:500], "type": "mismatch"}).text = body
+            ET.SubElement(case, "failure", {"message": (r.first_mismatch or r.detail)[:500],
+                                            "type": "mismatch"}).text = failure_text(r)
         elif r.status in ("error", "timeout"):
-            ET.SubElement(case, "error", {"message": r.detail[:500], "type": r.status}).text = body
+            ET.SubElement(case, "error", {"message": r.detail[:500], "type": r.status}).text = failure_text(r)
         elif r.status == "not-available":
             ET.SubElement(case, "skipped", {"message": r.detail[:500]})
         else:
@@ -123,123 +212,155 @@ class Report:
 
     def __init__(self, *, header: str, junit_path: str | os.PathLike | None = None,
                  json_path: str | os.PathLike | None = None, total: int | None = None,
-                 stream=None, live: bool | None = None) -> None:
+                 stream=None, live: bool | None = None, planned: Mapping[int, int] | None = None,
+                 allow_unavailable: bool = False, empty_reason: str = "",
+                 provenance: Mapping | None = None) -> None:
         self.header = header
         self.junit_path = junit_path
         self.json_path = json_path
         self.results: list[CaseResult] = []
         self.started = time.time()
-        self.total = total
+        self.planned = dict(planned or {})
+        self.total = total if total is not None or planned is None else sum(self.planned.values())
+        self.allow_unavailable = allow_unavailable
+        self.empty_reason = empty_reason
+        self.interrupted = False
+        self.aborted = ""  # the exception that ended the run early, in words ("" when none did)
+        self.provenance = dict(provenance) if provenance is not None else provenance_facts.collect(self.started)
         self.stream = stream if stream is not None else sys.stdout
         self._live_enabled = self.stream.isatty() if live is None else live
         self._live = None
-        self._progress = None
-        self._task = None
         self._console = None
+        # add/note arrive from the job threads; the list, the view and the files change under one lock
+        self._lock = threading.RLock()
 
     def __enter__(self) -> "Report":
         from rich.console import Console  # noqa: PLC0415 - only the report draws
 
-        self._console = Console(file=self.stream, force_terminal=self._live_enabled or None,
-                                highlight=False, width=None if self._live_enabled else 200)
-        self._console.print(self.header, markup=False)
-        if self._live_enabled:
-            from rich.live import Live  # noqa: PLC0415
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: PLC0415
-            from rich.console import Group  # noqa: PLC0415
+        with self._lock:
+            self._console = Console(file=self.stream, force_terminal=self._live_enabled or None,
+                                    highlight=False, width=None if self._live_enabled else 200)
+            self._console.print(self.header, markup=False)
+            if self._live_enabled:
+                from harness.live import LiveView  # noqa: PLC0415
 
-            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(),
-                                      console=self._console)
-            self._task = self._progress.add_task("cases", total=self.total)
-            self._group_cls = Group
-            self._live = Live(self._renderable(), console=self._console, refresh_per_second=4)
-            self._live.__enter__()
-        self._write_files()
+                self._live = LiveView(self._console, total=self.total, planned=self.planned).__enter__()
+            self._write_files()
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self._live is not None:
-            self._live.update(self._renderable())
-            self._live.__exit__(*exc)
-        self._console.print(self.footer(), markup=False)
+    def __exit__(self, exc_type, exc, tb) -> None:
+        with self._lock:
+            if exc_type is not None and issubclass(exc_type, Exception):
+                self.aborted = f"{exc_type.__name__}: {exc}"
+            elif exc_type is not None:
+                self.interrupted = True  # KeyboardInterrupt, or SystemExit from a signal handler
+            if self._live is not None:
+                self._live.__exit__(exc_type, exc, tb)
+            self._write_files()
+            self._console.print(self.footer(), markup=False)
 
     def set_total(self, total: int) -> None:
         """Set how many cases the progress bar expects."""
-        self.total = total
-        if self._progress is not None:
-            self._progress.update(self._task, total=total)
+        with self._lock:
+            self.total = total
+            if self._live is not None:
+                self._live.set_total(total)
 
     def note(self, text: str) -> None:
         """Print a line of context above the table (a job starting, a launcher choice)."""
-        if self._console is not None:
-            self._console.print(text, markup=False)
+        with self._lock:
+            if self._console is not None:
+                self._console.print(text, markup=False)
 
     def add(self, result: CaseResult) -> None:
         """Record one result: show it, and rewrite the JUnit and JSON files atomically."""
-        self.results.append(result)
-        self._write_files()
-        if self._live is not None:
-            self._progress.update(self._task, completed=sum(r.launcher != "store" for r in self.results))
-            self._live.update(self._renderable())
-        elif self._console is not None:
-            self._console.print(self._line(result), markup=False)
+        with self._lock:
+            self.results.append(result)
+            self._write_files()
+            if self._live is not None:
+                self._live.show(self.results)
+            elif self._console is not None:
+                self._console.print(self._line(result), markup=False)
+
+    def cases(self) -> list[CaseResult]:
+        """The results that are cases (every result but the stored-bits checks)."""
+        return [r for r in self.results if not r.is_stored_bits_check]
 
     def _line(self, r: CaseResult) -> str:
-        """One plain-text line for a result."""
+        """One plain-text line for a result, with cases done of planned."""
         what = r.first_mismatch or r.detail
-        return f"{r.status.upper():<13} {r.case_id:<70} {r.time_s:7.2f}s  {what}"
-
-    def _table(self):
-        """The live table of every result so far."""
-        from rich.table import Table  # noqa: PLC0415
-
-        style = {"pass": "green", "fail": "red", "timeout": "magenta", "error": "red", "not-available": "yellow"}
-        table = Table(title="rankcheck", expand=False)
-        for col in ("family/scenario", "world", "launcher", "result", "first mismatch / detail", "time"):
-            table.add_column(col)
-        for r in self.results:
-            table.add_row(f"{r.family}/{r.scenario}", str(r.world) + (f" g{r.group}" if r.group is not None else ""),
-                          r.launcher, f"[{style[r.status]}]{r.status}[/]",
-                          (r.first_mismatch or r.detail)[:120], f"{r.time_s:.2f}s")
-        return table
-
-    def _renderable(self):
-        """The table plus the progress bar."""
-        return self._group_cls(self._table(), self._progress)
+        done = f"[{len(self.cases())}/{self.total if self.total is not None else '?'}]"
+        return f"{done:<9} {r.status.upper():<13} {r.case_id:<70} {r.time_s:7.2f}s  {what}"
 
     def summary(self) -> dict:
-        """Counts per status, total mismatching elements, and wall time."""
-        counts = {s: sum(r.status == s for r in self.results) for s in STATUSES}
-        return {"counts": counts, "mismatching_elements": sum(r.mismatch_count for r in self.results),
-                "cases": len(self.results), "wall_s": time.time() - self.started, "ok": self.ok}
+        """Counts per status of the cases and of the stored-bits checks, mismatching elements, wall time, verdict."""
+        cases = self.cases()
+        checks = [r for r in self.results if r.is_stored_bits_check]
+        result, code = self.verdict()
+        return {"counts": {s: sum(r.status == s for r in cases) for s in STATUSES},
+                "stored_bits": {s: sum(r.status == s for r in checks) for s in STATUSES},
+                "mismatching_elements": sum(r.mismatch_count for r in self.results),
+                "cases": len(cases), "planned": self.total, "interrupted": self.interrupted,
+                "empty_reason": self.empty_reason, "wall_s": time.time() - self.started, "ok": self.ok,
+                "result": result, "exit_code": code}
 
     @property
     def ok(self) -> bool:
         """True when no result failed, timed out unexpectedly or errored."""
         return not any(r.status in FAILING for r in self.results)
 
+    def verdict(self) -> tuple[str, int]:
+        """(the footer's result words, the exit code): the one place that decides both."""
+        cases = self.cases()
+        failed = sum(r.status in FAILING for r in self.results)
+        if self.interrupted:
+            planned = self.total if self.total is not None else "?"
+            also = f"; {failed} failed" if failed else ""
+            return f"INTERRUPTED ({len(cases)} of {planned} run{also})", EXIT_INTERRUPTED
+        if self.aborted:
+            return f"ABORTED ({self.aborted[:300]})", EXIT_FAILED
+        if failed:
+            return "FAILED", EXIT_FAILED
+        if not cases:
+            return f"NOTHING RUN ({self.empty_reason or 'no case selected'})", EXIT_NOTHING_RUN
+        if all(r.status == "not-available" for r in cases):
+            if self.allow_unavailable:
+                return "OK (every case not available, allowed by --allow-unavailable)", EXIT_OK
+            return ("NOT AVAILABLE (every case; nothing was validated here, "
+                    "--allow-unavailable accepts that)"), EXIT_UNAVAILABLE
+        return "OK", EXIT_OK
+
     def footer(self) -> str:
-        """The nccl-tests-style footer: out-of-bounds (mismatching) values and the counts."""
+        """The nccl-tests-style footer: out-of-bounds (mismatching) values, the counts and the result."""
         s = self.summary()
         c = s["counts"]
         oob = s["mismatching_elements"]
+        stored = s["stored_bits"]
+        stored_line = (f"# Stored bits : {sum(stored.values())} checked  pass {stored['pass']}  "
+                       f"fail {stored['fail']}  not-available {stored['not-available']}\n"
+                       if any(stored.values()) else "")
+        planned = f" of {s['planned']}" if s["planned"] is not None else ""
         return (
             f"# Out of bounds values : {oob} {'OK' if oob == 0 else 'FAILED'}\n"
-            f"# Cases : {s['cases']}  pass {c['pass']}  fail {c['fail']}  timeout {c['timeout']}  "
+            f"# Cases : {s['cases']}{planned}  pass {c['pass']}  fail {c['fail']}  timeout {c['timeout']}  "
             f"error {c['error']}  not-available {c['not-available']}\n"
-            f"# Result : {'OK' if self.ok else 'FAILED'}  ({s['wall_s']:.1f} s)"
+            f"{stored_line}"
+            f"# Phases : {phase_summary(self.results)}\n"
+            f"# Result : {s['result']}  ({s['wall_s']:.1f} s)"
         )
 
     def exit_code(self) -> int:
-        """0 when every case passed or was not available; 1 otherwise."""
-        return 0 if self.ok else 1
+        """The exit code of the run (``verdict``): 0 OK, 1 failed, 2 nothing run, 3 nothing available, 130 interrupted."""
+        return self.verdict()[1]
 
     def _write_files(self) -> None:
         """Rewrite the JUnit XML and JSON outputs (atomically) from the results so far."""
-        if self.junit_path:
-            atomic_write(self.junit_path, junit_xml(self.results, suite="rankcheck", header=self.header))
-        if self.json_path:
-            doc = {"header": self.header, "summary": self.summary(),
-                   "results": [asdict(r) | {"case_id": r.case_id} for r in self.results]}
-            atomic_write(self.json_path, json.dumps(doc, indent=1, sort_keys=True, default=str))
+        with self._lock:
+            if self.junit_path:
+                atomic_write(self.junit_path, junit_xml(self.results, suite="rankcheck", header=self.header,
+                                                        provenance=self.provenance))
+            if self.json_path:
+                doc = {"schema": JSON_SCHEMA, "header": self.header, "provenance": self.provenance,
+                       "summary": self.summary(),
+                       "results": [asdict(r) | {"case_id": r.case_id} for r in self.results]}
+                atomic_write(self.json_path, json.dumps(doc, indent=1, sort_keys=True, default=str))

@@ -8,6 +8,14 @@ job where they cannot hang, alone where they may. With ``--tp T`` every job
 has ``world`` ranks split into ``world / T`` TP groups side by side, each
 validated on its own (cases run at TP size T).
 
+With torchrun's node options (``--nnodes N --nproc-per-node P``, one agent
+per node) the world is N x P unless ``--world`` says the same; ``--tp``
+splits it, and scenarios that no planned world or TP size runs are named
+in the header (``WorldPlan.skipped``). Each node reports the TP groups that
+have ranks on it, into report files with its node rank in the name
+(``Rendezvous.node_path``); ``harness merge-reports`` makes one report of
+them for the job.
+
 On the cpu launcher the system under test is the golden per-rank loop over
 real processes, compared with the unsharded golden reference. On every
 launcher the reference outputs of each golden-outcome case are also checked
@@ -20,11 +28,21 @@ and the header says once how many were skipped, and why, instead of one
 line per case. Scenarios that expect an error
 or a timeout pass when they end that way (a timeout must name the right
 rank and launch).
+
+The exit code is the report's (``Report.verdict``): a selection that plans
+no case is not an error to hide but a run that tested nothing, so it still
+writes its (empty) JSON and JUnit files and ends with exit 2 and the plan's
+reason (``WorldPlan.why_empty``); every case not available is exit 3 unless
+``allow_unavailable``; an interrupt anywhere in the run is exit 130 with the
+footer ``INTERRUPTED (n of m run)``. The bar's total and the footer count
+the same cases (``planned_cases``: one per scenario, world and TP group;
+stored-bits checks are not cases).
 """
 
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +51,11 @@ from typing import Sequence
 from harness.families.catalog import Case, discover, select
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
 from harness.launchers.jobs import JobRunner, Rendezvous
+from harness.launchers.schedule import DevicePool, default_lanes, job_units, run_units
+from harness.refcache import cache_root, kernel_cache_env
+from harness.refpool import ReferencePool, queue_items
+from harness import provenance
+from harness.arch_facts import describe_choice
 from harness.report import Report
 from harness.worker import stored_case
 
@@ -56,6 +79,10 @@ class ValidateRequest:
     impl: str | None = None
     store: str | None = "check"
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    allow_unavailable: bool = False
+    cache: bool = True  # the persistent reference and kernel cache (harness.refcache); False: --no-cache
+    lanes: int | None = None  # job units at once (harness.launchers.schedule); None: from the machine
+    ref_workers: int | None = None  # reference pool processes (harness.refpool); None: from the machine
 
 
 def default_run_dir() -> Path:
@@ -63,39 +90,95 @@ def default_run_dir() -> Path:
     return Path(__file__).resolve().parents[1] / "runs" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
-def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> list[tuple[int, list[Case]]]:
-    """(world, cases) pairs to run: each case at every world it lists (filtered by --world), or at --tp."""
+class WorldPlan(list):
+    """The (world, cases) pairs to run, plus what the plan left out and why, in words.
+
+    A list, so code that iterates the pairs needs nothing else; ``skipped``
+    is the header line naming the scenarios no planned world or TP size
+    runs ("" when none), ``why_empty`` says why no case was selected ("" when
+    some case runs): the message of the exit-2 verdict."""
+
+    def __init__(self, pairs=(), *, skipped: str = "", why_empty: str = "") -> None:
+        super().__init__(pairs)
+        self.skipped = skipped
+        self.why_empty = why_empty
+
+
+# A header note names at most this many skipped scenarios (the rest as a count).
+SKIPPED_NAMES_SHOWN = 12
+
+
+def requested_worlds(req: ValidateRequest) -> tuple[list[int], str]:
+    """(worlds, where): ``--world``, or torchrun's ``nnodes * nproc_per_node`` (which ``--world`` must then equal).
+
+    ``where`` names the constraint in words for messages ("" when neither was given)."""
+    bad = [w for w in req.worlds or [] if w < 1]
+    if bad:
+        raise ValueError(f"--world must be >= 1, got {bad}")
+    worlds = list(req.worlds or [])
+    rdzv = req.rendezvous
+    if not 0 <= rdzv.node_rank < rdzv.nnodes:
+        raise ValueError(f"--node-rank {rdzv.node_rank}: expected 0..{rdzv.nnodes - 1} (--nnodes {rdzv.nnodes})")
+    if rdzv.world is None:
+        if rdzv.nnodes > 1 and not worlds:
+            raise ValueError(f"--nnodes {rdzv.nnodes} needs --nproc-per-node (or --world, the total rank count)")
+        return worlds, (f"world {' '.join(map(str, worlds))}" if worlds else "")
+    nodes = f"--nnodes {rdzv.nnodes} x --nproc-per-node {rdzv.nproc_per_node}"
+    if worlds and worlds != [rdzv.world]:
+        raise ValueError(f"--world {' '.join(map(str, worlds))} contradicts {nodes} = {rdzv.world} ranks")
+    return [rdzv.world], f"world {rdzv.world} ({nodes})"
+
+
+def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> WorldPlan:
+    """The (world, cases) pairs to run and what they leave out: each case at every world it lists (those of
+    ``--world`` or of the node options only, when given), or with ``--tp T`` every case listing T at that world."""
+    if req.tp is not None and req.tp < 1:
+        raise ValueError(f"--tp must be >= 1, got {req.tp}")
+    worlds, where = requested_worlds(req)
     if req.tp is not None:
-        if req.tp < 1:
-            raise ValueError(f"--tp must be >= 1, got {req.tp}")
-        worlds = list(req.worlds or [])
         if not worlds:
-            raise ValueError("--tp needs --world (the total rank count, a multiple of --tp)")
-        out = []
+            raise ValueError("--tp needs --world (the total rank count, a multiple of --tp) "
+                             "or torchrun's --nnodes and --nproc-per-node")
         for world in worlds:
             if world % req.tp:
                 raise ValueError(f"--tp {req.tp} must divide --world {world}")
-            out.append((world, [c for c in cases if req.tp in c.worlds]))
-        return out
-    worlds = sorted({w for c in cases for w in c.worlds})
-    if req.worlds:
-        bad = [w for w in req.worlds if w < 1]
-        if bad:
-            raise ValueError(f"--world must be >= 1, got {bad}")
-        if req.scenarios:
-            idle = [c for c in cases if not set(c.worlds) & set(req.worlds)]
-            if idle:
-                raise ValueError("--world: " + "; ".join(f"{c.key} runs at {list(c.worlds)}" for c in idle) +
-                                 f", not at {list(req.worlds)}")
-        worlds = [w for w in worlds if w in req.worlds]
-    rdzv = req.rendezvous
-    if rdzv.nnodes > 1 and rdzv.nproc_per_node:
-        worlds = [w for w in worlds if w == rdzv.nnodes * rdzv.nproc_per_node]
-    return [(w, [c for c in cases if w in c.worlds]) for w in worlds]
+        where, option = f"tp {req.tp}, {where}", "--tp"
+        pairs = [(world, [c for c in cases if req.tp in c.worlds]) for world in worlds]
+    else:
+        option = "--world"
+        listed = sorted({w for c in cases for w in c.worlds})
+        pairs = [(w, [c for c in cases if w in c.worlds]) for w in listed if not worlds or w in worlds]
+    running = {c.key for _, world_cases in pairs for c in world_cases}
+    left_out = [c for c in cases if c.key not in running]
+    if req.scenarios and left_out:
+        # scenarios asked for by name must run: skipping them would answer a question nobody asked
+        raise ValueError(f"{option}: " + "; ".join(f"{c.key} runs at {list(c.worlds)}" for c in left_out) +
+                         f", not at {where}")
+    skipped = why_empty = ""
+    if left_out:
+        names = ", ".join(c.key for c in left_out[:SKIPPED_NAMES_SHOWN])
+        more = f" and {len(left_out) - SKIPPED_NAMES_SHOWN} more" if len(left_out) > SKIPPED_NAMES_SHOWN else ""
+        skipped = f"skipped {len(left_out)} scenario(s) that do not run at {where}: {names}{more}"
+    if not running:
+        listed = sorted({w for c in cases for w in c.worlds})
+        why_empty = (f"none of the {len(cases)} selected scenario(s) runs at {where} (they run at worlds {listed})"
+                     if cases else "no scenario matches the selection")
+    return WorldPlan(pairs, skipped=skipped, why_empty=why_empty)
+
+
+def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
+                  rendezvous: Rendezvous = Rendezvous()) -> dict[int, int]:
+    """Cases to run per reported world (the TP size with ``--tp``), one per TP group this node reports: what the
+    bar counts."""
+    planned: dict[int, int] = {}
+    for world, world_cases in pairs:
+        size = tp or world
+        planned[size] = planned.get(size, 0) + len(world_cases) * len(rendezvous.local_groups(world, size))
+    return planned
 
 
 def run_validate(req: ValidateRequest, *, stream=None) -> int:
-    """Run the requested validation and return the exit code (0: nothing failed)."""
+    """Run the requested validation and return the report's exit code (``harness.report.Report.verdict``)."""
     gpus = gpu_count()
     launcher, why = resolve(req.launcher, gpus)
     size = req.size or ("all" if launcher != "cpu" and gpus else "cpu")
@@ -104,28 +187,74 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     pairs = plan_worlds(cases, req)
     run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
-    junit = req.junit or str(run_dir / "report.xml")
-    json_path = req.json or str(run_dir / "report.json")
-    total = sum(len(cs) * (w // req.tp if req.tp else 1) for w, cs in pairs)
-    impl = settings_for(launcher, run_dir, max([w for w, _ in pairs] or [1]), gpus, impl=req.impl).impl
+    # each node of a multi-node job writes its own files (X.node<k>.xml), merged by `harness merge-reports`
+    junit = req.rendezvous.node_path(req.junit or run_dir / "report.xml")
+    json_path = req.rendezvous.node_path(req.json or run_dir / "report.json")
+    planned = planned_cases(pairs, req.tp, req.rendezvous)
+    first_settings = settings_for(launcher, run_dir, max([w for w, _ in pairs] or [1]), gpus, impl=req.impl)
+    impl = first_settings.impl
     header = (f"# rankcheck validate: {why}\n# system under test: {impl} implementation; size class {size}; "
               f"{len(cases)} scenario(s); "
               f"worlds {[w for w, _ in pairs]}" + (f"; tp {req.tp}" if req.tp else "") +
-              f"\n# run dir {run_dir}; junit {junit}; json {json_path}")
+              f"\n# run dir {run_dir}; junit {junit}; json {json_path}"
+              f"\n# {describe_choice()}")
+    if pairs.skipped:
+        header += f"\n# {pairs.skipped}"
     unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
         header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
                    f"reference takes minutes on a CPU; their check is the golden reference recomputed in this run)")
     job_numbers = itertools.count()
-    with Report(header=header, junit_path=junit, json_path=json_path, total=total, stream=stream) as report:
-        for world, world_cases in pairs:
-            if not world_cases:
-                continue
-            settings = settings_for(launcher, run_dir, world, gpus, per_launch_s=req.deadline,
-                                    startup_s=req.startup, tp=req.tp, impl=req.impl, rendezvous=req.rendezvous,
-                                    store=req.store)
-            JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(world_cases, world)
+    report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
+                    allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
+                    provenance=provenance.collect(time.time(), job_env=first_settings.env)
+                    | {"node": req.rendezvous.describe()})
+    try:
+        with report:
+            run_plan(req, launcher, gpus, run_dir, pairs, report, job_numbers)
+    except KeyboardInterrupt:
+        # also when the interrupt came before the report was drawn: its verdict must say so, never OK
+        report.interrupted = True
     return report.exit_code()
 
 
-__all__ = ["ValidateRequest", "default_run_dir", "plan_worlds", "run_validate"]
+def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,
+             job_numbers) -> None:
+    """Run every planned case: the reference pool in the background, job units in lanes (harness.launchers.schedule)."""
+    root = cache_root() if req.cache else None
+    cache_dir = root / "references" if root else run_dir / "refcache"
+    units = job_units([(w, cs) for w, cs in pairs if cs], req.impl or settings_for(launcher, run_dir, 1, gpus).impl)
+    shared_devices = launcher != "torchrun" or gpus < max([u.world for u in units] or [1])
+    lanes = req.lanes or default_lanes(launcher, nnodes=req.rendezvous.nnodes, tp=req.tp)
+    cores = os.cpu_count() or 1
+    heavy = [(u.world, u.cases) for u in units if u.heavy]
+    workers = req.ref_workers if req.ref_workers is not None else (max(1, cores // 2) if heavy and gpus else 0)
+    pool = ReferencePool(run_dir, cache_dir, queue_items(heavy), processes=workers, threads=1)
+    report.note(pool.describe() + f"\n# lanes: {lanes} job unit(s) at once ({len(units)} units)" +
+                ("" if shared_devices else "; one GPU per rank, GPUs handed to units") +
+                f"\n# cache: {root if root else 'off (--no-cache): references in the run directory'}")
+    # the cores left by the pool, shared by the lanes' processes (virtual jobs compute on the CPU too)
+    threads = str(max(1, (cores - pool.processes * pool.threads) // lanes))
+
+    def settings_of(world: int):
+        """The job settings of one world, with the cache and thread environment of this run."""
+        settings = settings_for(launcher, run_dir, world, gpus, per_launch_s=req.deadline, startup_s=req.startup,
+                                tp=req.tp, impl=req.impl, rendezvous=req.rendezvous, store=req.store)
+        settings.cache_dir = cache_dir
+        settings.env.update(kernel_cache_env(root))
+        if launcher == "virtual":
+            settings.env["OMP_NUM_THREADS"] = threads
+        return settings
+
+    def run_unit(settings, unit) -> None:
+        """One unit's cases through a JobRunner of its own (verdicts reported as they settle)."""
+        JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(list(unit.cases),
+                                                                                             unit.world)
+
+    with pool:
+        run_units(units, settings_of, run_unit, lanes=lanes,
+                  devices=None if shared_devices else DevicePool(gpus))
+
+
+__all__ = ["ValidateRequest", "WorldPlan", "default_run_dir", "plan_worlds", "planned_cases", "requested_worlds",
+           "run_plan", "run_validate"]

@@ -15,7 +15,20 @@ keeps its own clock:
   after their agent died), sends SIGTERM to each of their process groups,
   waits a grace period, sends SIGKILL, and verifies that no process with the
   token remains and that ``os.killpg(pgid, 0)`` raises ``ProcessLookupError``
-  for every group it saw.
+  for every group it saw. A tree that runs out of time is first asked for
+  its workers' Python stacks (``harness.evidence``), which the diagnosis
+  attaches.
+- Interrupts: every ``Supervised`` is in a module-level registry from before
+  its first process exists until its processes are verified gone.
+  ``install_interrupt_handlers`` (the command line's main thread) makes
+  SIGINT and SIGTERM alike call ``end_every_tree`` once, which ends every
+  live tree at once (SIGTERM to all, one grace period, SIGKILL, verify) and
+  refuses new ones, and then raises KeyboardInterrupt. Signals that arrive
+  meanwhile or after are ignored, so a second Ctrl-C a millisecond later
+  cannot abort the cleanup half-way and leave a torchrun agent and its
+  workers running. Threads that own trees (several JobRunners at once) see
+  ``TreesEnded`` (a KeyboardInterrupt) from ``Supervised`` instead of an
+  outcome the interrupt caused, and cannot start another tree.
 - ``diagnose(progress, world)`` reads the ranks' progress records and names
   the rank that fell behind: the rank whose last begun launch is lowest
   while others began a later one; it reports the launch that rank never
@@ -23,7 +36,8 @@ keeps its own clock:
   (its last event, launch, rows/steps and state such as launch counter or
   generation). Kernel diagnostic records (``kernels.diag``), when present in
   the run directory, are attached verbatim: they name the awaited rank and
-  the expected and seen tags.
+  the expected and seen tags. Each rank's innermost Python frames, its
+  log and any NCCL flight-recorder dumps come along (``harness.evidence``).
 """
 
 from __future__ import annotations
@@ -31,11 +45,14 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
+
+from harness.evidence import request_stacks
 
 TOKEN_VAR = "RANKCHECK_RUN_TOKEN"
 
@@ -51,8 +68,15 @@ def deadline_s(launches: int, per_launch_s: float, startup_s: float) -> float:
 
 def processes_with_token(token: str) -> dict[int, int]:
     """Every live process (pid -> pgid) whose environment carries ``TOKEN_VAR=token``."""
-    needle = f"{TOKEN_VAR}={token}".encode()
-    found: dict[int, int] = {}
+    return processes_with_tokens([token])[token]
+
+
+def processes_with_tokens(tokens: Sequence[str]) -> dict[str, dict[int, int]]:
+    """For each token, every live process (pid -> pgid) whose environment carries it (one ``/proc`` scan for all)."""
+    needles = {f"{TOKEN_VAR}={token}".encode(): token for token in tokens}
+    found: dict[str, dict[int, int]] = {token: {} for token in tokens}
+    if not needles:
+        return found
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -60,7 +84,8 @@ def processes_with_token(token: str) -> dict[int, int]:
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read()
-            if needle not in env.split(b"\0"):
+            hits = [needles[v] for v in env.split(b"\0") if v in needles]
+            if not hits:
                 continue
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
@@ -68,7 +93,7 @@ def processes_with_token(token: str) -> dict[int, int]:
             fields = stat[stat.rindex(b")") + 2:].split()
             if fields[0] == b"Z":
                 continue
-            found[pid] = int(fields[2])
+            found[hits[0]][pid] = int(fields[2])
         except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
             continue
     return found
@@ -115,27 +140,167 @@ class Outcome:
     groups: list[int] = field(default_factory=list)
 
 
+class TreesEnded(KeyboardInterrupt):
+    """The harness is being interrupted: its process trees were ended and no new one may start."""
+
+
+# Every Supervised tree of this process that may still have processes, by token. An RLock: the
+# interrupt handler runs in the main thread and may interrupt that thread while it holds the lock.
+_registry_lock = threading.RLock()
+_live_trees: dict[str, "Supervised"] = {}
+_ending = False
+
+
+def _register(tree: "Supervised") -> None:
+    """Add ``tree`` to the live trees, or raise TreesEnded when every tree is being ended."""
+    with _registry_lock:
+        if _ending:
+            raise TreesEnded("the harness was interrupted: no new process tree is started")
+        _live_trees[tree.token] = tree
+
+
+def _unregister(tree: "Supervised") -> None:
+    """Remove ``tree`` from the live trees (its processes are verified gone)."""
+    with _registry_lock:
+        _live_trees.pop(tree.token, None)
+
+
+def ending() -> bool:
+    """Whether ``end_every_tree`` has been called in this process (no new tree may start)."""
+    return _ending
+
+
+def end_every_tree() -> list[int]:
+    """End every live Supervised tree of this process at once and refuse new ones; return pids still alive.
+
+    Safe to call again, also from inside itself (a signal arriving meanwhile):
+    ending a tree twice only finds its processes gone.
+    """
+    global _ending
+    with _registry_lock:
+        _ending = True
+        trees = list(_live_trees.values())
+    return end_trees(trees)
+
+
+def _on_interrupt(signum: int, frame: object) -> None:
+    """The SIGINT/SIGTERM handler: the first one ends every tree, then raises KeyboardInterrupt; later ones are ignored."""
+    if _ending:
+        # The trees are being (or have been) ended and the report closed: a second Ctrl-C or a
+        # SIGTERM right after must not abort that half-way and leave processes running.
+        return
+    end_every_tree()
+    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: every process tree of this harness was ended")
+
+
+def install_interrupt_handlers() -> None:
+    """Make SIGINT and SIGTERM end every process tree of this harness and then raise KeyboardInterrupt (call from the main thread)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _on_interrupt)
+
+
+def end_trees(trees: Sequence["Supervised"]) -> list[int]:
+    """SIGTERM every group of every tree, SIGKILL after the longest grace period; verify; return pids still alive."""
+    if not trees:
+        return []
+    tokens = [t.token for t in trees]
+
+    def scan() -> dict[str, dict[int, int]]:
+        """Processes of each tree now, remembering every process group seen."""
+        found = processes_with_tokens(tokens)
+        for tree in trees:
+            tree._seen_groups.update(found[tree.token].values())
+        return found
+
+    def pids(found: dict[str, dict[int, int]]) -> list[int]:
+        """Every pid of every tree in a scan."""
+        return sorted(pid for procs in found.values() for pid in procs)
+
+    def groups() -> list[int]:
+        """Every process group seen in any tree (copied: another thread may add to them meanwhile)."""
+        return sorted({g for tree in trees for g in set(tree._seen_groups)})
+
+    def reap() -> None:
+        """Collect the exit status of every direct child that has ended."""
+        for tree in trees:
+            tree._reap()
+
+    if pids(scan()) or any(group_alive(g) for g in groups()):
+        _signal_groups(groups(), signal.SIGTERM)
+        end = time.monotonic() + max(t.grace_s for t in trees)
+        while time.monotonic() < end and pids(scan()):
+            reap()
+            time.sleep(0.05)
+        remaining = pids(scan())
+        if remaining:
+            _signal_groups(groups(), signal.SIGKILL)
+            for pid in remaining:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+    end = time.monotonic() + 5.0
+    while time.monotonic() < end:
+        reap()
+        if not pids(scan()) and not any(group_alive(g) for g in groups()):
+            break
+        time.sleep(0.05)
+    reap()
+    found = scan()
+    for tree in trees:
+        if not found[tree.token]:
+            _unregister(tree)
+    return pids(found)
+
+
 class Supervised:
-    """A child process tree under a deadline; ended as a whole, and verified gone."""
+    """A child process tree under a deadline; ended as a whole, and verified gone.
+
+    The tree is in this module's registry from before its first process
+    exists until its processes are verified gone, so ``end_every_tree`` (the
+    interrupt path) ends it wherever the thread that owns it is. With
+    ``stacks_dir``, a tree that runs out of time is first asked for its
+    workers' Python stacks (``harness.evidence.request_stacks``).
+    """
 
     def __init__(self, argv: Sequence[str], *, env: Mapping[str, str] | None = None,
-                 cwd: str | None = None, stdout=None, stderr=None, grace_s: float = 3.0) -> None:
+                 cwd: str | None = None, stdout=None, stderr=None, grace_s: float = 3.0,
+                 stacks_dir: str | os.PathLike | None = None) -> None:
         self.token = uuid.uuid4().hex
         self.grace_s = grace_s
+        self.stacks_dir = stacks_dir
+        self.proc: subprocess.Popen | None = None
+        self._seen_groups: set[int] = set()
         child_env = dict(os.environ if env is None else env)
         child_env[TOKEN_VAR] = self.token
+        # registered before the child exists: an interrupt from here on finds its processes by the token
+        _register(self)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(list(argv), env=child_env, cwd=cwd, stdout=stdout, stderr=stderr,
-                                     start_new_session=True)
-        self._seen_groups: set[int] = {self.proc.pid}
+        try:
+            self.proc = subprocess.Popen(list(argv), env=child_env, cwd=cwd, stdout=stdout, stderr=stderr,
+                                         start_new_session=True)
+            self._seen_groups.add(self.proc.pid)
+        except BaseException:
+            self.end_all()
+            raise
+        if _ending:
+            # interrupted while this thread started the child: the interrupt's scan may have missed it
+            self.end_all()
+            raise TreesEnded("the harness was interrupted while a process tree started; it was ended")
 
     def wait(self, deadline: float, *, poll: Callable[[], None] | None = None,
              interval_s: float = 0.2) -> Outcome:
-        """Wait up to ``deadline`` seconds, or until ``poll()`` says time is up; then end everything."""
+        """Wait up to ``deadline`` seconds, or until ``poll()`` says time is up; then end everything.
+
+        Raises TreesEnded when the harness is interrupted meanwhile (its
+        outcome is the interrupt's doing, not the job's).
+        """
         timed_out = False
         try:
             while True:
                 self._seen_groups.update(processes_with_token(self.token).values())
+                if _ending:
+                    raise TreesEnded("the harness was interrupted; this process tree was ended")
                 rc = self.proc.poll()
                 if rc is not None:
                     break
@@ -146,44 +311,26 @@ class Supervised:
                     timed_out = True
                     break
                 time.sleep(interval_s)
+            if timed_out and self.stacks_dir is not None:
+                request_stacks(processes_with_token(self.token), self.stacks_dir)
         except BaseException:
             # interrupted (Ctrl-C, an error in poll): nothing started here may outlive the harness
             self.end_all()
             raise
         leftovers = self.end_all()
+        if _ending:
+            raise TreesEnded("the harness was interrupted; this process tree was ended")
         return Outcome(self.proc.returncode, timed_out, time.monotonic() - self.started, leftovers,
                        sorted(self._seen_groups))
 
     def end_all(self) -> list[int]:
         """SIGTERM every group of the tree, SIGKILL after the grace period; return pids still alive."""
-        self._seen_groups.update(processes_with_token(self.token).values())
-        live = [g for g in self._seen_groups if group_alive(g)] + list(processes_with_token(self.token))
-        if live:
-            _signal_groups(sorted(self._seen_groups), signal.SIGTERM)
-            end = time.monotonic() + self.grace_s
-            while time.monotonic() < end and processes_with_token(self.token):
-                self._reap()
-                time.sleep(0.05)
-            remaining = processes_with_token(self.token)
-            self._seen_groups.update(remaining.values())
-            if remaining:
-                _signal_groups(sorted(self._seen_groups), signal.SIGKILL)
-                for pid in remaining:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-        end = time.monotonic() + 5.0
-        while time.monotonic() < end:
-            self._reap()
-            if not processes_with_token(self.token) and not any(group_alive(g) for g in self._seen_groups):
-                break
-            time.sleep(0.05)
-        self._reap()
-        return sorted(processes_with_token(self.token))
+        return end_trees([self])
 
     def _reap(self) -> None:
         """Collect the direct child's exit status if it has ended."""
+        if self.proc is None:
+            return
         try:
             self.proc.wait(timeout=0)
         except subprocess.TimeoutExpired:
@@ -204,6 +351,12 @@ class Diagnosis:
     beliefs: dict = field(default_factory=dict)
     kernel_records: list = field(default_factory=list)
     cause: str | None = None
+    # rank -> innermost Python frames (most recent call first), from the stacks asked for on expiry
+    stacks: dict = field(default_factory=dict)
+    # rank -> that rank's log file
+    logs: dict = field(default_factory=dict)
+    # NCCL flight-recorder dumps the job left
+    nccl_dumps: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The diagnosis as a JSON-ready dict."""
@@ -231,12 +384,24 @@ def _belief(records: list[dict]) -> dict:
 
 
 def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | None = None,
-             kernel_records: Sequence[dict] = ()) -> Diagnosis:
-    """Name the rank that fell behind from every rank's progress records.
+             kernel_records: Sequence[dict] = (), stacks: Mapping[int, list[str]] | None = None,
+             logs: Mapping[int, str] | None = None, nccl_dumps: Sequence[str] = ()) -> Diagnosis:
+    """Name the rank that fell behind from every rank's progress records, with the evidence gathered for it.
 
     ``exited`` maps ranks known to have exited (rank -> exit code, from the
-    launcher) so that a crash is told apart from a hang.
+    launcher) so that a crash is told apart from a hang; ``stacks``, ``logs``
+    and ``nccl_dumps`` (``harness.evidence``) are attached as they are.
     """
+    found = _who_fell_behind(progress, exited=exited, kernel_records=kernel_records)
+    found.stacks = dict(stacks or {})
+    found.logs = {rank: str(path) for rank, path in (logs or {}).items()}
+    found.nccl_dumps = list(nccl_dumps)
+    return found
+
+
+def _who_fell_behind(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | None,
+                     kernel_records: Sequence[dict]) -> Diagnosis:
+    """The diagnosis from the progress records and kernel records alone."""
     exited = dict(exited or {})
     beliefs = {r: _belief(recs) for r, recs in progress.items()}
 
@@ -271,11 +436,18 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
     counts = {r: begun_count(recs) for r, recs in progress.items()}
     bad_exit = {r: c for r, c in exited.items() if c != 0}
     marked = {r: marker(recs) for r, recs in progress.items() if marker(recs) is not None}
+    # ranks whose last launch began with other parameters than the call's (their ``begin`` says so): the
+    # cause, ahead of a rank merely behind (kernels given disagreeing calls may all wait inside the launch,
+    # or one may trap and end the process before a peer wrote its ``begin``)
+    deviating = {r: rec["deviates"] for r, recs in progress.items()
+                 if (rec := _last(recs, "begin")) is not None and rec.get("deviates")}
     laggard: int | None = None
     if marked:
         laggard = min(marked)
     elif bad_exit:
         laggard = min(bad_exit, key=lambda r: (counts.get(r, 0), r))
+    elif deviating:
+        laggard = min(deviating)
     elif len(set(counts.values())) > 1:
         laggard = min(counts, key=lambda r: (counts[r], r))
     step = None
@@ -298,13 +470,17 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
                "delay": "was delayed before"}[marked[laggard]["event"]]
     elif laggard in bad_exit:
         how = f"exited with code {bad_exit[laggard]} before"
+    elif laggard in deviating:
+        how = "disagreed (" + ", ".join(f"{k} {v[0]} where the call has {v[1]}"
+                                        for k, v in sorted(deviating[laggard].items())) + ") at"
     others = [r for r in progress if r != laggard and counts[r] > counts.get(laggard, 0)]
     text = f"rank {laggard} {how} launch {launch}"
     if others and how != "repeated":
         text += f" while rank(s) {', '.join(map(str, sorted(others)))} began it"
     if step is not None:
         text += f" (kernel record: step {step})"
-    cause = marked[laggard]["event"] if laggard in marked else ("exit" if laggard in bad_exit else "behind")
+    cause = marked[laggard]["event"] if laggard in marked else (
+        "exit" if laggard in bad_exit else "disagree" if laggard in deviating else "behind")
     return Diagnosis(laggard, launch, step, text, beliefs, list(kernel_records), cause)
 
 

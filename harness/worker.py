@@ -13,13 +13,16 @@ in ``<run>/cases/<family>.<name>/w<tp>[.g<group>]/``:
 - ``rank<k>.result.json`` (atomic): the comparison with the reference
   (exact bits; first mismatches and the exact count), or the error raised
   with its launch and the system state before and after it, or
-  ``not-available`` with the reason.
+  ``not-available`` with the reason; and the seconds the rank spent in each
+  phase of the case (``harness.phases``: start-up, inputs, construct,
+  compile, kernel, reference, compare, store).
 
 Per case, the rank builds the scenario's full inputs (identical on every
 rank, from the scenario's seed), makes its system (which takes its shard),
 and for every launch of the flat plan compares its outputs bit for bit with
-the unsharded reference (computed once per call by the first rank that needs it, shared through
-``ReferenceCache``, also across world sizes when the inputs are equal).
+the unsharded reference (computed once by the first rank that needs it and
+kept across runs by ``harness.refcache.ReferenceCache``; also shared across
+world sizes when the inputs are equal).
 Rank 0 of a golden-outcome case also checks (or, for ``harness golden
 --regenerate``, records) the reference outputs' digests in the golden store
 (``store_golden``). Injected faults addressed to this rank are
@@ -36,7 +39,9 @@ disagreement that hangs the kernels is still reproduced (and named by the
 watchdog) and one they complete silently is named. An unexpected exception inside a
 launch may leave peers inside a collective, so the rank then writes its
 result and exits with ``ABANDON_EXIT``: the launcher ends the job and runs
-the remaining cases in a fresh one.
+the remaining cases in a fresh one. At start every worker process registers
+a stack dump on SIGUSR1 (``harness.evidence.register_worker``), so a rank
+that hangs still shows the watchdog where.
 """
 
 from __future__ import annotations
@@ -53,7 +58,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.watchdog import process_alive
+from harness.evidence import register_worker
+from harness.phases import PhaseClock, count_start_up_from
+from harness.refcache import REFERENCE_WAIT_S, ReferenceCache
 
 CRASH_EXIT = 43
 ABANDON_EXIT = 44
@@ -89,6 +96,12 @@ def _safe_state(system: Any) -> dict:
         return dict(system.state()) if system is not None else {}
     except Exception as exc:  # noqa: BLE001 - state is diagnostic only
         return {"state_error": repr(exc)}
+
+
+def _deviations(launch: Any) -> dict:
+    """``{param: [this rank's value, the call's]}`` where this rank's launch parameters differ from the call's."""
+    mine, agreed = launch.call_params, launch.agreed_params
+    return {k: [mine.get(k), agreed.get(k)] for k in sorted(set(mine) | set(agreed)) if mine.get(k) != agreed.get(k)}
 
 
 class InjectedCrash(RuntimeError):
@@ -165,170 +178,6 @@ def check_agreement(comm: Any, launch: Any) -> None:
     raise CallDisagreement(f"ranks disagree on the call at rank {comm.rank}'s launch {launch.index}: " + "; ".join(parts))
 
 
-REFERENCE_POLL_S = 0.02
-# How long a rank waits for the rank computing a reference (which beats every HEARTBEAT_S meanwhile)
-# before computing it itself; a realistic-size golden reference on one CPU core takes minutes.
-REFERENCE_WAIT_S = 1800.0
-
-
-def tensor_digest(h: Any, name: str, tensor: Any) -> None:
-    """Feed a tensor's name, dtype, shape and bytes (not its strides) into hash ``h``."""
-    import torch  # noqa: PLC0415
-
-    t = tensor.detach().cpu().contiguous()
-    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-
-
-class ReferenceCache:
-    """Reference outputs shared by the ranks of a run, keyed by a digest of everything they depend on.
-
-    The unsharded reference of a launch is the same for every rank of a TP
-    group, for every launch of one call (repeats, replays) and, when the
-    inputs are, for every world size. So it is computed once per run: the
-    first rank that needs it claims it (``<digest>.claim``, created
-    exclusively, holding the claimer's pid), computes it and stores it as
-    safetensors under ``<run>/refcache/<digest>.safetensors`` (atomically);
-    every other rank waits for that file, calling ``heartbeat`` while it
-    waits, up to ``wait_s``, then computes it itself. A claim whose process
-    is gone (a job ended under it) is taken over; a claimer whose
-    computation fails drops its claim, so the next rank computes it and
-    meets the same error. With several nodes the run directories are not
-    shared: every rank is its own owner (``share=False``).
-    The digest covers the family, the config without its TP key, the static
-    tensors, the call's agreed inputs (dtype, shape, bytes) and parameters.
-    """
-
-    def __init__(self, run_dir: str | Path, family: str, tp_key: str, config: dict, static: dict) -> None:
-        import hashlib  # noqa: PLC0415
-
-        self.directory = Path(run_dir) / "refcache"
-        self.directory.mkdir(parents=True, exist_ok=True)
-        base = hashlib.sha256()
-        base.update(family.encode())
-        base.update(repr(sorted((k, repr(v)) for k, v in config.items() if k != tp_key)).encode())
-        for name in sorted(static):
-            tensor_digest(base, name, static[name])
-        self._base = base
-        self.computed = 0
-
-    def key(self, inputs: dict, params: dict) -> str:
-        """The digest of one launch's reference."""
-        h = self._base.copy()
-        for name in sorted(inputs):
-            value = inputs[name]
-            if hasattr(value, "shape"):
-                tensor_digest(h, name, value)
-            else:
-                h.update(f"{name}={value!r}".encode())
-        h.update(repr(sorted((k, repr(v)) for k, v in params.items())).encode())
-        return h.hexdigest()[:32]
-
-    def _claim(self, claim: Path) -> bool:
-        """Create ``claim`` exclusively (True), or take over one whose process is gone; False when held."""
-        # The claim appears with its pid already written (a hard link of a finished file):
-        # a claim created empty and written after could be read half-written, its pid taken
-        # for a dead process's and the claim broken.
-        staged = claim.with_name(f".{claim.name}.{os.getpid()}.{threading_ident()}")
-        staged.write_text(str(os.getpid()), encoding="utf-8")
-        try:
-            os.link(staged, claim)
-        except FileExistsError:
-            try:
-                holder = int(claim.read_text(encoding="utf-8") or "0")
-            except FileNotFoundError:
-                return False  # just dropped: look again at the next poll
-            if holder and process_alive(holder):
-                return False
-            try:
-                claim.unlink()
-            except FileNotFoundError:
-                pass
-            return self._claim(claim) if holder else False
-        finally:
-            staged.unlink(missing_ok=True)  # a take-over's retry has removed it already
-        return True
-
-    def get(self, key: str, compute: Callable[[], dict], *, wait_s: float, share: bool = True,
-            heartbeat: Callable[[], None] = lambda: None) -> dict:
-        """The reference for ``key``: loaded, or computed (and stored) by the one rank that claims it."""
-        from safetensors.torch import load_file, save_file  # noqa: PLC0415
-
-        path = self.directory / f"{key}.safetensors"
-        claim = self.directory / f"{key}.claim"
-        deadline = time.monotonic() + wait_s
-        beat = time.monotonic()
-        while share:
-            if path.exists():
-                return load_file(str(path))
-            if self._claim(claim):
-                # The previous claimer stores the reference before dropping its claim: one
-                # that finished between the look above and this claim left the file behind.
-                if path.exists():
-                    claim.unlink()
-                    return load_file(str(path))
-                break
-            if time.monotonic() >= deadline:
-                claim = None  # the claimer is too slow: compute it here, leave its claim alone
-                break
-            if time.monotonic() - beat >= HEARTBEAT_S:
-                heartbeat()
-                beat = time.monotonic()
-            time.sleep(REFERENCE_POLL_S)
-        try:
-            with _Heartbeat(heartbeat):
-                outputs = compute()
-            self.computed += 1
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")
-            save_file({k: v.detach().cpu().contiguous() for k, v in outputs.items()}, str(tmp))
-            os.replace(tmp, path)
-        finally:
-            if share and claim is not None:
-                try:
-                    claim.unlink()
-                except FileNotFoundError:
-                    pass
-        return outputs
-
-
-HEARTBEAT_S = 5.0
-
-
-class _Heartbeat:
-    """Calls ``beat`` every ``HEARTBEAT_S`` seconds from a daemon thread while the block runs."""
-
-    def __init__(self, beat: Callable[[], None]) -> None:
-        import threading  # noqa: PLC0415
-
-        self._beat = beat
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="reference-heartbeat")
-
-    def _run(self) -> None:
-        """Beat until stopped."""
-        while not self._stop.wait(HEARTBEAT_S):
-            try:
-                self._beat()
-            except Exception:  # noqa: BLE001 - a missed heartbeat only shortens the watchdog's patience
-                pass
-
-    def __enter__(self) -> "_Heartbeat":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=HEARTBEAT_S + 1)
-
-
-def threading_ident() -> int:
-    """The current thread's id (virtual ranks share a process)."""
-    import threading  # noqa: PLC0415
-
-    return threading.get_ident()
-
-
 def stored_case(case: Any) -> bool:
     """Whether the golden store holds ``case``'s bits: golden-outcome cases of size class cpu.
 
@@ -399,16 +248,18 @@ def _graph_launches(impl: str, system: Any, handle: Any, launches: list,
 
 def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
              run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None,
-             share_refs: bool = True) -> dict:
+             cache_dir: str | None = None) -> dict:
     """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) and write its result."""
     from harness import compare as cmp  # noqa: PLC0415
     from harness.families import NotAvailable, adapter, catalog  # noqa: PLC0415
+    from harness.arch_facts import facts_file  # noqa: PLC0415
     from harness.progress import ProgressWriter  # noqa: PLC0415
     from kernels.hostcopy import outputs_to_host  # noqa: PLC0415 - torch only, no CuTe DSL
 
     out_dir = case_dir(run_dir, spec["family"], spec["name"], tp, group)
     progress = ProgressWriter(out_dir, rank)
     started = time.monotonic()
+    clock = PhaseClock((spec["family"], spec["name"], tp, group))
     result: dict = {"rank": rank, "group": group, "group_rank": group_rank, "tp": tp, "impl": impl,
                     "family": spec["family"], "name": spec["name"], "status": "ok", "launches_done": 0,
                     "comparison": None, "error": None, "refused": [], "not_refused": []}
@@ -417,21 +268,27 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         progress.write("start", -1)
         scenario = catalog.load(spec["path"])
         case = catalog.case_of(scenario)
-        fam = adapter(case.family)
-        fam.check_available(impl)
-        static, config, launches = catalog.plan(scenario, tp, group_rank)
-        config.update(fam.start_config(scenario.initial_state()))
+        with clock.phase("construct"):  # the family's module: CuTe DSL on the kernel path
+            fam = adapter(case.family)
+            fam.check_available(impl)
+            result["facts"] = facts_file(fam.arch_facts)  # which architecture's facts the golden used here
+        with clock.phase("inputs"):
+            static, config, launches = catalog.plan(scenario, tp, group_rank)
+            config.update(fam.start_config(scenario.initial_state()))
         total = cmp.Comparison(tolerance_ulps=case.tolerance_ulps)
-        refs = ReferenceCache(run_dir, case.family, fam.tp_key, config, static)
+        with clock.phase("reference"):  # the static tensors' digest
+            refs = ReferenceCache(cache_dir or Path(run_dir) / "refcache", case.family, fam.tp_key,
+                                  fam.golden_config(config), static)  # the key covers the arch facts used
         store_mode = store if group_rank == 0 and not group and stored_case(case) else None
         agreed: list[dict] = []
         store_outputs: dict = {}
         phase = "construct"
         try:
-            handle = make_handle(fam)
-            agreement_comm = handle if callable(getattr(handle, "all_gather", None)) else None
-            system = fam.make_system(impl, handle, static, config)
-            graphs, result["graph"] = _graph_launches(impl, system, handle, launches, fam.graph_capture_problem)
+            with clock.phase("construct"):
+                handle = make_handle(fam)
+                agreement_comm = handle if callable(getattr(handle, "all_gather", None)) else None
+                system = fam.make_system(impl, handle, static, config)
+                graphs, result["graph"] = _graph_launches(impl, system, handle, launches, fam.graph_capture_problem)
             for launch in launches:
                 k = launch.index
                 inj = {i.kind: i for i in launch.injections}
@@ -453,17 +310,19 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                     before = _safe_state(system)
                     if attempt:
                         progress.write("repeat", k, launch.call_params, before)
-                    progress.begin(k, launch.call_params, before)
+                    progress.begin(k, launch.call_params, before, deviates=_deviations(launch))
                     if impl == "golden" and agreement_comm is not None:
-                        check_agreement(agreement_comm, launch)
+                        with clock.phase("kernel"):
+                            check_agreement(agreement_comm, launch)
                     try:
                         # Host copies now, through pinned memory: a pageable copy later (the
                         # comparison's) could wait behind a virtual peer's (kernels.hostcopy).
-                        if graphs is not None and launch.graph is not None and launch.expected_error is None:
-                            launched = graphs.launch(launch.graph, launch.call_inputs, launch.call_params)
-                        else:
-                            launched = system.launch(launch.call_inputs, launch.call_params)
-                        outputs = outputs_to_host(launched)
+                        with clock.phase("kernel"):
+                            if graphs is not None and launch.graph is not None and launch.expected_error is None:
+                                launched = graphs.launch(launch.graph, launch.call_inputs, launch.call_params)
+                            else:
+                                launched = system.launch(launch.call_inputs, launch.call_params)
+                            outputs = outputs_to_host(launched)
                     except Exception as exc:
                         if launch.expected_error is None:
                             result["state_before"], result["state_after"] = before, _safe_state(system)
@@ -487,19 +346,23 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
                         # After the launch, not before: a disagreement that hangs the kernels
                         # must stay reproducible (the watchdog names it); one the kernels
                         # cannot see (a parameter the protocol does not exchange) is named here.
-                        check_agreement(agreement_comm, launch)
+                        with clock.phase("kernel"):
+                            check_agreement(agreement_comm, launch)
                     result["launches_done"] += 1
                     progress.write("reference", k, launch.call_params, _safe_state(system))
-                    reference = refs.get(
-                        refs.key(launch.agreed_inputs, launch.agreed_params),
-                        lambda launch=launch: fam.reference(static, config, launch.agreed_inputs, launch.agreed_params),
-                        share=share_refs, wait_s=REFERENCE_WAIT_S, heartbeat=progress.touch)
+                    with clock.phase("reference"):
+                        reference = refs.get(
+                            refs.key(launch.agreed_inputs, launch.agreed_params),
+                            lambda launch=launch: fam.reference(static, config, launch.agreed_inputs,
+                                                                launch.agreed_params),
+                            wait_s=REFERENCE_WAIT_S, heartbeat=progress.touch)
                     if store_mode:
                         agreed.append(launch.agreed_inputs)
                         store_outputs.update({f"launch{k}.{n}": t for n, t in reference.items()})
-                    total.merge(cmp.compare_outputs(outputs, reference, rank=group_rank, axes=fam.output_axes,
-                                                    names=fam.compared_outputs(reference),
-                                                    tolerance_ulps=case.tolerance_ulps, launch=k), keep=8)
+                    with clock.phase("compare"):
+                        total.merge(cmp.compare_outputs(outputs, reference, rank=group_rank, axes=fam.output_axes,
+                                                        names=fam.compared_outputs(reference),
+                                                        tolerance_ulps=case.tolerance_ulps, launch=k), keep=8)
         except (NotAvailable, InjectedCrash):
             raise
         except Exception as exc:  # noqa: BLE001 - recorded; expected errors are judged by the launcher
@@ -512,10 +375,12 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         if graphs is not None:
             result["graph"] = graphs.summary()
         result["comparison"] = total.to_json()
-        result["references_computed"] = refs.computed  # by this rank; the others loaded them from refcache/
+        # by this rank; the others (and earlier runs) left theirs in the cache
+        result["references"] = {"computed": refs.computed, "loaded": refs.loaded, "discarded": refs.discarded}
         result["state"] = _safe_state(system)
         if store_mode and result["status"] == "ok" and store_outputs:
-            result["store"] = store_golden(store_mode, case, tp, static, agreed, store_outputs)
+            with clock.phase("store"):
+                result["store"] = store_golden(store_mode, case, tp, static, agreed, store_outputs)
     except NotAvailable as exc:
         result["status"] = "not-available"
         result["error"] = {"type": "NotAvailable", "message": str(exc)}
@@ -526,6 +391,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         result["status"] = "error"
         result["error"] = _error_of(exc) | {"phase": "build"}
     result["time_s"] = time.monotonic() - started
+    result["phases"] = clock.seconds
     progress.write("done", -1, {}, result.get("state") or {})
     progress.close()
     _write_json(result_path(out_dir, rank), result)
@@ -568,6 +434,9 @@ def run_distributed(job: dict) -> int:
             local = int(os.environ.get("LOCAL_RANK", "0"))
             torch.cuda.set_device(local % torch.cuda.device_count())
             device = f"cuda:{torch.cuda.current_device()}"
+    if job.get("first_rank") is not None:
+        # several nodes: the rank follows --node-rank, not the order c10d met the agents in (Rendezvous.first_rank)
+        os.environ["RANK"] = str(int(job["first_rank"]) + int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=float(job.get("collective_timeout_s", 300))))
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
@@ -582,7 +451,7 @@ def run_distributed(job: dict) -> int:
             res = run_case(spec, rank=rank, group_rank=comm.rank, tp=tp,
                            group=my_group if tp < world else None, impl=job.get("impl", "golden"),
                            run_dir=job["run_dir"], make_handle=_distributed_handle(job.get("impl", "golden"), comm, device),
-                           store=job.get("store"), share_refs=bool(job.get("shared_run_dir", True)))
+                           store=job.get("store"), cache_dir=job.get("cache_dir"))
             if res.get("abandon"):
                 sys.stdout.flush()
                 os._exit(ABANDON_EXIT)
@@ -623,7 +492,8 @@ def run_virtual(job: dict, world: int) -> int:
             def body(comm: Any, make_handle: Callable[[Any], Any]) -> dict:
                 """One virtual rank's run of the case."""
                 return run_case(spec, rank=g * tp + comm.rank, group_rank=comm.rank, tp=tp, group=group,
-                                impl=impl, run_dir=job["run_dir"], make_handle=make_handle, store=job.get("store"))
+                                impl=impl, run_dir=job["run_dir"], make_handle=make_handle, store=job.get("store"),
+                                cache_dir=job.get("cache_dir"))
 
             fabrics, reason = None, ""
             if impl == "kernel":
@@ -657,6 +527,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--virtual", type=int, default=0, help="run N ranks as threads of this process")
     args = parser.parse_args(argv)
     job = json.loads(Path(args.job).read_text(encoding="utf-8"))
+    # SIGUSR1 dumps every thread's Python stack to <run>/stacks/<pid>.txt: the watchdog asks
+    # for it before it ends a job that ran out of time, and the report shows the hung rank's.
+    register_worker(job["run_dir"])
+    count_start_up_from(Path(args.job).stat().st_mtime)  # the launcher writes the job file as it starts the job
     if args.virtual:
         return run_virtual(job, args.virtual)
     return run_distributed(job)

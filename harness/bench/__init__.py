@@ -1,85 +1,189 @@
 """``python -m harness bench``: time the registered benchmark cases on this GPU.
 
-``main(argv)`` parses ``[--family F] [--case NAME] [--out DIR] [--warmup N]
-[--reps N] [--list]``, discovers the cases (``harness/bench/cases/*.py``; see
-``harness.bench.registry`` for how a kernel helper declares one), runs them
-(``harness.bench.runner``) and writes the results document (and a PNG where
-matplotlib exists) under ``--out`` (default ``docs/results``). Exit status:
-0 every selected case ran, 1 some case or case module failed, 2 nothing to
-run (no GPU, no matching case, bad arguments).
+``main(argv)`` parses ``[--family F] [--case NAME | --case F/NAME] [--all]
+[--out DIR] [--warmup N] [--reps N] [--list]``, discovers the cases
+(``harness/bench/cases/*.py``; see ``harness.bench.registry`` for how a
+kernel helper declares one) and runs them (``harness.bench.runner``).
+
+Without ``--all`` (or an explicit ``--case``) it runs the default set: the
+cases their families mark ``default``, chosen with ``DEFAULT_WARMUP`` and
+``DEFAULT_REPS`` to finish within ``BUDGET_S`` on one H200
+(``harness.bench.budget``). While it runs, each case's line is printed as it
+completes, under a progress bar on a terminal (``harness.bench.console``);
+the results document is rewritten after every case (``results.ResultsWriter``),
+and at the end the summary and the plots are written beside it and the
+summary printed (``harness.bench.report``).
+
+Exit status, never green when nothing was measured: 0 every selected case
+ran; 1 a case or a case module failed, or the CUDA context was lost; 2
+nothing to run (no case matches the selection, with what exists; no GPU, with
+why; bad arguments); 130 interrupted (SIGINT or SIGTERM; what finished is
+kept, with its summary; a second signal ends the process without writing
+more, as soon as Python runs again: a CUDA synchronize returns first, within
+a kernel's timeout).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import difflib
 import os
+import signal
 import sys
-from typing import Sequence
+import time
+from typing import Iterator, Sequence
 
+from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
+from harness.cli import number_type
+from harness.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "results")
 
 
 def _parser() -> argparse.ArgumentParser:
     """The ``bench`` command line."""
-    parser = argparse.ArgumentParser(prog="python -m harness bench", description="Benchmark registered kernel cases.")
+    parser = argparse.ArgumentParser(
+        prog="python -m harness bench",
+        description="Benchmark registered kernel cases on this GPU; each case is printed as it completes.",
+        epilog=(f"Without --all, the default set runs: a representative subset (see --list) chosen to finish "
+                f"within {BUDGET_S / 60:.0f} minutes on one H200 at the default --warmup/--reps. --all runs every "
+                "case (the all-reduce's whole M sweep and the finalize cases the LL/BT thresholds need); for a "
+                "long, careful run: --all --warmup 20 --reps 100. The summary (.md) and plots (.png) are written "
+                "beside the JSON; python -m harness.bench.report rebuilds them from a stored JSON."),
+    )
     parser.add_argument("--family", help="only this family's cases")
-    parser.add_argument("--case", help="only the case with this name")
+    parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not")
+    parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
     parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default docs/results)")
-    parser.add_argument("--warmup", type=int, default=20, help="graph replays / eager loops before timing")
-    parser.add_argument("--reps", type=int, default=100, help="timed repetitions per mode")
-    parser.add_argument("--list", action="store_true", help="list the registered cases and exit (no GPU needed)")
+    parser.add_argument("--warmup", type=number_type(int, "a whole number", 0), default=DEFAULT_WARMUP,
+                        help=f"graph replays / eager loops before timing (default {DEFAULT_WARMUP})")
+    parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,
+                        help=f"timed replays per mode, each of 16 to 512 calls (default {DEFAULT_REPS})")
+    parser.add_argument("--list", action="store_true",
+                        help="list the selected cases (default or --all) and exit; no GPU needed")
     return parser
+
+
+def select(family: str | None, case: str | None, everything: bool) -> tuple[list[BenchCase], str]:
+    """The cases a selection names, and (when there are none) why: what matched nothing and what exists."""
+    name = case
+    if case and "/" in case:
+        case_family, name = case.split("/", 1)
+        if family and family != case_family:
+            return [], f"bench: --family {family} and --case {case} name different families"
+        family = case_family
+    chosen = REGISTRY.cases(family=family, name=name, defaults_only=not (everything or case))
+    if chosen:
+        return chosen, ""
+    known = REGISTRY.families()
+    if family and family not in known:
+        hint = difflib.get_close_matches(family, known, n=3)
+        return [], (f"bench: no family {family!r} (families: {', '.join(known) or 'none'})"
+                    + (f"; did you mean {', '.join(hint)}?" if hint else ""))
+    if name:
+        names = [c.name for c in REGISTRY.cases(family=family)]
+        hint = difflib.get_close_matches(name, names, n=3)
+        where = f" in {family}" if family else ""
+        return [], (f"bench: no case {name!r}{where}" + (f"; did you mean {', '.join(hint)}?" if hint else "")
+                    + " (--list --all shows every case)")
+    return [], f"bench: the default set of {family} is empty; --all selects its {len(REGISTRY.cases(family=family))} cases"
+
+
+@contextlib.contextmanager
+def interrupts_raise() -> Iterator[None]:
+    """Within: the first SIGINT or SIGTERM raises KeyboardInterrupt; a second one ends the process with 130."""
+    received = []
+
+    def on_signal(signum, frame) -> None:
+        """Raise KeyboardInterrupt the first time; exit at once after that (the JSON on disk is always whole)."""
+        received.append(signum)
+        if len(received) > 1:
+            os._exit(EXIT_INTERRUPTED)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bench command; return the exit status."""
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
     failures = discover()
     for failure in failures:
         print(f"bench: case module {failure['module']} failed to import: {failure['error']}", file=sys.stderr)
-    selected = REGISTRY.cases(family=args.family, name=args.case)
+    selected, why = select(args.family, args.case, args.all)
+    if not selected:
+        print(why, file=sys.stderr)
+        return EXIT_NOTHING_RUN
     if args.list:
         for case in selected:
-            print(f"{case.key}\t{case.description}")
-        return 1 if failures else 0
-    if not selected:
-        known = ", ".join(REGISTRY.families()) or "none"
-        print(f"bench: no case matches --family {args.family} --case {args.case} (families: {known})", file=sys.stderr)
-        return 2
+            print(f"{case.key}\t{'default' if case.default else '--all'}\t{case.description}")
+        return EXIT_FAILED if failures else EXIT_OK
     import torch
 
     if not torch.cuda.is_available():
-        print("bench: needs a CUDA GPU (torch.cuda.is_available() is False); --list works without one", file=sys.stderr)
-        return 2
-    from harness.bench.results import write_results
+        print(f"bench: needs a CUDA GPU (torch.cuda.is_available() is False); nothing was run of the "
+              f"{len(selected)} selected cases; --list works without one", file=sys.stderr)
+        return EXIT_NOTHING_RUN
+    with interrupts_raise():
+        return _run(selected, failures, args, ["python", "-m", "harness", "bench", *argv])
+
+
+def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespace, command: list[str]) -> int:
+    """Run ``selected`` with live output and incremental results, then write and print the report."""
+    from harness.bench.console import LiveConsole
+    from harness.bench.results import ResultsWriter
     from harness.bench.runner import run_cases
 
-    command = ["python", "-m", "harness", "bench", *(argv if argv is not None else sys.argv[1:])]
-    document = run_cases(selected, command=command, warmup=args.warmup, reps=args.reps, failed=failures)
-    paths = write_results(document, args.out)
-    _print_table(document)
-    print(f"bench: results in {paths['json']}" + (f" and {paths['png']}" if paths["png"] else ""))
-    return 1 if document["failed"] else 0
+    started = time.monotonic()
+    writer = ResultsWriter(args.out)
+    interrupted = False
+    with LiveConsole(len(selected)) as live:
+        try:
+            run_cases(selected, command=command, warmup=args.warmup, reps=args.reps, failed=failures,
+                      listeners=(writer, live))
+        except KeyboardInterrupt:
+            interrupted = True
+    document = writer.document
+    if document is None:
+        print(f"bench: INTERRUPTED before the first case (0 of {len(selected)} run); nothing written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if interrupted:
+        finished = {f"{c['family']}/{c['name']}" for c in document["cases"]} | {f.get("case") for f in document["failed"]}
+        document["status"] = "interrupted"
+        document["not_run"] = [case.key for case in selected if case.key not in finished]
+    document["wall_s"] = round(time.monotonic() - started, 1)
+    return _finish(document, writer.out_dir, len(selected), interrupted)
 
 
-def _print_table(document: dict) -> None:
-    """A plain table of medians, floors and efficiencies, then the failures."""
-    machine = document["machine"]
-    print(
-        f"{document['device']['name']}: copy {machine['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s, "
-        f"empty launch {machine['graph_launch_us']:.2f} us (graph) / {machine['eager_launch_us']:.2f} us (eager)"
-    )
-    print(f"{'case':40s} {'graph us':>10s} {'floor':>8s} {'eff':>5s} {'eager us':>10s} {'floor':>8s} {'eff':>5s} l2cold")
-    for case in document["cases"]:
-        print(
-            f"{case['family'] + '/' + case['name']:40s} {case['graph']['median_us']:10.2f} {case['floor_us']['graph']:8.2f} "
-            f"{case['efficiency']['graph']:5.2f} {case['eager']['median_us']:10.2f} {case['floor_us']['eager']:8.2f} "
-            f"{case['efficiency']['eager']:5.2f} {case['l2_cold']}"
-        )
-    for failure in document["failed"]:
-        print(f"FAILED {failure.get('case') or failure.get('module')}: {failure['error']}")
+def _finish(document: dict, out_dir: str, selected: int, interrupted: bool) -> int:
+    """Write the final document, its summary and plots, print the summary and the footer; return the exit status."""
+    from harness.bench.report import write_report
+    from harness.bench.results import write_results
+
+    path = write_results(document, out_dir)
+    written = write_report(document, out_dir)
+    print(written["text"], end="")
+    print(f"bench: results in {path}, summary in {written['summary']}"
+          + "".join(f"\nbench: plot {p}" for p in written["plots"]))
+    if written["plot_note"]:
+        print(f"bench: no plots: {written['plot_note']}")
+    measured = len(document["cases"])
+    if interrupted:
+        print(f"bench: INTERRUPTED ({measured} of {selected} run)", flush=True)
+        return EXIT_INTERRUPTED
+    failed = len(document["failed"])
+    print(f"bench: {measured} of {selected} cases measured in {document['wall_s']:.0f} s, {failed} failed"
+          + (f", {len(document['not_run'])} not reached (CUDA context lost)" if document.get("not_run") else ""),
+          flush=True)
+    return EXIT_FAILED if failed or document.get("not_run") else EXIT_OK
 
 
-__all__ = ["BenchCase", "BenchContext", "Prepared", "REGISTRY", "bench_case", "discover", "main"]
+__all__ = ["BenchCase", "BenchContext", "Prepared", "REGISTRY", "bench_case", "discover", "main", "select"]

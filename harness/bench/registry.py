@@ -31,6 +31,12 @@ plus outputs it must write), the numerator of the floor; ``input_bytes`` is
 the size of one input set, from which the runner chooses how many sets to
 rotate over. ``references`` may cite published figures for comparison, e.g.
 ``({"source": "FlashInfer PR #5178", "value_us": 4.09, "note": "LL TP4 H=5120 M=1"},)``.
+
+The default set: ``python -m harness bench`` without ``--all`` runs only the
+cases declared with ``default=True`` (the decorator's default), so that it
+finishes within its time budget (``harness.bench.budget``); a family marks
+the cases that only refine a sweep ``default=False``. ``--all`` and an
+explicit ``--case`` reach every case.
 """
 
 from __future__ import annotations
@@ -81,6 +87,7 @@ class BenchCase:
     params: Mapping[str, Any] = field(default_factory=dict)
     description: str = ""
     references: Sequence[Mapping[str, Any]] = ()
+    default: bool = True
 
     @property
     def key(self) -> str:
@@ -104,13 +111,19 @@ class Registry:
         self._cases[case.key] = case
         return case
 
-    def cases(self, family: str | None = None, name: str | None = None) -> list[BenchCase]:
-        """Registered cases, in registration order, optionally only one family and/or name."""
+    def cases(self, family: str | None = None, name: str | None = None, *, defaults_only: bool = False) -> list[BenchCase]:
+        """Registered cases, in registration order, optionally only one family and/or name and/or the default set."""
         return [
             c
             for c in self._cases.values()
-            if (family is None or c.family == family) and (name is None or c.name == name)
+            if (family is None or c.family == family)
+            and (name is None or c.name == name)
+            and (c.default or not defaults_only)
         ]
+
+    def names(self) -> list[str]:
+        """Every registered ``family/name``, in registration order."""
+        return list(self._cases)
 
     def families(self) -> list[str]:
         """The families that have at least one case."""
@@ -127,13 +140,14 @@ def bench_case(
     params: Mapping[str, Any] | None = None,
     description: str = "",
     references: Sequence[Mapping[str, Any]] = (),
+    default: bool = True,
     registry: Registry | None = None,
 ) -> Callable[[Callable[[BenchContext], Prepared]], Callable[[BenchContext], Prepared]]:
     """Decorator: register the decorated setup function as case ``family/name``."""
 
     def wrap(setup: Callable[[BenchContext], Prepared]) -> Callable[[BenchContext], Prepared]:
         (registry or REGISTRY).register(
-            BenchCase(family, name, setup, dict(params or {}), description, tuple(references))
+            BenchCase(family, name, setup, dict(params or {}), description, tuple(references), default)
         )
         return setup
 

@@ -1,8 +1,10 @@
 """The benchmark results document: its schema, its provenance, and where it is written.
 
 One JSON document per run, under ``docs/results/`` by default, named
-``bench-<UTC timestamp>.json`` (plus a PNG of the same stem when matplotlib
-is importable). Schema ``rankcheck-bench/1``:
+``bench-<UTC timestamp>.json``, rewritten after every case
+(``ResultsWriter``), so an interrupted run keeps what finished; the summary
+and the plots beside it come from ``harness.bench.report``. Schema
+``rankcheck-bench/1``:
 
 - ``schema``, ``command`` (the argv), ``date`` (ISO 8601 UTC), ``device``
   (name, capability, SM count, memory, L2 bytes), ``versions`` (python,
@@ -18,17 +20,26 @@ is importable). Schema ``rankcheck-bench/1``:
   (``harness.bench.stats.summarize`` of per-call microseconds),
   ``floor_us`` and ``efficiency`` (floor / median) for both modes.
 - ``failed``: ``{"case" or "module", "error"}`` for what could not run.
+
+Optional fields (absent in documents written before they existed):
+``status`` (``running``, ``complete``, ``aborted`` after a lost CUDA
+context, ``interrupted``), ``selected`` (the keys the run set out to
+measure), ``not_run`` (selected keys never reached), ``wall_s`` (the run's
+wall seconds, machine figures included, written at its end), and per case
+``setup_s`` and ``timed_s`` (wall seconds of setup, and of everything the
+runner did after it).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata
 import json
 import os
 import platform
 import subprocess
 from typing import Any, Mapping
+
+from harness.provenance import package_version
 
 SCHEMA = "rankcheck-bench/1"
 _NUMBER = (int, float)
@@ -104,6 +115,9 @@ def validate_result(document: Mapping) -> None:
                 _expect(_require(case[mode], key, f"{where}.{mode}"), _NUMBER, f"{where}.{mode}.{key}")
             _expect(_require(case["floor_us"], mode, f"{where}.floor_us"), _NUMBER, f"{where}.floor_us.{mode}")
             _expect(_require(case["efficiency"], mode, f"{where}.efficiency"), _NUMBER, f"{where}.efficiency.{mode}")
+    for key, kind in (("status", str), ("selected", list), ("not_run", list), ("wall_s", _NUMBER)):
+        if key in document:
+            _expect(document[key], kind, key)
     for index, failure in enumerate(document["failed"]):
         _expect(failure, dict, f"failed[{index}]")
         _expect(_require(failure, "error", f"failed[{index}]"), str, f"failed[{index}].error")
@@ -112,14 +126,6 @@ def validate_result(document: Mapping) -> None:
 def utc_now() -> str:
     """The current time as ISO 8601 UTC with seconds."""
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat()
-
-
-def _package_version(name: str) -> str | None:
-    """An installed distribution's version, or None."""
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def git_revision(root: str | None = None) -> str | None:
@@ -143,7 +149,7 @@ def versions() -> dict:
         "python": platform.python_version(),
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "cutlass_dsl": _package_version("nvidia-cutlass-dsl"),
+        "cutlass_dsl": package_version("nvidia-cutlass-dsl"),
         "git": git_revision(),
     }
 
@@ -154,18 +160,35 @@ def result_stem(date_iso: str) -> str:
     return "bench-" + stamp.strftime("%Y%m%dT%H%M%SZ")
 
 
-def write_results(document: Mapping, out_dir: str) -> dict:
-    """Validate and write ``document`` (JSON, and a PNG when matplotlib imports); return the paths."""
+def write_results(document: Mapping, out_dir: str) -> str:
+    """Validate ``document`` and write it as ``<out_dir>/<stem>.json`` atomically; return the path."""
     validate_result(document)
     os.makedirs(out_dir, exist_ok=True)
-    stem = os.path.join(out_dir, result_stem(document["date"]))
-    paths = {"json": stem + ".json", "png": None}
-    tmp = paths["json"] + ".tmp"
+    path = os.path.join(out_dir, result_stem(document["date"]) + ".json")
+    tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(document, fh, indent=1, sort_keys=False)
         fh.write("\n")
-    os.replace(tmp, paths["json"])
-    from harness.bench.plot import plot_results
+    os.replace(tmp, path)
+    return path
 
-    paths["png"] = plot_results(document, stem + ".png")
-    return paths
+
+class ResultsWriter:
+    """A run listener that keeps the document on disk: after the machine figures and after every case."""
+
+    def __init__(self, out_dir: str) -> None:
+        self.out_dir = out_dir
+        self.path: str | None = None
+        self.document: dict | None = None
+
+    def machine_measured(self, document: dict) -> None:
+        """Keep hold of the document and write it before any case runs (its stem is fixed by the start time)."""
+        self.document = document
+        self.path = write_results(document, self.out_dir)
+
+    def case_started(self, document: dict, case) -> None:
+        """Nothing to write before a case."""
+
+    def case_finished(self, document: dict, case, entry: dict, failed: bool) -> None:
+        """Rewrite the document with the case that just ended."""
+        self.path = write_results(document, self.out_dir)

@@ -21,22 +21,47 @@ Method, per run:
 
 All timing runs on one side stream; every wait is a stream or event
 synchronize on work this runner enqueued. A case that raises is recorded in
-``failed`` and the run continues.
+``failed`` and the run continues; a lost CUDA context ends the run, and the
+cases it did not reach are listed in ``not_run``.
+
+The document is built in place and handed to every listener as it grows
+(``RunListener``): once the machine figures are in, before each case and
+after each case (with its entry or failure), so that a caller can print
+each case as it completes and keep the document on disk after every case;
+an interrupted run then leaves what finished. Each entry also carries its
+wall times, ``setup_s`` (setup and sanity call) and ``timed_s`` (input sets,
+capture, warm-up and timing), from which ``harness.bench.budget`` estimates
+later runs.
 """
 
 from __future__ import annotations
 
+import time
 import traceback
-from typing import Sequence
+from typing import Callable, Protocol, Sequence
 
 import torch
 
+from harness.bench.budget import DEFAULT_REPS, DEFAULT_WARMUP
 from harness.bench.floor import H200_L2_BYTES, floor_us, rotation_sets
 from harness.bench.registry import BenchCase, BenchContext, Prepared
 from harness.bench.results import SCHEMA, utc_now, versions
 from harness.bench.stats import summarize
 
 ROTATION_FACTOR = 2.0
+
+
+class RunListener(Protocol):
+    """What ``run_cases`` tells as the run goes: the document is the same growing object each time."""
+
+    def machine_measured(self, document: dict) -> None:
+        """The machine figures are in; no case has run yet."""
+
+    def case_started(self, document: dict, case: BenchCase) -> None:
+        """``case`` is about to be set up."""
+
+    def case_finished(self, document: dict, case: BenchCase, entry: dict, failed: bool) -> None:
+        """``case`` ended: ``entry`` is its results entry, or its failure record when ``failed``."""
 
 
 def device_info(device: torch.device) -> dict:
@@ -180,13 +205,14 @@ def run_cases(
     *,
     command: Sequence[str],
     device: torch.device | None = None,
-    warmup: int = 20,
-    reps: int = 100,
+    warmup: int = DEFAULT_WARMUP,
+    reps: int = DEFAULT_REPS,
     copy_bytes: int = 1 << 30,
     launches: int = 256,
     failed: Sequence[dict] = (),
+    listeners: Sequence[RunListener] = (),
 ) -> dict:
-    """Measure the machine, then every case; return the results document (schema ``rankcheck-bench/1``)."""
+    """Measure the machine, then every case, telling ``listeners``; return the results document (``rankcheck-bench/1``)."""
     if not torch.cuda.is_available():
         raise RuntimeError("bench needs a CUDA GPU (torch.cuda.is_available() is False)")
     if warmup < 0 or reps < 1:
@@ -204,22 +230,7 @@ def run_cases(
         "graph_launch_us": graph_launch_us,
         "eager_launch_us": eager_launch_us,
     }
-    results, failures = [], list(failed)
-    context = BenchContext(device=device, l2_bytes=info["l2_bytes"])
-    for case in cases:
-        try:
-            prepared = case.setup(context)
-            timing = time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=warmup, reps=reps)
-            results.append(case_result(case, prepared, timing, machine))
-        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
-            failures.append({"case": case.key, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-4000:]})
-        try:
-            torch.cuda.synchronize(device)
-            torch.cuda.empty_cache()
-        except Exception as exc:  # noqa: BLE001 - a trap killed the context: keep what finished
-            failures.append({"case": case.key, "error": f"CUDA context lost: {type(exc).__name__}: {exc}"})
-            break
-    return {
+    document = {
         "schema": SCHEMA,
         "command": list(command),
         "date": date,
@@ -227,6 +238,74 @@ def run_cases(
         "versions": versions(),
         "settings": {"warmup": warmup, "reps": reps, "rotation_factor": ROTATION_FACTOR, "launches": launches},
         "machine": machine,
-        "cases": results,
-        "failed": failures,
+        "status": "running",
+        "selected": [case.key for case in cases],
+        "cases": [],
+        "failed": list(failed),
     }
+    context = BenchContext(device=device, l2_bytes=info["l2_bytes"])
+
+    def measure(case: BenchCase) -> dict:
+        """Set up and time ``case``; its results entry with wall times."""
+        started = time.monotonic()
+        prepared = case.setup(context)
+        set_up = time.monotonic()
+        timing = time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=warmup, reps=reps)
+        entry = case_result(case, prepared, timing, machine)
+        entry["setup_s"], entry["timed_s"] = set_up - started, time.monotonic() - set_up
+        return entry
+
+    def settle() -> None:
+        """Wait for the case's work and free its memory; raises when a trap killed the context."""
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+    return run_loop(document, cases, measure, settle, listeners)
+
+
+def run_loop(
+    document: dict,
+    cases: Sequence[BenchCase],
+    measure: Callable[[BenchCase], dict],
+    settle: Callable[[], None],
+    listeners: Sequence[RunListener] = (),
+) -> dict:
+    """Measure each case into ``document`` in turn, telling ``listeners``; set its ``status``; return it.
+
+    A case whose ``measure`` raises is recorded in ``failed`` and the run goes
+    on; when ``settle`` raises after a case (the CUDA context is gone) the run
+    stops, with the cases it did not reach in ``not_run``.
+    """
+    for listener in listeners:
+        listener.machine_measured(document)
+    for index, case in enumerate(cases):
+        for listener in listeners:
+            listener.case_started(document, case)
+        try:
+            entry, is_failure = measure(case), False
+            document["cases"].append(entry)
+        except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+            entry, is_failure = _failure(case, exc, traceback.format_exc()), True
+            document["failed"].append(entry)
+        try:
+            settle()
+        except Exception as exc:  # noqa: BLE001 - a trap killed the context: keep what finished
+            lost = _failure(case, exc, None, prefix="CUDA context lost: ")
+            document["failed"].append(lost)
+            entry, is_failure = (entry if is_failure else lost), True
+            document["not_run"] = [later.key for later in cases[index + 1:]]
+        for listener in listeners:
+            listener.case_finished(document, case, entry, is_failure)
+        if "not_run" in document:
+            document["status"] = "aborted"
+            return document
+    document["status"] = "complete"
+    return document
+
+
+def _failure(case: BenchCase, exc: BaseException, trace: str | None, prefix: str = "") -> dict:
+    """The failure record of ``case``: its key, the error in one line and the tail of the traceback."""
+    record = {"case": case.key, "error": f"{prefix}{type(exc).__name__}: {exc}"}
+    if trace:
+        record["traceback"] = trace[-4000:]
+    return record

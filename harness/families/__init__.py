@@ -40,6 +40,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
+from harness.arch_facts import golden_entries
+
 
 class NotAvailable(RuntimeError):
     """The implementation cannot run here (module missing, no GPU, ...); the message says why."""
@@ -160,6 +162,9 @@ class FamilyAdapter:
     kernel_only_config: tuple[str, ...] = ()
     golden_only_config: tuple[str, ...] = ()
     golden_config_extras: Mapping[str, Any] = field(default_factory=dict)
+    # Golden config entries taken from the architecture's facts (config key -> golden.arch.ArchFacts
+    # field), resolved on the rank for its GPU or --arch (harness.arch_facts); none: no facts needed.
+    arch_facts: Mapping[str, str] = field(default_factory=dict)
     kernel_kwargs: Mapping[str, str] = field(default_factory=dict)
     kernel_inputs_on_device: bool = False
     # Why this family's kernel system, as the harness builds it, cannot be captured into a CUDA
@@ -169,7 +174,7 @@ class FamilyAdapter:
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""
         out = {k: v for k, v in config.items() if k not in self.kernel_only_config}
-        for key, value in self.golden_config_extras.items():
+        for key, value in {**self.golden_config_extras, **golden_entries(self.arch_facts)}.items():
             out.setdefault(key, value)
         return out
 
@@ -245,6 +250,7 @@ class FamilyAdapter:
                 raise NotAvailable(f"{self.kernel_module}: no CUDA device here (kernel validation needs a GPU)")
         module = _import(self.golden_module if impl == "golden" else self.kernel_module)
         system_class(module, prefer_prefix="Golden" if impl == "golden" else "")
+        golden_entries(self.arch_facts)  # both implementations are judged against the golden, which needs them
 
 
 def adapter(family: str) -> FamilyAdapter:

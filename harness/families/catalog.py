@@ -14,6 +14,7 @@ apply to this rank at that launch.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ from typing import Any
 from harness.families import NotAvailable
 
 DEFAULT_PER_LAUNCH_S = 30.0
+# An unknown name is answered with at most this many close names, never the whole list.
+MAX_SUGGESTIONS = 5
 
 
 def _module(name: str) -> Any:
@@ -132,26 +135,54 @@ def load(path: str | Path) -> Any:
     return _module("scenarios.loader").load(Path(path))
 
 
+def did_you_mean(word: str, known: list[str]) -> str:
+    """`` (did you mean a, b?)`` with up to five of ``known`` close to ``word`` ("" when none is close)."""
+    close = difflib.get_close_matches(word, known, n=MAX_SUGGESTIONS, cutoff=0.5)
+    return f" (did you mean {', '.join(close)}?)" if close else ""
+
+
+def resolve_name(cases: list[Case], name: str, option: str = "--scenario") -> list[Case]:
+    """The cases ``name`` (``name`` or ``family/name``) denotes: one scenario, else a ValueError naming ``option``."""
+    if "/" in name:
+        found = [c for c in cases if c.key == name]
+    else:
+        found = [c for c in cases if c.name == name]
+    if len(found) > 1:
+        raise ValueError(f"{option}: {name!r} is a scenario of {len(found)} families; name one of "
+                         f"{', '.join(c.key for c in found)}")
+    if not found:
+        known = sorted({c.name for c in cases} | {c.key for c in cases})
+        raise ValueError(f"{option}: no scenario named {name!r}{did_you_mean(name, known)}; "
+                         f"`python -m harness list` shows them all")
+    return found
+
+
 def select(cases: list[Case], *, family: str | None = None, names: list[str] | None = None,
-           size: str = "all") -> list[Case]:
-    """Filter cases by family, name (``name`` or ``family/name``) and size class (cpu, gpu or all)."""
+           size: str = "all", option: str = "--scenario") -> list[Case]:
+    """Filter cases by family, name (``name`` or ``family/name``, one scenario each) and size class.
+
+    Errors (ValueError) name what matched nothing and what exists: an
+    unknown family with the families there are, a name in several families
+    with its qualified names, an unknown name with the closest names, a named
+    scenario outside the size class with its size; name errors start with
+    ``option`` (the argument the names came from).
+    """
     if size not in ("cpu", "gpu", "all"):
         raise ValueError(f"--size: expected cpu, gpu or all, got {size!r}")
-    chosen = []
-    for case in cases:
-        if family and case.family != family:
-            continue
-        if names and case.name not in names and case.key not in names:
-            continue
-        if size != "all" and case.size != size:
-            continue
-        chosen.append(case)
+    families = sorted({c.family for c in cases})
+    if family and family not in families:
+        raise ValueError(f"--family: no family {family!r}{did_you_mean(family, families)}; "
+                         f"the families are {', '.join(families)}")
+    in_family = [c for c in cases if not family or c.family == family]
     if names:
-        missing = [n for n in names if not any(n in (c.name, c.key) for c in chosen)]
-        if missing:
-            known = ", ".join(c.key for c in cases)
-            raise ValueError(f"--scenario: no scenario named {missing} (known: {known})")
-    return chosen
+        named = [case for name in names for case in resolve_name(in_family, name, option)]
+        wrong_size = [c for c in named if size != "all" and c.size != size]
+        if wrong_size:
+            raise ValueError(f"{option}: " + ", ".join(f"{c.key} is size {c.size}" for c in wrong_size) +
+                             f", outside the size class {size} (--size all runs every size)")
+        keys = {c.key for c in named}
+        return [c for c in in_family if c.key in keys]
+    return [c for c in in_family if size == "all" or c.size == size]
 
 
 @dataclass
@@ -187,3 +218,19 @@ def plan(scenario: Any, world: int, rank: int) -> tuple[dict, dict, list[Planned
                                       scenario.injections_for(rank, launch.index),
                                       launch.graph if scenario.graph.capture else None))
     return static, config, launches
+
+
+def agreed_calls(scenario: Any, world: int) -> tuple[dict, dict, list[tuple[dict, dict]]]:
+    """(static, config, [(agreed inputs, agreed params)] of each valid call) at ``world``: what the references need.
+
+    The same inputs and config ``plan`` gives every rank for its reference
+    (start state included), without building any rank's own inputs; calls
+    that must be refused (``bad_input``) have no reference and are left out.
+    """
+    builders = _module("scenarios.builders")
+    static = builders.build_static(scenario)
+    config = builders.family_config(scenario, world)
+    calls = sorted({launch.call_index for launch in scenario.launches()})
+    agreed = [builders.build_call(scenario, ci, world, rank=None, break_inputs=False) for ci in calls
+              if builders.expected_call_error(scenario, ci) is None]
+    return static, config, agreed

@@ -11,6 +11,11 @@ and the bias GEMV as ``bias_fn``: the golden's exact
 ``golden.markov_fused.markov_bias``, so that both sides' step kernels see
 identical operands (the kernel's default is a plain bf16 matmul). ``pdl``
 and ``sharded`` are kernel-only config keys; the golden rejects them.
+The golden's ``rcp_table`` (the ``div.full.f32`` reciprocals of temperatures
+that are not powers of two) comes from the architecture's facts
+(``harness.arch_facts``), so its whole fp32 contract (libdevice logf and
+tanhf, the Gumbel noise, ``div.full.f32``) is that of the GPU probed; an
+architecture without facts makes this family's cases not available.
 
 Graph scenarios run eagerly here (the report says so): that exact bias
 resolves rare inexact sums on the host, which a CUDA graph cannot capture,
@@ -32,6 +37,8 @@ ADAPTER = FamilyAdapter(
         "emb": ("row", "index"),
     },
     kernel_only_config=("pdl", "sharded"),
+    golden_only_config=("rcp_table",),
+    arch_facts={"rcp_table": "reciprocals"},
     kernel_kwargs={"bias_fn": "golden.markov_fused:markov_bias"},
     kernel_inputs_on_device=True,
     graph_capture_problem="the bias GEMV handed to the kernel (golden.markov_fused.markov_bias, exact sums) "

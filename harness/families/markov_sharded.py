@@ -4,29 +4,20 @@ Compared outputs: ``draft_tokens`` [rows, steps] and ``logits_cache``
 [max_reqs, steps, V] (full vocabulary on every rank). The TP size travels
 in config key ``world``.
 
-The golden gets two entries from the harness, on the CPU path (the golden
-system) and for the reference alike: ``rcp_table`` (the GPU's measured
-``div.full.f32`` reciprocals, ``golden/data/rcp_f32_sm_90.json``: scenarios
-use temperatures such as 0.6 that are not powers of two) and ``bias_fn``
-(``BIAS_MODEL``). The kernel-only keys (``timeout_ns``, ``ctas``,
-``ranks_per_device``) are stripped for the golden, the golden-only ones for
-the kernel.
+The golden gets two entries from the architecture's facts (``golden.arch``,
+chosen on the rank by ``harness.arch_facts``: the GPU's, else ``--arch``), on
+the CPU path (the golden system) and for the reference alike: ``bias_fn``,
+the facts' ``mma_model`` (the model of ``golden.markov_sharded.BIAS_FUNCTIONS``
+that the GPU's ``mma.sync`` chain follows, decided by ``harness golden
+--probe``: ``hopper_mma`` on the H200), and ``rcp_table``, the facts'
+measured ``div.full.f32`` reciprocals (scenarios use temperatures such as
+0.6 that are not powers of two). An architecture without facts makes this
+family's cases not available, naming the probe command. The kernel-only
+keys (``timeout_ns``, ``ctas``, ``ranks_per_device``) are stripped for the
+golden, the golden-only ones for the kernel.
 """
 
 from harness.families import FamilyAdapter
-
-# The golden's model of the kernel's bias (mma.sync m16n8k16 chains, fp32 accumulate). The GPU
-# MMA probe decides it (tests/kernels/test_markov_sharded_mma_gpu.py `report`): on the H200
-# (docs/results/markov_sharded_mma_probe_2026-11-29.json) neither "mma_chain" (exact sum per
-# MMA, one RN) nor "fp32_k_order" matched, while "hopper_mma" (terms truncated to 2^(E-25)
-# of the largest exponent, sum rounded toward zero) reproduces every recorded example and
-# the exact mismatch counts of the other two models; the full probe then matched it on all
-# 1,196,032 sums (docs/results/gpu-run-3/markov_sharded_mma_full.json). Change this one
-# constant to follow the probe on another GPU.
-BIAS_MODEL = "hopper_mma"
-
-# The reciprocal table the golden reads (golden.fp32.load_rcp_table: golden/data/rcp_f32_<arch>.json).
-RCP_TABLE_ARCH = "sm_90"
 
 ADAPTER = FamilyAdapter(
     family="markov_sharded",
@@ -40,5 +31,5 @@ ADAPTER = FamilyAdapter(
     },
     kernel_only_config=("timeout_ns", "ctas", "ranks_per_device"),
     golden_only_config=("bias_fn", "rcp_table"),
-    golden_config_extras={"bias_fn": BIAS_MODEL, "rcp_table": RCP_TABLE_ARCH},
+    arch_facts={"bias_fn": "mma_model", "rcp_table": "reciprocals"},
 )

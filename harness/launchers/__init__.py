@@ -14,7 +14,9 @@
 Every launcher runs its jobs through ``harness.launchers.jobs.JobRunner``
 (batching, per-case deadlines, recovery); only the command line differs.
 Per-rank logs go to ``<run>/logs/job<i>/`` via torchrun's ``--log-dir`` and
-``--redirects 3``.
+``--redirects 3``. NCCL groups run with PyTorch's flight recorder on
+(``harness.evidence.flight_recorder_env``): a collective timeout dumps its
+trace under ``<run>/nccl_trace/``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from harness.launchers.jobs import JobSettings, python
+from harness.evidence import flight_recorder_env
+from harness.launchers.jobs import JobSettings, job_log_dir, python
 
 LAUNCHERS = ("auto", "torchrun", "virtual", "cpu")
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
@@ -77,6 +80,8 @@ def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None
         per_node = (rendezvous and rendezvous.nproc_per_node) or world_hint
         if gpus >= per_node:
             backend = "nccl"
+            # A collective that times out dumps its flight-recorder trace into the run directory.
+            env.update(flight_recorder_env(run_dir))
         else:
             backend = "gloo"
             env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
@@ -99,7 +104,7 @@ def torchrun_argv(s: JobSettings, job_path: Path, world: int, job_index: int) ->
                  "--rdzv-id", f"{rdzv.id or 'rankcheck'}-job{job_index}"]
     else:
         argv += ["--standalone", "--nnodes", "1"]
-    log_dir = s.run_dir / "logs" / f"job{job_index}{rdzv.node_suffix}"
+    log_dir = job_log_dir(s, job_index)
     argv += ["--nproc-per-node", str(per_node), "--max-restarts", "0", "--monitor-interval", "0.5",
              "--log-dir", str(log_dir), "--redirects", "3",
              "-m", "harness.worker", "--job", str(job_path)]

@@ -15,9 +15,10 @@ times its launches plus a per-case allowance (input building and the
 reference). Time a rank spends on the unsharded reference (its last record
 is ``reference`` and its heartbeat is fresh: a realistic-size golden
 reference takes minutes on a CPU) stops that clock. When it expires the
-watchdog ends the whole tree; the case is judged from the records (a
-timeout naming the rank and launch), and the cases after it run in a fresh
-job. A job that ends early (a crash, or a rank that abandoned the job after
+watchdog asks the workers for their Python stacks and ends the whole tree;
+the case is judged from the records (a timeout naming the rank and launch,
+with each rank's innermost frames and log: ``harness.evidence``), and the
+cases after it run in a fresh job. A job that ends early (a crash, or a rank that abandoned the job after
 an unexpected error) is handled the same way, without waiting; a case that
 had not started when its job ended is run again in the fresh job, not
 judged (it never ran), provided the ended job settled at least one case.
@@ -35,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+from harness.evidence import nccl_dumps, rank_stacks, stacks_dir, torchrun_rank_log
 from harness.families.catalog import Case
 from harness.launchers import records
 from harness.launchers.verdict import judge
@@ -72,6 +74,43 @@ class Rendezvous:
         """``.node<rank>`` for a node of a multi-node run (its files must not collide with the others'), else ``""``."""
         return f".node{self.node_rank}" if self.nnodes > 1 else ""
 
+    @property
+    def world(self) -> int | None:
+        """The job's rank count the node options imply (``nnodes * nproc_per_node``), or None without ``--nproc-per-node``."""
+        return self.nnodes * self.nproc_per_node if self.nproc_per_node else None
+
+    def node_path(self, path: str | os.PathLike) -> str:
+        """``path`` with ``node_suffix`` before its extension (``X.xml`` -> ``X.node3.xml``); unchanged on one node."""
+        target = Path(path)
+        return str(target.with_name(f"{target.stem}{self.node_suffix}{target.suffix}"))
+
+    def first_rank(self, world: int) -> int | None:
+        """The global rank this node's local rank 0 must take, with several nodes (None on one node).
+
+        torchrun's c10d rendezvous ignores ``--node-rank`` and orders the
+        agents its own way (by host name, then agent pid, anew for every
+        job), while the harness names files, TP groups and logs after node
+        ``k`` holding ranks ``local_ranks``; so the workers number themselves
+        from this (``harness.worker``). The store the workers meet in is the
+        agent's, so no rank's number decides who serves it."""
+        return self.local_ranks(world).start if self.nnodes > 1 else None
+
+    def describe(self) -> dict:
+        """This node in the job, as a report's provenance records it (what ``harness merge-reports`` checks)."""
+        return {"rank": self.node_rank, "nnodes": self.nnodes, "nproc_per_node": self.nproc_per_node,
+                "rdzv_id": self.id, "rdzv_endpoint": self.endpoint}
+
+    def local_groups(self, world: int, tp: int) -> list[int | None]:
+        """The TP groups holding at least one of this node's ranks (``[None]`` when one group spans the world).
+
+        A node reports only these: the other groups' ranks ran elsewhere, and
+        judging them from the results this node cannot see would call a case
+        that ran nowhere here a pass."""
+        if tp >= world:
+            return [None]
+        ranks = self.local_ranks(world)
+        return [g for g in range(world // tp) if g * tp < ranks.stop and ranks.start < (g + 1) * tp]
+
 
 @dataclass
 class JobSettings:
@@ -89,6 +128,8 @@ class JobSettings:
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     store: str | None = None
     env: dict = field(default_factory=dict)
+    # The reference cache the ranks share (harness.refcache); None: the run's own <run>/refcache.
+    cache_dir: Path | None = None
 
 
 ArgvBuilder = Callable[[JobSettings, Path, int, int], list[str]]
@@ -105,6 +146,7 @@ class JobRunner:
         self.on_note = on_note
         self.job_numbers = job_numbers if job_numbers is not None else itertools.count()
         self.job_index = 0
+        self.job_started_wall = time.time()
 
     # -- scheduling
 
@@ -121,8 +163,8 @@ class JobRunner:
             self._run_pending([case], world, tp)
 
     def _groups(self, world: int, tp: int) -> list[int | None]:
-        """The TP groups of a job (None when one group spans the world)."""
-        return list(range(world // tp)) if tp < world else [None]
+        """The TP groups of a job that hold this node's ranks (None when one group spans the world)."""
+        return self.settings.rendezvous.local_groups(world, tp)
 
     def _run_pending(self, cases: list[Case], world: int, tp: int) -> None:
         """Run jobs until every case has a verdict (each job settles at least its first pending case)."""
@@ -143,7 +185,8 @@ class JobRunner:
         path.parent.mkdir(parents=True, exist_ok=True)
         longest = max(self._case_budget(c) for c in cases)
         doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp, "store": s.store,
-               "shared_run_dir": s.rendezvous.nnodes == 1,
+               "cache_dir": str(s.cache_dir or s.run_dir / "refcache"),
+               "first_rank": s.rendezvous.first_rank(world),
                "collective_timeout_s": longest + s.startup_s,
                "cases": [{"family": c.family, "name": c.name, "path": c.path} for c in cases]}
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
@@ -157,7 +200,8 @@ class JobRunner:
         records.clear_rank_files(s.run_dir, pending, tp, groups, s.rendezvous.local_ranks(world))
         job_path = self._write_job(pending, world, tp)
         argv = self.argv_for(s, job_path, world, self.job_index)
-        log_path = s.run_dir / "logs" / f"job{self.job_index}{s.rendezvous.node_suffix}.log"
+        log_path = job_log(s, self.job_index)
+        self.job_started_wall = time.time()
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self.on_note(f"job {self.job_index}: {len(pending)} case(s) at world {world} (tp {tp}) via {s.launcher}; "
                      f"log {log_path}")
@@ -217,7 +261,8 @@ class JobRunner:
 
         cap = s.startup_s + sum(self._case_budget(c) for c in pending) + s.case_allowance_s
         with open(log_path, "ab") as log:
-            sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s)
+            sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s,
+                             stacks_dir=stacks_dir(s.run_dir))
             outcome = sup.wait(cap + REFERENCE_ALLOWANCE_S, poll=expired)
         if outcome.leftovers:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
@@ -257,12 +302,41 @@ class JobRunner:
             if not end.completed or any(r.get("status") == "error" for r in results[g].values()):
                 progress = records.read_group_progress(self.settings.run_dir, case.family, case.name, tp, g, world)
                 directory = case_dir(self.settings.run_dir, case.family, case.name, tp, g)
-                diagnosis = diagnose(progress, kernel_records=kernel_diag_records(directory))
+                diagnosis = diagnose(progress, kernel_records=kernel_diag_records(directory),
+                                     stacks=rank_stacks(progress, stacks_dir(self.settings.run_dir)),
+                                     logs=self._rank_logs(world, tp, g),
+                                     nccl_dumps=nccl_dumps(self.settings.env, self.job_started_wall))
             stored = (results[g].get(0) or {}).get("store")
             if stored:
                 self.on_result(store_result(case, tp, stored))
             self.on_result(judge(case, world=tp, launcher=self.settings.launcher, impl=self.settings.impl,
                                  group=g, results=results[g], end=end, diagnosis=diagnosis, time_s=time_s))
+
+
+    def _rank_logs(self, world: int, tp: int, group: int | None) -> dict[int, Path]:
+        """Each group rank's log in the current job: torchrun's per-rank ``stderr.log`` (this node's ranks), or the virtual job's log."""
+        s = self.settings
+        ranks = records.group_ranks(world, tp, group)
+        if s.launcher == "virtual":
+            return {g_rank: job_log(s, self.job_index) for g_rank in range(len(ranks))}
+        local = s.rendezvous.local_ranks(world)
+        logs = {}
+        for g_rank, rank in enumerate(ranks):
+            path = torchrun_rank_log(job_log_dir(s, self.job_index), rank - local.start) if rank in local else None
+            if path is not None:
+                logs[g_rank] = path
+        return logs
+
+
+def job_log_dir(settings: JobSettings, job_index: int) -> Path:
+    """The directory of one job's per-rank logs (torchrun's ``--log-dir``)."""
+    return settings.run_dir / "logs" / f"job{job_index}{settings.rendezvous.node_suffix}"
+
+
+def job_log(settings: JobSettings, job_index: int) -> Path:
+    """The log of one job's process tree (the torchrun agent's output, or the virtual process's)."""
+    directory = job_log_dir(settings, job_index)
+    return directory.with_name(directory.name + ".log")
 
 
 def _ranks_time(results: dict) -> float:

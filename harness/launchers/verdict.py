@@ -18,6 +18,10 @@ the job while the case ran; ``exit``: a rank or the agent exited first).
   calls disagree) rather than by a deadline; that also passes when the
   diagnosis from the progress records names the same rank and launch.
 Several expected outcomes (``[error, timeout]``) pass when any one holds.
+
+A case that did not complete carries its evidence in the detail, after the
+diagnosis: the innermost Python frames of the rank that fell behind, every
+rank's log path and any NCCL flight-recorder dumps (``harness.evidence``).
 """
 
 from __future__ import annotations
@@ -25,9 +29,14 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
+from harness.evidence import short_frame
 from harness.launchers.records import CaseEnd
+from harness.phases import slowest
 from harness.report import CaseResult
 from harness.watchdog import Diagnosis
+
+# How many of the laggard's innermost frames a verdict's detail shows (the diagnosis keeps more).
+DETAIL_FRAMES = 4
 
 
 def _first_error(results: Mapping[int, dict]) -> tuple[int, dict] | None:
@@ -43,6 +52,25 @@ def _error_matches(error: dict, expected: dict) -> bool:
     if expected["type"] not in error.get("types", [error.get("type")]):
         return False
     return re.search(expected["match"], error.get("message", "")) is not None
+
+
+def _diagnosis_text(diagnosis: Diagnosis | None) -> str:
+    """The diagnosis followed by its evidence: the laggard's innermost frames (each rank's innermost one when no rank fell behind), every rank's log and the NCCL dumps."""
+    if diagnosis is None:
+        return "no diagnosis"
+    parts = [diagnosis.text]
+    frames = diagnosis.stacks.get(diagnosis.rank) if diagnosis.rank is not None else None
+    if frames:
+        parts.append(f"rank {diagnosis.rank} stack, innermost first: "
+                     + " < ".join(short_frame(f) for f in frames[:DETAIL_FRAMES]))
+    elif diagnosis.stacks:
+        parts.append("innermost frames: " + ", ".join(f"rank {r} {short_frame(f[0])}"
+                                                      for r, f in sorted(diagnosis.stacks.items()) if f))
+    if diagnosis.logs:
+        parts.append("logs: " + ", ".join(f"rank {r} {p}" for r, p in sorted(diagnosis.logs.items())))
+    if diagnosis.nccl_dumps:
+        parts.append("NCCL flight recorder dumps: " + ", ".join(diagnosis.nccl_dumps))
+    return "; ".join(parts)
 
 
 def _names_expected(diagnosis: Diagnosis | None, want: dict | None) -> bool:
@@ -128,14 +156,16 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
     """The verdict of one case in one TP group (ranks keyed by group rank)."""
     base = dict(family=case.family, scenario=case.name, world=world, launcher=launcher, impl=impl,
                 expected=case.expected_text, group=group, time_s=time_s,
-                diagnosis=diagnosis.to_json() if diagnosis else None)
+                diagnosis=diagnosis.to_json() if diagnosis else None,
+                phases=slowest(r.get("phases") for r in results.values()),
+                facts=next((r["facts"] for r in results.values() if r.get("facts")), None))
     unavailable = [r for r in results.values() if r.get("status") == "not-available"]
     if unavailable:
         return CaseResult(status="not-available", detail=unavailable[0]["error"]["message"], **base)
     outcomes = case.outcomes
     verdicts: list[tuple[str, str]] = []
     if not end.completed:
-        what = diagnosis.text if diagnosis else "no diagnosis"
+        what = _diagnosis_text(diagnosis)
         ended = diagnosis is not None and (diagnosis.cause == "crash" or not end.timed_out)
         if ended and diagnosis.rank is not None and diagnosis.rank not in results:
             # a rank that ended without a result (exit, signal) is an error of that rank

@@ -31,6 +31,7 @@ from cutlass import Float32, Int32, Int64
 from kernels.allreduce.consumer import OUTPUTS, LamportMHCConsumer
 from kernels.allreduce.owner_reduce import OwnerReduceKernel
 from kernels.allreduce.publish import FANOUTS, PROTOCOLS, SOURCES, PublishKernel
+from kernels.compile_clock import compiling
 from kernels.loading import preload  # noqa: F401 - kernels.allreduce.host calls variants.preload
 
 GATE_SHAPE = {"hidden": 5120, "hc": 4, "tp": 8, "capacity": 128, "top_k": 8}
@@ -73,7 +74,8 @@ def compiled(kernel: Any, arch: str, options: str = "", *, with_arch: bool = Tru
                     "construct the instance (which compiles every variant it uses) before capture"
                 )
             full = f"--gpu-arch {arch} {options}".strip() if with_arch else options
-            _CACHE[key] = cute.compile(kernel, *placeholder_args(kernel), options=full)
+            with compiling():
+                _CACHE[key] = cute.compile(kernel, *placeholder_args(kernel), options=full)
         return _CACHE[key]
 
 

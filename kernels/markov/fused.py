@@ -67,6 +67,7 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.compile_clock import compiling
 from kernels.variant import KernelVariant
 
 SYSTEM_CLASS = "FusedMarkovLoop"
@@ -574,10 +575,8 @@ def compile_kernel(cls, options: str | None = None, **config):
             assert_not_capturing(f"{cls.__name__}{config}")
             args = _fake_args(_SIGNATURES[cls])
             kernel = cls(**config)
-            if options:
-                compiled = cute.compile(kernel, *args, options=options)
-            else:
-                compiled = cute.compile(kernel, *args)
+            with compiling():
+                compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
             # The kernel object stays alive with its compiled function: the
             # DSL keys some tracing state by id(), which a freed object's
             # address could otherwise hand to the next kernel traced.

@@ -69,6 +69,7 @@ from typing import Any, Mapping
 import torch
 
 from kernels import hostcopy
+from kernels.compile_clock import compiling
 from kernels.loading import preload
 from kernels.markov.sharded_checks import CallArgs, SamplerConfig, check_call, check_config, check_static
 from kernels.markov.sharded_layout import (
@@ -119,7 +120,8 @@ def compiled_kernel(
 
             args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
             kernel = ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative)
-            compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
+            with compiling():
+                compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
             _COMPILED[key] = compiled
         return compiled
 

@@ -1,5 +1,5 @@
-"""GPU test of the benchmark runner: the baseline copy runs close to its floor
-and the results document is written and valid."""
+"""GPU test of the benchmark runner: the baseline copy runs close to its floor,
+its line is printed, and the results document and its summary are written."""
 
 from __future__ import annotations
 
@@ -13,12 +13,16 @@ from harness.bench.results import validate_result
 pytestmark = pytest.mark.gpu
 
 
-def test_bench_baseline_end_to_end(tmp_path):
+def test_bench_baseline_end_to_end(tmp_path, capsys):
     assert main(["--family", "baseline", "--case", "copy_64m", "--out", str(tmp_path), "--warmup", "2", "--reps", "10"]) == 0
     [path] = list(tmp_path.glob("bench-*.json"))
     document = json.loads(path.read_text())
     validate_result(document)
+    assert document["status"] == "complete" and document["selected"] == ["baseline/copy_64m"]
     [case] = document["cases"]
+    assert case["setup_s"] >= 0 and case["timed_s"] > 0
+    out = capsys.readouterr().out
+    assert "[1/1] baseline/copy_64m" in out and path.with_suffix(".md").read_text() in out
     assert case["l2_cold"]
     # A plain copy cannot beat the copy-bandwidth floor by more than noise, and should be near it.
     assert 0.5 < case["efficiency"]["graph"] < 1.1, case

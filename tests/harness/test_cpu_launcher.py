@@ -98,7 +98,7 @@ def test_a_reused_run_directory_never_lends_an_earlier_runs_files(tmp_path):
     (path,) = list(progress)
     events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
     assert events.count("start") == 1, events  # the first run's records were removed, not appended to
-    assert list((tmp_path / "refcache").glob("*.safetensors"))  # the cache itself is kept
+    assert list(Path(os.environ["RANKCHECK_CACHE_DIR"]).rglob("*.safetensors"))  # the cache itself is kept
 
 
 def test_injected_hang_ends_in_time_naming_rank_and_launch(tmp_path):
@@ -157,7 +157,8 @@ def test_two_agents_one_rendezvous_run_as_two_nodes(tmp_path):
     outputs = [p.communicate(timeout=170)[0] for p in procs]
     for node, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, out
-        (res,) = report(tmp_path / f"node{node}")["results"]
+        # each node writes its own report, its node rank in the name
+        (res,) = json.loads((tmp_path / f"node{node}" / f"report.node{node}.json").read_text())["results"]
         assert (res["world"], res["status"]) == (2, "pass"), res
     # each node wrote the result of its own rank; together they hold both ranks
     ranks = {p.name for node in (0, 1) for p in (tmp_path / f"node{node}").glob("cases/*/w2/rank*.result.json")}

@@ -7,8 +7,8 @@ import types
 import pytest
 import torch
 
+from golden.arch import load_facts
 from harness.families import DevicePlaced, FamilyAdapter, NotAvailable, adapter, placed, to_device
-from harness.families import markov_sharded as sharded_adapter
 
 
 def test_to_device_copies_and_keeps_layout():
@@ -99,13 +99,12 @@ def test_missing_kernel_kwarg_target_is_not_available(fake_modules):
 def test_real_adapters_wiring():
     fused = adapter("markov_fused")
     assert fused.kernel_inputs_on_device and fused.kernel_kwargs == {"bias_fn": "golden.markov_fused:markov_bias"}
-    assert fused.golden_config({"vocab": 8, "pdl": True, "sharded": True}) == {"vocab": 8}
+    facts = load_facts("sm_90")  # no GPU in CI: the CPU default architecture's facts
+    assert fused.golden_config({"vocab": 8, "pdl": True, "sharded": True}) == {"vocab": 8,
+                                                                                "rcp_table": facts.reciprocals}
     sharded = adapter("markov_sharded")
-    from golden.markov_sharded import BIAS_FUNCTIONS
-
-    assert sharded_adapter.BIAS_MODEL in BIAS_FUNCTIONS
     cfg = sharded.golden_config({"vocab": 8, "timeout_ns": 5, "ctas": 2})
-    assert cfg == {"vocab": 8, "bias_fn": sharded_adapter.BIAS_MODEL, "rcp_table": "sm_90"}
+    assert cfg == {"vocab": 8, "bias_fn": facts.mma_model, "rcp_table": facts.reciprocals}
     assert sharded.kernel_config(cfg | {"timeout_ns": 5}) == {"vocab": 8, "timeout_ns": 5}
     assert not adapter("allreduce_mhc").kernel_inputs_on_device
 

@@ -9,6 +9,7 @@ import pytest
 from harness import rcp_table
 
 ROOT = Path(__file__).resolve().parents[2]
+SM90_TABLE = rcp_table.table_path("sm_90")
 
 
 def test_needs_entry():
@@ -17,17 +18,17 @@ def test_needs_entry():
 
 
 def test_default_temperatures_cover_scenarios_and_table():
-    temps = rcp_table.default_temperatures()
+    temps = rcp_table.default_temperatures(table=SM90_TABLE)
     assert rcp_table.f32(0.6) in temps and rcp_table.f32(0.7) in temps  # gpu_basic's
     assert all(rcp_table.needs_entry(t) for t in temps) and temps == sorted(set(temps))
-    stored = {rcp_table.f32(t) for t in rcp_table.stored_temperatures() if rcp_table.needs_entry(t)}
+    stored = {rcp_table.f32(t) for t in rcp_table.stored_temperatures(SM90_TABLE) if rcp_table.needs_entry(t)}
     assert stored <= set(temps)
 
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-GPU refusal")
 def test_without_gpu_exits_2_and_leaves_the_table(tmp_path):
-    before = rcp_table.TABLE.read_bytes()
+    before = SM90_TABLE.read_bytes()
     proc = subprocess.run([sys.executable, "-m", "harness", "golden", "--measure-rcp", "0.6"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
-    assert rcp_table.TABLE.read_bytes() == before
+    assert SM90_TABLE.read_bytes() == before

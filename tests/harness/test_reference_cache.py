@@ -1,6 +1,7 @@
-"""ReferenceCache: one computation per reference across ranks (threads here), stale claims, failures."""
+"""ReferenceCache: one computation per reference across ranks and runs, stale claims, failures, corruption, bounds."""
 
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -9,12 +10,20 @@ import time
 import pytest
 import torch
 
-from harness.worker import ReferenceCache
+from harness import refcache
+from harness.refcache import ReferenceCache
 
 
 def cache(tmp_path) -> ReferenceCache:
     """A cache over a tiny config and static tensor."""
     return ReferenceCache(tmp_path, "markov_sharded", "world", {"vocab": 8, "world": 2}, {"w": torch.ones(2)})
+
+
+def claim_of(refs: ReferenceCache, key: str):
+    """The claim file of ``key`` (its directory created, as a claimer would)."""
+    path = refs.path(key).with_suffix(".claim")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def test_computed_once_for_every_rank_and_world(tmp_path):
@@ -41,14 +50,14 @@ def test_computed_once_for_every_rank_and_world(tmp_path):
     assert len(calls) == 1 and all(torch.equal(o["tokens"], torch.arange(4)) for o in out)
     other_world = ReferenceCache(tmp_path, "markov_sharded", "world", {"vocab": 8, "world": 4}, {"w": torch.ones(2)})
     assert other_world.key({"x": torch.zeros(3)}, {"rows": 1}) == key  # the TP size is not part of the key
-    assert not list((tmp_path / "refcache").glob("*.claim"))
+    assert not list(tmp_path.rglob("*.claim"))
 
 
 def test_stale_claim_is_taken_over_and_failure_drops_the_claim(tmp_path):
     refs = cache(tmp_path)
     key = refs.key({"x": torch.ones(1)}, {})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    (tmp_path / "refcache" / f"{key}.claim").write_text(dead.stdout.strip())
+    claim_of(refs, key).write_text(f"{socket.gethostname()} {dead.stdout.strip()}")
     started = time.monotonic()
     out = refs.get(key, lambda: {"y": torch.zeros(2)}, wait_s=30)
     assert time.monotonic() - started < 5 and torch.equal(out["y"], torch.zeros(2))
@@ -60,14 +69,94 @@ def test_stale_claim_is_taken_over_and_failure_drops_the_claim(tmp_path):
 
     with pytest.raises(ValueError, match="temperature"):
         refs.get(key2, broken, wait_s=30)
-    assert not (tmp_path / "refcache" / f"{key2}.claim").exists()
-    assert os.path.isdir(tmp_path / "refcache")
+    assert not claim_of(refs, key2).exists()
 
 
 def test_waits_are_bounded(tmp_path):
     refs = cache(tmp_path)
     key = refs.key({}, {})
-    (tmp_path / "refcache" / f"{key}.claim").write_text(str(os.getpid()))  # held by a live process
+    claim_of(refs, key).write_text(f"{socket.gethostname()} {os.getpid()}")  # held by a live process
     started = time.monotonic()
     out = refs.get(key, lambda: {"y": torch.ones(1)}, wait_s=0.5)
     assert 0.5 <= time.monotonic() - started < 5 and torch.equal(out["y"], torch.ones(1))
+
+
+RANK_SCRIPT = """
+import sys, time, torch
+from harness.refcache import ReferenceCache
+refs = ReferenceCache(sys.argv[1], "markov_sharded", "world", {"vocab": 8, "world": 2}, {"w": torch.ones(2)})
+key = refs.key({"x": torch.zeros(3)}, {"rows": 1})
+def compute():
+    time.sleep(1.0)  # the other processes arrive while this one computes
+    return {"tokens": torch.arange(5)}
+out = refs.get(key, compute, wait_s=60)
+assert torch.equal(out["tokens"], torch.arange(5))
+print("computed" if refs.computed else "loaded")
+"""
+
+
+def test_shared_by_concurrent_rank_processes(tmp_path):
+    """Four processes (ranks of a job, or of several nodes' jobs) on one directory: one computes, three load."""
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+             for _ in range(4)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=120)[0].strip())
+        finally:
+            p.kill()
+    assert all(p.returncode == 0 for p in procs), outs
+    assert sorted(outs) == ["computed", "loaded", "loaded", "loaded"]
+
+
+def test_a_later_run_loads_what_an_earlier_run_stored(tmp_path):
+    first, second = cache(tmp_path), cache(tmp_path)
+    key = first.key({"x": torch.ones(2)}, {"rows": 2})
+    first.get(key, lambda: {"y": torch.full((3,), 7.0)})
+    out = second.get(key, lambda: pytest.fail("recomputed a stored reference"))
+    assert (second.computed, second.loaded) == (0, 1) and torch.equal(out["y"], torch.full((3,), 7.0))
+
+
+def test_corrupt_entry_is_discarded_and_recomputed(tmp_path):
+    refs = cache(tmp_path)
+    key = refs.key({"x": torch.ones(2)}, {})
+    refs.get(key, lambda: {"y": torch.arange(6, dtype=torch.float32)})
+    path = refs.path(key)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x40  # one flipped bit in the last tensor byte: the file still loads, its digest does not match
+    path.write_bytes(bytes(raw))
+    again = cache(tmp_path)
+    out = again.get(key, lambda: {"y": torch.arange(6, dtype=torch.float32)})
+    assert (again.discarded, again.computed, again.loaded) == (1, 1, 0)
+    assert torch.equal(out["y"], torch.arange(6, dtype=torch.float32))
+    path.write_bytes(b"not a safetensors file")
+    third = cache(tmp_path)
+    third.get(key, lambda: {"y": torch.zeros(1)})
+    assert (third.discarded, third.computed) == (1, 1)
+
+
+def test_key_follows_the_golden_code(tmp_path, monkeypatch):
+    before = cache(tmp_path).key({"x": torch.ones(1)}, {})
+    monkeypatch.setattr(refcache, "code_digest", lambda: "another golden")
+    assert cache(tmp_path).key({"x": torch.ones(1)}, {}) != before
+
+
+def test_size_is_bounded_least_recently_used_first(tmp_path):
+    refs = ReferenceCache(tmp_path, "markov_sharded", "world", {"vocab": 8}, {}, max_bytes=10_000)
+    keys = [refs.key({"i": torch.tensor([i])}, {}) for i in range(4)]
+    for i, key in enumerate(keys):
+        refs.get(key, lambda: {"y": torch.zeros(1000)})  # 4 kB each
+        os.utime(refs.path(key), (1000 + i, 1000 + i))
+    assert [refs.has(k) for k in keys] == [False, False, True, True]
+
+
+def test_another_hosts_claim_is_trusted_until_stale(tmp_path, monkeypatch):
+    refs = cache(tmp_path)
+    key = refs.key({"x": torch.ones(3)}, {})
+    claim = claim_of(refs, key)
+    claim.write_text("some-other-host 1")
+    assert not refcache.claim_dead(claim)
+    old = time.time() - refcache.CLAIM_STALE_S - 1
+    os.utime(claim, (old, old))
+    assert refcache.claim_dead(claim)

@@ -95,3 +95,30 @@ def test_clean_exit_is_reported():
     outcome = sup.wait(30)
     assert (outcome.returncode, outcome.timed_out, outcome.leftovers) == (3, False, [])
     assert os.environ.get("RANKCHECK_RUN_TOKEN") is None  # the token is the child's, never ours
+
+
+def test_ranks_all_inside_a_launch_name_the_one_whose_call_deviates():
+    """Kernels given disagreeing calls can all wait inside the launch: the rank that began it with other
+    parameters than the call's is the one named (two ranks have no majority to tell it)."""
+    from harness.watchdog import diagnose
+
+    def recs(deviates):
+        return [{"event": "begin", "launch": 0, "params": {"rows": 8}}, {"event": "end", "launch": 0},
+                {"event": "begin", "launch": 1, "params": {"rows": 8}, "deviates": deviates}]
+
+    d = diagnose({0: recs({}), 1: recs({"rows": [20, 8]})})
+    assert (d.rank, d.launch, d.cause) == (1, 1, "disagree")
+    assert "rows 20 where the call has 8" in d.text
+    same = diagnose({0: recs({}), 1: recs({})})
+    assert same.rank is None and "no single rank fell behind" in same.text
+
+
+def test_a_deviating_call_is_named_ahead_of_a_rank_merely_behind():
+    """One virtual rank's kernel trapped (ending the process) before its peer wrote ``begin``: the peer is
+    behind, but the rank that began the launch with another call is the cause."""
+    from harness.watchdog import diagnose
+
+    first = [{"event": "begin", "launch": 0, "params": {"rows": 8}}, {"event": "end", "launch": 0}]
+    d = diagnose({0: list(first), 1: first + [{"event": "begin", "launch": 1, "params": {"rows": 20},
+                                               "deviates": {"rows": [20, 8]}}]})
+    assert (d.rank, d.launch, d.cause) == (1, 1, "disagree")

@@ -37,6 +37,12 @@ baseline: they exist for the crossover.
 
 Published figures (FlashInfer, REFERENCE section 4) ride along as
 ``references`` rows labelled ``published, not measured here``.
+
+The default set (``python -m harness bench`` without ``--all``) keeps the
+plain source at M in ``DEFAULT_ROWS`` (every implementation, both H, both
+tp): enough points for the latency-against-M curves and the LL/BT crossover
+within the bench's time budget. The other M and the finalize cases run with
+``--all`` (or ``--case``); ``harness.bench.thresholds`` wants them.
 """
 
 from __future__ import annotations
@@ -53,20 +59,27 @@ VIRTUAL_NOTE = "virtual ranks on one GPU: not a latency measurement of NVLink"
 STAND_IN_NOTE = "all-reduce stand-in: in-process sum over the ranks' tensors (x.sum(0)), not NCCL"
 _FLASHINFER = "FlashInfer PR #5178 (REFERENCE.md section 4); published, not measured here"
 _NCCL = "FlashInfer commit b190523e3 (REFERENCE.md section 4); published, not measured here"
+# tp / hidden / rows / protocol say where a figure applies (the summary's
+# "FlashInfer" column matches them against the case's shape).
 PUBLISHED = {
     1: (
-        {"source": _FLASHINFER, "value_us": 4.09, "note": "FlashInfer LL, H=5120, M=1, TP4", "published": True},
-        {"source": _FLASHINFER, "value_us": 4.81, "note": "FlashInfer LL, H=5120, M=1, TP8", "published": True},
+        {"source": _FLASHINFER, "value_us": 4.09, "note": "FlashInfer LL, H=5120, M=1, TP4", "published": True,
+         "tp": 4, "hidden": 5120, "rows": 1, "protocol": "ll"},
+        {"source": _FLASHINFER, "value_us": 4.81, "note": "FlashInfer LL, H=5120, M=1, TP8", "published": True,
+         "tp": 8, "hidden": 5120, "rows": 1, "protocol": "ll"},
     ),
     128: (
-        {"source": _FLASHINFER, "value_us": 9.3, "note": "FlashInfer LL, H=5120, M=128, TP4 (about)", "published": True},
-        {"source": _FLASHINFER, "value_us": 9.9, "note": "FlashInfer LL, H=5120, M=128, TP8 (about)", "published": True},
+        {"source": _FLASHINFER, "value_us": 9.3, "note": "FlashInfer LL, H=5120, M=128, TP4 (about)", "published": True,
+         "tp": 4, "hidden": 5120, "rows": 128, "protocol": "ll"},
+        {"source": _FLASHINFER, "value_us": 9.9, "note": "FlashInfer LL, H=5120, M=128, TP8 (about)", "published": True,
+         "tp": 8, "hidden": 5120, "rows": 128, "protocol": "ll"},
     ),
 }
 NCCL_PUBLISHED = (
     {"source": _NCCL, "value_us": 16.6, "note": "NCCL all-reduce 8xH200, 2 KB message", "published": True},
     {"source": _NCCL, "value_us": 20.8, "note": "NCCL all-reduce 8xH200, 512 KB message", "published": True},
 )
+DEFAULT_ROWS = (1, 8, 32, 128)
 _SYSTEMS: dict[tuple, list] = {}
 
 
@@ -264,7 +277,9 @@ def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool) -> None:
                                           bt=bt, finalize=finalize)
         description = (f"AllReduceMHC {'finalize ' if finalize else ''}{protocol.upper()}, {tp} virtual ranks "
                        "on one GPU (not an NVLink latency)")
-    bench_case("allreduce_mhc", name, params=params, description=description, references=references)(setup)
+    default = rows in DEFAULT_ROWS and not finalize
+    bench_case("allreduce_mhc", name, params=params, description=description, references=references,
+               default=default)(setup)
 
 
 # Order: every torch case first, then LL, then BT, then finalize, then the 4-rank

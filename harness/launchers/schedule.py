@@ -1,0 +1,140 @@
+"""Which jobs a validation runs, in what order, and how many at once.
+
+``validate`` plans (world, cases) pairs; this module cuts them into job
+units and runs the units through ``JobRunner``s, several at a time where
+they cannot spoil each other's verdict:
+
+- Units: per world, the cases that cannot hang run batched: the cpu-size
+  ones in one unit, the gpu-size ones in one unit per family; every case that may hang or end its ranks (an
+  injected hang, crash, skip, repeat or disagreement; an expected timeout)
+  is a unit of its own. Order: cpu-size batches and the fault units first,
+  gpu-size batches last, so the reference pool (``harness.refpool``) has
+  computed their references by the time they start.
+- Lanes: a unit runs when a lane is free. With ranks sharing devices (the
+  virtual launcher, torchrun processes sharing one GPU, the cpu launcher)
+  there are ``lanes`` lanes and no device assignment: units time-share the
+  GPU and the cores. The fault units mostly wait for a deadline, so they
+  overlap well with batches. With one GPU per rank (torchrun + NCCL) a unit
+  of world ``w`` takes ``w`` free GPUs (``CUDA_VISIBLE_DEVICES``), so a node
+  of 8 GPUs runs four world-2 jobs side by side and a world-8 job alone.
+- Never in parallel: several nodes (every node must start the same jobs in
+  the same order, their rendezvous ids are job numbers) and TP groups (the
+  case directories are keyed by TP size, which several worlds share).
+
+A unit's verdicts are reported as its cases settle (``Report.add`` is
+thread-safe); an interrupt reaches the main thread, which ends every live
+process tree (``harness.watchdog.end_every_tree``) and lets the lanes drain.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from typing import Callable, Iterator, Sequence
+
+from harness.families.catalog import Case
+
+
+@dataclass(frozen=True)
+class JobUnit:
+    """Cases of one world that run as one job (or, for a fault case, alone)."""
+
+    world: int
+    cases: tuple[Case, ...]
+    isolated: bool
+
+    @property
+    def heavy(self) -> bool:
+        """Whether the unit holds gpu-size cases (their references come from the pool)."""
+        return any(c.size == "gpu" for c in self.cases)
+
+
+def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str) -> list[JobUnit]:
+    """The units of a plan in run order: cpu-size batches and fault cases first, gpu-size batches last."""
+    light, heavy = [], []
+    for world, cases in pairs:
+        batches: dict[tuple[str, str], list[Case]] = {}
+        for case in cases:
+            if case.isolated(impl):
+                light.append(JobUnit(world, (case,), True))
+            else:
+                # one job per world for the cpu-size cases (a job start costs seconds); the gpu-size ones
+                # per family too, so that lanes can share them out
+                batches.setdefault((case.family if case.size == "gpu" else "", case.size), []).append(case)
+        for (_, size), batch in batches.items():
+            (heavy if size == "gpu" else light).append(JobUnit(world, tuple(batch), False))
+    # the longest gpu-size units first, so that no lane is left with one long unit at the end
+    heavy.sort(key=lambda u: -u.world * sum(max(c.launches, 1) for c in u.cases))
+    return light + heavy
+
+
+def default_lanes(launcher: str, *, nnodes: int, tp: int | None, cores: int | None = None) -> int:
+    """How many units run at once by default: one per three cores (at most six), one where order must hold."""
+    if nnodes > 1 or tp is not None:
+        return 1
+    cores = cores or os.cpu_count() or 1
+    return max(1, min(6, cores // 3))
+
+
+class DevicePool:
+    """GPUs handed to units of one-GPU-per-rank jobs: ``acquire(n)`` blocks until ``n`` are free."""
+
+    def __init__(self, devices: int) -> None:
+        self.free = list(range(devices))
+        self.size = devices
+        self._cond = threading.Condition()
+
+    def acquire(self, count: int) -> list[int]:
+        """Take ``count`` free GPUs (all of them when ``count`` exceeds the node), waiting for them."""
+        count = min(count, self.size)
+        with self._cond:
+            self._cond.wait_for(lambda: len(self.free) >= count)
+            taken, self.free = self.free[:count], self.free[count:]
+            return taken
+
+    def release(self, devices: list[int]) -> None:
+        """Give GPUs back."""
+        with self._cond:
+            self.free = sorted(self.free + devices)
+            self._cond.notify_all()
+
+
+def run_units(units: Sequence[JobUnit], settings_for_world: Callable, run_unit: Callable, *, lanes: int,
+              devices: DevicePool | None = None) -> None:
+    """Run every unit, ``lanes`` at a time; ``run_unit(settings, unit)`` runs one (a JobRunner)."""
+
+    def one(unit: JobUnit) -> None:
+        """Run a unit on its settings, with its own GPUs when the ranks do not share them."""
+        settings = settings_for_world(unit.world)
+        if devices is None:
+            run_unit(settings, unit)
+            return
+        taken = devices.acquire(unit.world)
+        try:
+            env = dict(settings.env, CUDA_VISIBLE_DEVICES=",".join(map(str, taken)))
+            run_unit(replace(settings, env=env), unit)
+        finally:
+            devices.release(taken)
+
+    if lanes <= 1:
+        for unit in units:
+            one(unit)
+        return
+    with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="lane") as pool:
+        futures = [pool.submit(one, unit) for unit in units]
+        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        for future in pending:
+            future.cancel()
+        for future in done:
+            future.result()  # re-raise the first error of a lane
+
+
+def shared_numbers() -> Iterator[int]:
+    """Job numbers shared by every lane (``next`` on a count is atomic in CPython)."""
+    return itertools.count()
+
+
+__all__ = ["DevicePool", "JobUnit", "default_lanes", "job_units", "run_units", "shared_numbers"]

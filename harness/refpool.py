@@ -1,0 +1,174 @@
+"""References computed ahead of the ranks, on the CPU cores a GPU job leaves idle.
+
+A realistic-size golden reference takes tens of seconds on one CPU core, and
+a rank that needs one waits for it while its GPU idles. The references do
+not depend on the kernels, so ``validate`` starts this pool before the first
+job: a few background processes compute every golden-outcome case's
+references into the shared ``harness.refcache`` directory, heaviest first,
+while the GPU runs the cases that need none (the cpu-size cases and the
+fault cases run first). A rank that reaches a reference the pool is still
+computing finds the pool's claim and waits for it (its case clock paused, as
+for any reference); one the pool has stored it loads. The pool computes with
+the golden code on the CPU, exactly what a rank would compute, so a cached
+reference is the same bits whoever made it.
+
+Work queue: one JSON file per (scenario file, world) under
+``<run>/refpool/queue/``; a pool process takes an item by renaming its file
+(atomic: exactly one process gets it), so the processes share the queue
+without a coordinator. Each process runs under ``harness.watchdog.Supervised``
+(its own session, ended as a whole with the run or on an interrupt) and logs
+to ``<run>/logs/refpool<i>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from harness.arch_facts import ARCH_ENV, choose_arch
+from harness.refcache import ReferenceCache
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def needs_reference(case) -> bool:
+    """Whether a case's ranks compare with golden references (no fault that ends them early)."""
+    return "golden" in case.outcomes and not {"hang", "crash"} & set(case.harness_kinds)
+
+
+def queue_items(pairs: Sequence[tuple[int, Sequence]]) -> list[dict]:
+    """The pool's work, heaviest first: one item per golden-outcome (case, world), gpu size before cpu size."""
+    items = [{"path": case.path, "key": case.key, "world": world, "size": case.size, "launches": case.launches}
+             for world, cases in pairs for case in cases if needs_reference(case)]
+    return sorted(items, key=lambda it: (it["size"] != "gpu", -it["launches"], it["key"], it["world"]))
+
+
+def write_queue(directory: Path, items: Sequence[dict]) -> int:
+    """Write one file per item into ``directory`` (named so that a sorted listing keeps their order); return the count."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for index, item in enumerate(items):
+        (directory / f"{index:05d}.json").write_text(json.dumps(item), encoding="utf-8")
+    return len(items)
+
+
+def take(directory: Path) -> dict | None:
+    """Take the first untaken item of the queue (renamed to ``*.taken.<pid>``), or None when it is empty."""
+    for todo in sorted(directory.glob("*.json")):
+        taken = todo.with_name(f"{todo.stem}.taken.{os.getpid()}")
+        try:
+            os.rename(todo, taken)
+        except FileNotFoundError:
+            continue  # another process took it first
+        return json.loads(taken.read_text(encoding="utf-8"))
+    return None
+
+
+def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
+    """Store every reference of one (scenario, world) item in the cache; return (computed, already there)."""
+    from harness.families import adapter, catalog  # noqa: PLC0415
+
+    scenario = catalog.load(item["path"])
+    fam = adapter(scenario.family)
+    static, config, calls = catalog.agreed_calls(scenario, int(item["world"]))
+    config.update(fam.start_config(scenario.initial_state()))
+    refs = ReferenceCache(cache_dir, scenario.family, fam.tp_key, fam.golden_config(config), static)
+    present = 0
+    for inputs, params in calls:
+        key = refs.key(inputs, params)
+        if refs.has(key):
+            present += 1
+            continue
+        if refs.claimed(key):
+            continue  # another pool process computes it (the same reference at another world): the ranks wait
+        refs.get(key, lambda inputs=inputs, params=params: fam.reference(static, config, inputs, params))
+    return refs.computed, present
+
+
+def drain(queue_dir: Path, cache_dir: Path) -> int:
+    """Compute queue items until the queue is empty; an item that fails is reported and skipped (exit 1 at the end)."""
+    failed = 0
+    while (item := take(queue_dir)) is not None:
+        started = time.monotonic()
+        try:
+            computed, present = compute_item(item, cache_dir)
+            print(f"refpool: {item['key']} world {item['world']}: {computed} computed, {present} cached, "
+                  f"{time.monotonic() - started:.1f} s", flush=True)
+        except Exception as exc:  # noqa: BLE001 - the ranks compute (and report) it themselves
+            failed += 1
+            print(f"refpool: {item['key']} world {item['world']}: {type(exc).__name__}: {exc}", flush=True)
+    return 1 if failed else 0
+
+
+class ReferencePool:
+    """Background processes draining a reference queue; started before the jobs, ended after them."""
+
+    def __init__(self, run_dir: Path, cache_dir: Path, items: Sequence[dict], *, processes: int,
+                 threads: int) -> None:
+        self.queue_dir = run_dir / "refpool" / "queue"
+        self.log_dir = run_dir / "logs"
+        self.cache_dir = cache_dir
+        self.items = list(items)
+        self.processes = max(0, min(processes, len(self.items)))
+        self.threads = max(1, threads)
+        self.children: list = []
+
+    def start(self) -> "ReferencePool":
+        """Write the queue and start the processes (none when there is nothing to compute)."""
+        from harness.watchdog import Supervised  # noqa: PLC0415
+
+        if not self.processes:
+            return self
+        write_queue(self.queue_dir, self.items)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ)
+        env["OMP_NUM_THREADS"] = str(self.threads)
+        # The pool never touches the GPU; it takes the architecture (whose facts the golden uses) from here.
+        env["CUDA_VISIBLE_DEVICES"] = ""
+        env[ARCH_ENV] = choose_arch().arch
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+        argv = [sys.executable, "-m", "harness.refpool", "--queue", str(self.queue_dir),
+                "--cache-dir", str(self.cache_dir)]
+        for index in range(self.processes):
+            log = open(self.log_dir / f"refpool{index}.log", "ab")  # noqa: SIM115 - the child writes it
+            self.children.append((Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log), log))
+        return self
+
+    def describe(self) -> str:
+        """One header line: how many references the pool precomputes, with how many processes."""
+        if not self.processes:
+            return "# reference pool: off"
+        return (f"# reference pool: {len(self.items)} (case, world) item(s) precomputed by {self.processes} "
+                f"process(es) x {self.threads} thread(s) into {self.cache_dir}")
+
+    def stop(self) -> list[int]:
+        """End every pool process (finished or not: the ranks compute what is left); return pids left alive."""
+        leftovers = []
+        for child, log in self.children:
+            leftovers += child.end_all()
+            log.close()
+        self.children = []
+        return leftovers
+
+    def __enter__(self) -> "ReferencePool":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Drain a reference queue into a cache directory (the pool's process body)."""
+    parser = argparse.ArgumentParser(prog="python -m harness.refpool", description=__doc__.split("\n")[0])
+    parser.add_argument("--queue", required=True, help="queue directory written by validate")
+    parser.add_argument("--cache-dir", required=True, help="the reference cache directory (harness.refcache)")
+    args = parser.parse_args(argv)
+    return drain(Path(args.queue), Path(args.cache_dir))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,303 @@
+"""The multi-node nightly job as README writes it: the world from the node options, per-node reports, the merge.
+
+The unit tests check the planning (``plan_worlds`` with torchrun's node
+options and ``--tp``), the per-node names and groups (``Rendezvous``) and
+the merge (``harness.merge_reports``) on reports written by the real
+``Report``. The process test takes README's nightly script, replaces the
+scheduler's variables (2 nodes of 2 processes on this host, a c10d
+rendezvous on localhost with a free port, ``--tp`` scaled as README scales
+it to ``--nproc-per-node``) and swaps only the launcher (``cpu``: the golden
+implementation over torchrun + gloo) and adds a two-scenario selection; it
+starts both agents (node 1 first, so that c10d meets the agents out of
+node order), merges with README's merge line and checks the merged report.
+Every wait has a deadline; the teardown ends every process tree the test
+started (``harness.watchdog.Supervised``), verified gone.
+"""
+
+import io
+import json
+import re
+import shlex
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from harness.cli import main
+from harness.launchers.jobs import Rendezvous
+from harness.merge_reports import run_merge
+from harness.report import CaseResult, Report
+from harness.validate import ValidateRequest, plan_worlds
+from harness.watchdog import Supervised
+from test_cpu_launcher import STARTUP_S, free_port, processes_of
+
+ROOT = Path(__file__).resolve().parents[2]
+# Two cheap cpu scenarios of two families, both listing TP size 2.
+SCENARIOS = ["markov_sharded/basic", "allreduce_mhc/basic_ll"]
+AGENT_DEADLINE_S = 240
+NODES_HERE, PER_NODE_HERE = 2, 2
+
+
+def fake_case(key: str, worlds) -> SimpleNamespace:
+    """A stand-in for a catalog Case with what planning reads (key, worlds)."""
+    family, name = key.split("/")
+    return SimpleNamespace(key=key, family=family, name=name, worlds=tuple(worlds))
+
+
+def nodes(nnodes=2, per_node=2, rank=0) -> Rendezvous:
+    """Torchrun's node options of one node of a job."""
+    return Rendezvous(nnodes=nnodes, node_rank=rank, nproc_per_node=per_node, endpoint="h:1", id="job")
+
+
+# -- planning
+
+def test_the_node_options_give_the_world_and_tp_splits_it():
+    cases = [fake_case("f/at_tp", [2, 4]), fake_case("f/other", [1, 8])]
+    plan = plan_worlds(cases, ValidateRequest(tp=2, rendezvous=nodes(2, 2)))
+    assert [(w, [c.key for c in cs]) for w, cs in plan] == [(4, ["f/at_tp"])]
+    assert "skipped 1 scenario(s)" in plan.skipped and "f/other" in plan.skipped and "tp 2" in plan.skipped
+    assert plan.why_empty == ""
+
+
+def test_without_tp_the_node_options_plan_their_world_only():
+    cases = [fake_case("f/a", [2, 4]), fake_case("f/b", [2])]
+    plan = plan_worlds(cases, ValidateRequest(rendezvous=nodes(2, 2)))
+    assert [(w, [c.key for c in cs]) for w, cs in plan] == [(4, ["f/a"])]
+    assert "f/b" in plan.skipped
+
+
+def test_nothing_at_the_tp_size_says_why_in_words():
+    plan = plan_worlds([fake_case("f/a", [1, 2])], ValidateRequest(tp=4, rendezvous=nodes(18, 4)))
+    assert sum(len(cs) for _, cs in plan) == 0
+    assert "tp 4" in plan.why_empty and "world 72" in plan.why_empty and "[1, 2]" in plan.why_empty
+
+
+@pytest.mark.parametrize("req, needle", [
+    (ValidateRequest(tp=2, worlds=[8], rendezvous=nodes(2, 2)), "--world 8 contradicts --nnodes 2 x --nproc-per-node 2"),
+    (ValidateRequest(rendezvous=Rendezvous(nnodes=2)), "--nnodes 2 needs --nproc-per-node"),
+    (ValidateRequest(tp=3, rendezvous=nodes(2, 2)), "--tp 3 must divide --world 4"),
+    (ValidateRequest(tp=2, rendezvous=nodes(2, 2, rank=2)), "--node-rank 2: expected 0..1"),
+    (ValidateRequest(tp=4, scenarios=["f/a"], rendezvous=nodes(2, 2)), "--tp: f/a runs at [1, 2]"),
+])
+def test_plans_the_node_options_cannot_run_are_refused_naming_the_options(req, needle):
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        plan_worlds([fake_case("f/a", [1, 2])], req)
+
+
+# -- per-node names and groups
+
+def test_a_node_of_many_names_its_files_and_reports_only_its_groups():
+    node3 = nodes(4, 2, rank=3)
+    assert node3.node_path("/shared/J.xml") == "/shared/J.node3.xml"
+    assert node3.node_path(Path("runs/x/report.json")) == "runs/x/report.node3.json"
+    assert Rendezvous().node_path("/shared/J.xml") == "/shared/J.xml"
+    assert node3.local_groups(8, 2) == [3]            # ranks 6, 7: group 3 only
+    assert nodes(2, 4, rank=1).local_groups(8, 2) == [2, 3]
+    assert nodes(2, 2, rank=1).local_groups(4, 4) == [None]  # one group over both nodes
+    assert nodes(4, 2, rank=1).local_groups(8, 4) == [0]     # ranks 2, 3 of group 0 (ranks 0-3)
+    assert node3.describe()["rank"] == 3 and node3.describe()["nnodes"] == 4
+    # the workers number themselves from here, whatever order c10d met the agents in
+    assert node3.first_rank(8) == 6 and Rendezvous().first_rank(8) is None
+
+
+# -- merging
+
+def result(scenario="basic", status="pass", group=0, world=2, **kw) -> CaseResult:
+    """A verdict as a node reports it."""
+    return CaseResult("markov_sharded", scenario, world, "cpu", status, group=group, **kw)
+
+
+def node_report(directory: Path, rank: int, results, *, nnodes=2, rdzv_id="job", planned=None,
+                interrupted=False) -> Path:
+    """Write node ``rank``'s JSON report (the real Report's format) and return its path."""
+    path = directory / f"J.node{rank}.json"
+    rdzv = Rendezvous(nnodes=nnodes, node_rank=rank, nproc_per_node=2, id=rdzv_id)
+    with Report(header=f"# node {rank}", json_path=path, stream=io.StringIO(), live=False, total=planned,
+                provenance={"node": rdzv.describe()}) as report:
+        for r in results:
+            report.add(r)
+        report.interrupted = interrupted
+    return path
+
+
+def merged(tmp_path, *inputs, **kw) -> tuple[int, dict, ET.Element]:
+    """Merge ``inputs`` into tmp_path/M.json and M.xml; (exit code, JSON document, JUnit testsuite)."""
+    code = run_merge([str(p) for p in inputs], junit=str(tmp_path / "M.xml"), json_path=str(tmp_path / "M.json"),
+                     stream=io.StringIO(), **kw)
+    doc = json.loads((tmp_path / "M.json").read_text())
+    return code, doc, ET.parse(tmp_path / "M.xml").getroot().find("testsuite")
+
+
+def test_nodes_of_their_own_groups_merge_into_every_case_once_with_its_node(tmp_path):
+    a = node_report(tmp_path, 0, [result("basic", group=0), result("other", group=0)])
+    b = node_report(tmp_path, 1, [result("basic", group=1), result("other", group=1)])
+    code, doc, suite = merged(tmp_path, tmp_path / "J.node*.json")  # a glob, as README's merge line gives it
+    assert code == 0
+    got = sorted((r["scenario"], r["group"], r["status"], [n["node"] for n in r["nodes"]]) for r in doc["results"])
+    assert got == [("basic", 0, "pass", [0]), ("basic", 1, "pass", [1]), ("other", 0, "pass", [0]),
+                   ("other", 1, "pass", [1])]
+    assert {n["source"] for r in doc["results"] for n in r["nodes"]} == {str(a.resolve()), str(b.resolve())}
+    assert suite.get("tests") == "4" and suite.get("failures") == "0"
+    assert set(doc["provenance"]["nodes"]) == {"0", "1"}
+    assert doc["summary"]["planned"] is None  # the nodes gave no planned counts: none is made up
+
+
+def test_nodes_cut_short_together_leave_the_job_interrupted_not_green(tmp_path):
+    """The scheduler's time limit stops every node at once: their reports agree, and still the job did not finish."""
+    a = node_report(tmp_path, 0, [result(group=0)], planned=3, interrupted=True)
+    b = node_report(tmp_path, 1, [result(group=1)], planned=3, interrupted=True)
+    code, doc, _ = merged(tmp_path, a, b)
+    assert code == 130
+    assert doc["summary"]["result"].startswith("INTERRUPTED (2 of 6 run")
+
+
+def test_a_group_over_two_nodes_becomes_one_verdict_the_worst(tmp_path):
+    a = node_report(tmp_path, 0, [result(group=None, world=4, detail="bits equal on the 2 of 4 ranks")])
+    b = node_report(tmp_path, 1, [result(group=None, world=4, status="fail", mismatch_count=3,
+                                         first_mismatch="rank 2, tokens[0] differs")])
+    code, doc, suite = merged(tmp_path, a, b)
+    assert code == 1
+    (r,) = doc["results"]
+    assert (r["status"], r["mismatch_count"], [n["status"] for n in r["nodes"]]) == ("fail", 3, ["pass", "fail"])
+    assert "node 0 (pass)" in r["detail"] and "node 1 (fail): rank 2, tokens[0] differs" in r["detail"]
+    assert suite.get("failures") == "1"
+
+
+def test_a_missing_node_or_a_report_that_stops_short_is_an_error(tmp_path):
+    a = node_report(tmp_path, 0, [result("basic", group=0), result("later", group=0)])
+    b = node_report(tmp_path, 1, [result("basic", group=1)])  # node 1 ended before "later"
+    code, doc, _ = merged(tmp_path, a, b)
+    assert code == 1
+    (absent,) = [r for r in doc["results"] if r["status"] == "error"]
+    assert absent["scenario"] == "later" and "node 1 has no verdict" in absent["detail"]
+
+    code, doc, _ = merged(tmp_path, a)
+    assert code == 1
+    assert any("node 1 of 2: no report" in r["detail"] for r in doc["results"])
+
+
+def test_exit_codes_follow_the_single_run_rule(tmp_path):
+    unavailable = node_report(tmp_path, 0, [result(status="not-available", detail="no GPU")], nnodes=1)
+    assert merged(tmp_path, unavailable)[0] == 3
+    assert merged(tmp_path, unavailable, allow_unavailable=True)[0] == 0
+    empty = node_report(tmp_path, 0, [], nnodes=1)
+    assert merged(tmp_path, empty)[0] == 2
+
+
+@pytest.mark.parametrize("second, needle", [
+    (lambda d: node_report(d / "again", 0, [result()]), "two reports of node 0"),
+    (lambda d: node_report(d, 1, [result(group=1)], rdzv_id="other-job"), "different jobs"),
+])
+def test_inputs_that_cannot_be_one_job_are_refused_naming_the_files(tmp_path, capsys, second, needle):
+    first = node_report(tmp_path, 0, [result()])
+    (tmp_path / "again").mkdir()
+    other = second(tmp_path)
+    code = main(["merge-reports", "--json", str(tmp_path / "M.json"), str(first), str(other)])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and str(other) in err
+    assert not (tmp_path / "M.json").exists()
+
+
+def test_a_directory_input_skips_the_outputs_and_earlier_merges(tmp_path):
+    node_report(tmp_path, 0, [result(group=0)])
+    node_report(tmp_path, 1, [result(group=1)])
+    for _ in range(2):  # the second merge finds the first one's M.json in the directory
+        code, doc, _ = merged(tmp_path, tmp_path)
+        assert code == 0 and len(doc["results"]) == 2
+    (tmp_path / "M.json").rename(tmp_path / "earlier.json")
+    code, doc, _ = merged(tmp_path, tmp_path)
+    assert code == 0 and len(doc["results"]) == 2
+
+
+# -- README's nightly job, two agents on this host
+
+def readme_nightly_lines() -> list[str]:
+    """The harness commands of README's nightly script (continuation lines joined), in order."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Many nodes (nightly NVL72 job)", 1)[1]
+    script = section.split("```bash", 1)[1].split("```", 1)[0]
+    return [line for line in script.replace("\\\n", " ").splitlines() if " -m harness " in line]
+
+
+def as_here(line: str, *, node: int, endpoint: str, out_dir: Path) -> list[str]:
+    """A README command with the scheduler's variables, the node shape and the launcher replaced for this host."""
+    for name, value in {"$SLURM_NNODES": str(NODES_HERE), "$SLURM_NODEID": str(node), "$head:29500": endpoint,
+                        "$SLURM_JOB_ID": "nightly", "/shared/rankcheck": str(out_dir)}.items():
+        line = line.replace(name, value)
+    assert "$" not in line, f"README's nightly command uses a variable this test does not set: {line}"
+    argv = shlex.split(line)
+    if argv[0] == "srun":
+        argv = argv[1:]
+    assert argv[:3] == ["python3", "-m", "harness"], argv
+    argv[0] = sys.executable
+    if "--nproc-per-node" in argv:
+        i, t = argv.index("--nproc-per-node") + 1, argv.index("--tp") + 1
+        per_node, tp = int(argv[i]), int(argv[t])
+        # keep README's shape (TP groups of tp / per_node nodes' worth of ranks) at this host's size
+        argv[i], argv[t] = str(PER_NODE_HERE), str(PER_NODE_HERE * tp // per_node)
+        argv[argv.index("--launcher") + 1] = "cpu"
+    return argv
+
+
+def wait_for_torchrun(run_dir: Path, *, deadline_s: float) -> None:
+    """Return once a torchrun agent of ``run_dir`` runs; fail after ``deadline_s`` seconds."""
+    deadline = time.monotonic() + deadline_s
+    while not any("torch.distributed.run" in cmd for cmd in processes_of(run_dir)):
+        assert time.monotonic() < deadline, f"no torchrun agent of {run_dir} within {deadline_s} s"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def agents():
+    """A list of the test's agent trees (``Supervised``); the teardown ends every process of each, verified gone."""
+    trees: list[Supervised] = []
+    yield trees
+    for tree in trees:
+        tree.end_all()
+
+
+def test_readme_nightly_job_on_two_agents_merges_into_one_green_report(tmp_path, agents):
+    validate_line, merge_line = readme_nightly_lines()
+    assert validate_line.startswith("srun ") and "merge-reports" in merge_line
+    endpoint = f"127.0.0.1:{free_port()}"
+    logs = []
+    # The last node starts first, so its torchrun agent has the lower pid and c10d (which orders agents by
+    # host, then pid) meets it as its rank 0: the harness must still give node k ranks k*2 and k*2 + 1.
+    for node in reversed(range(NODES_HERE)):
+        argv = as_here(validate_line, node=node, endpoint=endpoint, out_dir=tmp_path)
+        argv += ["--scenario", *SCENARIOS, "--run-dir", str(tmp_path / f"run{node}")]
+        logs.append(open(tmp_path / f"agent{node}.log", "w"))
+        agents.append(Supervised(argv, cwd=str(ROOT), stdout=logs[-1], stderr=subprocess.STDOUT))
+        wait_for_torchrun(tmp_path / f"run{node}", deadline_s=STARTUP_S)
+    # both agents run meanwhile; each wait is bounded by the agent's own clock, started at about the same time
+    outcomes = [tree.wait(AGENT_DEADLINE_S) for tree in agents]
+    for log in logs:
+        log.close()
+    outputs = [(tmp_path / f"agent{node}.log").read_text() for node in range(NODES_HERE)]
+    codes = [(o.returncode, o.timed_out, o.leftovers) for o in outcomes]
+    assert codes == [(0, False, [])] * NODES_HERE, outputs
+    for node in range(NODES_HERE):
+        assert (tmp_path / f"nightly.node{node}.json").is_file() and (tmp_path / f"nightly.node{node}.xml").is_file()
+    assert not (tmp_path / "nightly.json").exists()  # no node wrote the job's name: each wrote its own
+
+    merge = subprocess.run(as_here(merge_line, node=0, endpoint=endpoint, out_dir=tmp_path), cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert merge.returncode == 0, merge.stdout + merge.stderr
+    doc = json.loads((tmp_path / "nightly.json").read_text())
+    cases = [r for r in doc["results"] if r["launcher"] == "cpu"]
+    keys = [(r["family"], r["scenario"], r["world"], r["launcher"], r["group"]) for r in doc["results"]]
+    assert len(keys) == len(set(keys))  # no duplicate
+    groups = NODES_HERE * PER_NODE_HERE // cases[0]["world"]
+    assert sorted((f"{r['family']}/{r['scenario']}", r["group"]) for r in cases) == sorted(
+        (s, g) for s in SCENARIOS for g in range(groups))
+    assert all(r["status"] == "pass" for r in doc["results"]), doc["results"]
+    # a group lies on one node here (README's shape): its verdict comes from that node
+    assert {r["group"]: [n["node"] for n in r["nodes"]] for r in cases} == {g: [g] for g in range(groups)}
+    suite = ET.parse(tmp_path / "nightly.xml").getroot().find("testsuite")
+    assert int(suite.get("tests")) == len(doc["results"]) and suite.get("failures") == suite.get("errors") == "0"
+    assert processes_of(tmp_path) == []

@@ -1,0 +1,158 @@
+"""Every command README.md shows in a ```bash block is run by a test, here or where a table says.
+
+The commands are read from README itself (continuation lines joined,
+comments split off), so README cannot show a command nobody runs: each one
+is either
+
+- executed here and must end with the exit code README documents for it in
+  its comment (``# exit 2: ...``; one documented "without a GPU" is checked
+  only on such a machine), or, for the commands of a GPU node, with
+  a non-zero exit and a message that a GPU is needed (on a machine without
+  one; with a GPU they are not run here, where they would take minutes);
+- or named in ``RUN_ELSEWHERE`` with the place that runs it (every command
+  that is not a ``python``/``python3``/``make`` command must be: this test
+  never starts anything else, e.g. a ``git`` command).
+
+A command in neither fails ``test_every_readme_command_is_run_somewhere``.
+A shell script block (one starting with ``#!``) is one entry, named by its
+first line after the shebang; what it runs is its own test's business.
+Executed commands run as README writes them except that ``python`` and
+``python3`` are this interpreter (also as make's ``PYTHON=``) and
+``validate``/``replay`` get a ``--run-dir`` under the test's temporary
+directory, so nothing is written into the working tree.
+"""
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cpu_launcher import processes_of
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+COMMAND_DEADLINE_S = 120
+SCRIPT = "<script>"
+
+RUN_ELSEWHERE = {
+    "make validate": ".ci/run, after make test (the full CPU validation, minutes)",
+    "make test": ".ci/run: the CI job itself",
+    "make validate NO_VENV=1 PYTHON=python3": "the GPU machine (the same target as make validate, run by .ci/run, "
+                                              "with the venv bypassed)",
+    "python3 -m harness compile --arch sm_90a": "make compile; tests/kernels/test_compile_gate.py runs the same main "
+                                                "over a subset of the variants",
+    f"{SCRIPT} #SBATCH --nodes=18 --ntasks-per-node=1 --gpus-per-node=4 --time=01:00:00":
+        "tests/harness/test_nightly.py runs the script's commands as 2 agents of 2 processes on one host",
+}
+# Commands of a GPU node: without a GPU they must refuse, in words, instead of passing having tested nothing.
+NEEDS_GPU = {
+    "make gpu-test NO_VENV=1 PYTHON=python3",
+    "python3 -m harness golden --measure-rcp",
+    "make bench NO_VENV=1 PYTHON=python3",
+    "python3 -m harness golden --probe",
+}
+# Only these programs are started from README; anything else must have a row in RUN_ELSEWHERE.
+RUNNABLE = ("python", "python3", "make")
+GPU_MESSAGE = re.compile(r"needs a (CUDA )?GPU")
+
+
+def bash_blocks(text: str) -> list[list[str]]:
+    """The lines of every ```bash block of a Markdown text."""
+    return [block.splitlines() for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)]
+
+
+def block_commands(lines: list[str]) -> list[tuple[str, str]]:
+    """(command, comment) of each command of a block: continuations joined, whitespace normalised."""
+    if lines and lines[0].startswith("#!"):
+        return [(f"{SCRIPT} {lines[1].strip()}", "")]
+    commands, pending = [], ""
+    for line in lines:
+        pending += line.rstrip()
+        if pending.endswith("\\"):
+            pending = pending[:-1] + " "
+            continue
+        parts = re.split(r"(?:^|\s)#\s", pending, maxsplit=1)
+        command, comment = parts[0], parts[1] if len(parts) > 1 else ""
+        if command.strip():
+            commands.append((" ".join(command.split()), comment.strip()))
+        pending = ""
+    return commands
+
+
+def readme_commands() -> list[tuple[str, str]]:
+    """Every (command, comment) of README's bash blocks, in order."""
+    return [c for block in bash_blocks(README.read_text(encoding="utf-8")) for c in block_commands(block)]
+
+
+def documented_exit(comment: str) -> int | None:
+    """The exit code a README comment documents (``exit N``), or None."""
+    found = re.search(r"\bexit (\d+)\b", comment)
+    return int(found.group(1)) if found else None
+
+
+def executed() -> list[tuple[str, str]]:
+    """The README commands this module runs itself."""
+    return [(c, note) for c, note in readme_commands() if c not in RUN_ELSEWHERE]
+
+
+def as_argv(command: str, run_dir: Path) -> list[str]:
+    """README's command with this interpreter for python/python3 and a run directory for validate/replay."""
+    argv = [sys.executable if word in ("python", "python3") else
+            f"PYTHON={sys.executable}" if word in ("PYTHON=python", "PYTHON=python3") else word
+            for word in shlex.split(command)]
+    if argv[1:4] in (["-m", "harness", "validate"], ["-m", "harness", "replay"]):
+        argv += ["--run-dir", str(run_dir)]
+    return argv
+
+
+def test_commands_are_read_from_every_block():
+    commands = [c for c, _ in readme_commands()]
+    # one entry from each kind of block: the two commands, the GPU node, the nightly script, a replay
+    assert "make test" in commands and "make gpu-test NO_VENV=1 PYTHON=python3" in commands
+    assert any(c.startswith(SCRIPT) for c in commands)
+    assert any(c.startswith("python -m harness replay") for c in commands)
+
+
+def test_block_parsing_joins_continuations_and_splits_comments():
+    lines = ["python -m harness validate \\", "    --world 3   # exit 2: why", "", "# a comment line", "make test"]
+    assert block_commands(lines) == [("python -m harness validate --world 3", "exit 2: why"), ("make test", "")]
+    assert documented_exit("exit 130 when interrupted") == 130 and documented_exit("runs the tests") is None
+
+
+def test_every_readme_command_is_run_somewhere():
+    unplaced = [c for c, note in executed() if c not in NEEDS_GPU and documented_exit(note) is None
+                or c.split()[0] not in RUNNABLE]
+    assert not unplaced, ("README commands that no test runs: give each a documented `# exit N` (run here), "
+                          f"or a row in RUN_ELSEWHERE / NEEDS_GPU: {unplaced}")
+    stale = set(RUN_ELSEWHERE) - {c for c, _ in readme_commands()}
+    assert not stale, f"RUN_ELSEWHERE names commands README no longer shows: {sorted(stale)}"
+
+
+def _has_gpu() -> bool:
+    """Whether this machine has a CUDA GPU for torch."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.parametrize("command, comment", executed(), ids=[c for c, _ in executed()])
+def test_readme_command_ends_as_documented(command, comment, tmp_path):
+    needs_gpu = command in NEEDS_GPU
+    if needs_gpu and _has_gpu():
+        pytest.skip("a GPU node's command: run on the GPU machine (make gpu-test), minutes long")
+    if "without a GPU" in comment and _has_gpu():
+        pytest.skip("README documents this exit code for a machine without a GPU")
+    want = documented_exit(comment)
+    if (want is None and not needs_gpu) or command.split()[0] not in RUNNABLE:
+        pytest.fail(f"README documents no exit code for {command!r}, or it is not a python or make command")
+    done = subprocess.run(as_argv(command, tmp_path / "run"), cwd=ROOT, capture_output=True, text=True,
+                          timeout=COMMAND_DEADLINE_S)
+    output = done.stdout + done.stderr
+    if needs_gpu:
+        assert done.returncode != 0, output
+        assert GPU_MESSAGE.search(output), output
+    else:
+        assert done.returncode == want, output
+    assert processes_of(tmp_path) == []
