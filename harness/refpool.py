@@ -145,6 +145,15 @@ class ReferencePool:
         return (f"# reference pool: {len(self.items)} (case, world) item(s) precomputed by {self.processes} "
                 f"process(es) x {self.threads} thread(s) into {self.cache_dir}")
 
+    def join(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every pool process to drain the queue and exit; True when all did."""
+        deadline = time.monotonic() + timeout_s
+        while any(child.proc.poll() is None for child, _ in self.children):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def stop(self) -> list[int]:
         """End every pool process (finished or not: the ranks compute what is left); return pids left alive."""
         leftovers = []

@@ -1,0 +1,73 @@
+"""The persistent reference cache across real runs: reuse, bypass, and the pool that fills it ahead of the ranks."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.families.catalog import discover
+from harness.refcache import kernel_cache_env
+from harness.refpool import ReferencePool, queue_items
+
+ROOT = Path(__file__).resolve().parents[2]
+SCENARIOS = Path(__file__).resolve().parent / "scenarios"
+
+
+def validate(run_dir: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``validate`` of the tiny scenario at world 2 on the cpu launcher, with its own cache directory."""
+    cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
+           "--scenario-root", str(SCENARIOS), "--run-dir", str(run_dir), "--no-store", *extra]
+    env = dict(os.environ, RANKCHECK_CACHE_DIR=str(cache))
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=170, env=env)
+
+
+def reference_counts(run_dir: Path) -> list[dict]:
+    """Each rank's reference counts (computed, loaded, discarded) of the tiny case at world 2."""
+    paths = sorted((run_dir / "cases" / "markov_sharded.tiny" / "w2").glob("rank*.result.json"))
+    return [json.loads(p.read_text())["references"] for p in paths]
+
+
+def stored(directory: Path) -> list[Path]:
+    """The reference files under ``directory``."""
+    return sorted(directory.rglob("*.safetensors"))
+
+
+def test_a_second_run_loads_every_reference_the_first_stored(tmp_path):
+    cache = tmp_path / "cache"
+    first = validate(tmp_path / "run1", cache)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert sum(c["computed"] for c in reference_counts(tmp_path / "run1")) == 2  # two calls, one rank each
+    second = validate(tmp_path / "run2", cache)
+    assert second.returncode == 0, second.stdout + second.stderr
+    counts = reference_counts(tmp_path / "run2")
+    assert [c["computed"] for c in counts] == [0, 0] and all(c["loaded"] for c in counts)
+
+
+def test_no_cache_bypasses_the_persistent_cache(tmp_path):
+    cache = tmp_path / "cache"
+    proc = validate(tmp_path / "run", cache, "--no-cache")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert not stored(cache) and stored(tmp_path / "run" / "refcache")  # the run's ranks still share theirs
+    job = json.loads(next((tmp_path / "run" / "jobs").glob("job*.json")).read_text())
+    assert job["cache_dir"] == str(tmp_path / "run" / "refcache")
+    assert "off (--no-cache)" in proc.stdout
+    assert kernel_cache_env(None) == {"CUTE_DSL_DISABLE_FILE_CACHING": "1"}  # kernels compile afresh too
+    assert kernel_cache_env(cache) in ({}, {"CUTE_DSL_CACHE_DIR": str(cache / "cute-dsl")})
+
+
+def test_the_pool_computes_the_references_the_ranks_then_load(tmp_path):
+    """The pool's keys are the ranks' keys: after the pool ran, the ranks compute nothing."""
+    cache = tmp_path / "cache"
+    (case,) = [c for c in discover(SCENARIOS) if c.name == "tiny"]
+    pool = ReferencePool(tmp_path / "pool", cache / "references", queue_items([(2, [case])]), processes=1,
+                         threads=1).start()
+    try:
+        assert pool.join(120), (tmp_path / "pool" / "logs" / "refpool0.log").read_text()
+    finally:
+        assert pool.stop() == []
+    assert len(stored(cache)) == 2
+    proc = validate(tmp_path / "run", cache, "--ref-workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = reference_counts(tmp_path / "run")
+    assert [c["computed"] for c in counts] == [0, 0] and all(c["loaded"] for c in counts)
