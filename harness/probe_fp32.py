@@ -3,8 +3,7 @@
 ``kernels.markov.probe`` runs single sequences of ``kernels/ptx.py`` (the
 very text the Markov kernels embed) elementwise over CUDA tensors; each check
 here feeds it 10^7 inputs and compares with the golden's emulation on the
-CPU, exactly as ``tests/golden/test_fp32_gpu.py`` does (same generators,
-seeds, chunks and inputs, so the two agree on what was checked):
+CPU (``tests/golden/test_fp32_gpu.py`` runs these same checks as GPU tests):
 
 - bit-exact: ``logf_ftz`` (libdevice logf under FTZ), ``div_full_pow2``
   (``div.full.f32`` by powers of two, whose reciprocal is exact),

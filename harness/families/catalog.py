@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -200,19 +201,81 @@ class PlannedLaunch:
     graph: str | None = None  # the CUDA-graph label when the scenario captures graphs
 
 
+class BuildMemo:
+    """Inputs built once per process and handed out as copies: the virtual ranks of a job build the same bytes.
+
+    Every rank builds the full inputs from the scenario's seed, and a rank's
+    own inputs differ from the agreed ones only where a ``rank_disagree``
+    injection names it; so within one process (the virtual launcher holds
+    all ranks as threads) each (scenario file, world, call, rank override,
+    bad input or not) is built once, by the first thread that asks (the
+    others wait for it), and every caller gets its own copy with the same
+    shape, strides and storage offset (``harness.families.to_device`` on the
+    CPU), so no rank can change another's tensors. Only the newest two
+    scenario files are kept: a job runs its cases one after another.
+    """
+
+    KEEP_FILES = 2
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[tuple, dict] = {}
+        self._files: list[tuple] = []
+
+    def _file_key(self, scenario: Any) -> tuple:
+        """The scenario file's identity: path, size and modification time (an edited file is another)."""
+        path = Path(_resolved(scenario.source))
+        st = path.stat()
+        return (str(path), scenario.full_name, st.st_size, st.st_mtime_ns)
+
+    def get(self, scenario: Any, what: tuple, build: Any) -> Any:
+        """A copy of ``build()``'s tensors for (scenario file, ``what``), built once per process."""
+        from harness.families import placed  # noqa: PLC0415
+
+        file_key = self._file_key(scenario)
+        with self._lock:
+            if file_key not in self._files:
+                self._files = [file_key] + self._files[: self.KEEP_FILES - 1]
+                self._entries = {k: v for k, v in self._entries.items() if k[0] in self._files}
+            entry = self._entries.setdefault((file_key, *what), {"lock": threading.Lock()})
+        with entry["lock"]:
+            if "value" not in entry:
+                entry["value"] = build()
+        value = entry["value"]
+        if isinstance(value, tuple):  # (call_inputs, call_params)
+            return placed(value[0], "cpu"), dict(value[1])
+        return placed(value, "cpu")
+
+
+BUILT = BuildMemo()
+
+
+def _rank_override(scenario: Any, call_index: int, rank: int | None) -> int | None:
+    """``rank`` when a ``rank_disagree`` injection changes its call ``call_index``, else None (it builds the agreed call)."""
+    if rank is None:
+        return None
+    hits = [i for i in scenario.injections("rank_disagree") if i.get("rank") == rank and i.get("call") == call_index]
+    return rank if hits else None
+
+
 def plan(scenario: Any, world: int, rank: int) -> tuple[dict, dict, list[PlannedLaunch]]:
     """(static, config, launches) of ``rank`` in a TP group of ``world``, with the start state in config."""
     builders = _module("scenarios.builders")
-    static = builders.build_static(scenario)
+    static = BUILT.get(scenario, ("static",), lambda: builders.build_static(scenario))
     config = builders.family_config(scenario, world)
     built: dict[int, tuple] = {}
     launches = []
     for launch in scenario.launches():
         ci = launch.call_index
         if ci not in built:
-            mine = builders.build_call(scenario, ci, world, rank=rank)
-            agreed = builders.build_call(scenario, ci, world, rank=None, break_inputs=False)
-            built[ci] = (mine, agreed, builders.expected_call_error(scenario, ci))
+            own = _rank_override(scenario, ci, rank)
+            error = builders.expected_call_error(scenario, ci)
+            # a rank without overrides, on a call without a bad input, uses the agreed inputs themselves
+            mine = BUILT.get(scenario, ("call", world, ci, own, error is not None),
+                             lambda: builders.build_call(scenario, ci, world, rank=own))
+            agreed = BUILT.get(scenario, ("call", world, ci, None, False),
+                               lambda: builders.build_call(scenario, ci, world, rank=None, break_inputs=False))
+            built[ci] = (mine, agreed, error)
         (inputs, params), (agreed_inputs, agreed_params), error = built[ci]
         launches.append(PlannedLaunch(launch.index, ci, inputs, params, agreed_inputs, agreed_params, error,
                                       scenario.injections_for(rank, launch.index),
