@@ -268,3 +268,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rankcheck {args.command}: interrupted; results so far are in the run directory", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def entry() -> int:
+    """The ``rankcheck`` console script: the interrupt handlers first (as ``python -m harness``), then ``main``."""
+    from harness.watchdog import install_interrupt_handlers  # noqa: PLC0415
+
+    install_interrupt_handlers()
+    return main()
