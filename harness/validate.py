@@ -225,7 +225,7 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
     cache_dir = root / "references" if root else run_dir / "refcache"
     units = job_units([(w, cs) for w, cs in pairs if cs], req.impl or settings_for(launcher, run_dir, 1, gpus).impl)
     shared_devices = launcher != "torchrun" or gpus < max([u.world for u in units] or [1])
-    lanes = req.lanes or default_lanes(launcher, nnodes=req.rendezvous.nnodes, tp=req.tp)
+    lanes = req.lanes or default_lanes(nnodes=req.rendezvous.nnodes, tp=req.tp)
     cores = os.cpu_count() or 1
     heavy = [(u.world, u.cases) for u in units if u.heavy]
     workers = req.ref_workers if req.ref_workers is not None else (max(1, cores // 2) if heavy and gpus else 0)

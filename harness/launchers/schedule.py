@@ -28,12 +28,11 @@ process tree (``harness.watchdog.end_every_tree``) and lets the lanes drain.
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 from harness.families.catalog import Case
 
@@ -71,7 +70,7 @@ def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str) -> list[Jo
     return light + heavy
 
 
-def default_lanes(launcher: str, *, nnodes: int, tp: int | None, cores: int | None = None) -> int:
+def default_lanes(*, nnodes: int, tp: int | None, cores: int | None = None) -> int:
     """How many units run at once by default: one per three cores (at most six), one where order must hold."""
     if nnodes > 1 or tp is not None:
         return 1
@@ -132,9 +131,4 @@ def run_units(units: Sequence[JobUnit], settings_for_world: Callable, run_unit: 
             future.result()  # re-raise the first error of a lane
 
 
-def shared_numbers() -> Iterator[int]:
-    """Job numbers shared by every lane (``next`` on a count is atomic in CPython)."""
-    return itertools.count()
-
-
-__all__ = ["DevicePool", "JobUnit", "default_lanes", "job_units", "run_units", "shared_numbers"]
+__all__ = ["DevicePool", "JobUnit", "default_lanes", "job_units", "run_units"]
