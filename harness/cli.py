@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "nodes or --tp)")
     p.add_argument("--ref-workers", type=number_type(int, "a whole number", 0), metavar="N",
                    help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
+    p.add_argument("--inject", nargs="+", default=[], metavar="SCENARIO:KIND:key=value,...",
+                   help="plant a fault in one scenario for this run, e.g. "
+                        "markov_sharded/basic:hang:rank=1,launch=1,group=5 (group: that TP group only)")
     _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
     _add_torchrun(p)
@@ -127,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--world", type=_positive_int)
     p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto")
     p.add_argument("--inject", nargs="+", default=[], metavar="KIND:key=value,...",
-                   help="extra injections, e.g. hang:rank=1,launch=2")
+                   help="extra injections, e.g. hang:rank=1,launch=2 (group=G: that TP group only)")
     p.add_argument("--run-dir", metavar="DIR")
     p.add_argument("--deadline", type=_positive_float, metavar="S")
     p.add_argument("--impl", choices=("golden", "kernel"))
@@ -188,7 +191,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                                 endpoint=args.rdzv_endpoint, id=args.rdzv_id,
                                                 nproc_per_node=args.nproc_per_node),
                           allow_unavailable=args.allow_unavailable, cache=not args.no_cache, lanes=args.jobs,
-                          ref_workers=args.ref_workers)
+                          ref_workers=args.ref_workers, inject=args.inject)
     return run_validate(req)
 
 

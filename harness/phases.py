@@ -17,10 +17,20 @@ counter) are moved from the block's phase to ``compile``, so the phases
 do not count a compile twice. Time outside every block (progress records,
 injected delays) belongs to no phase. The launcher keeps each phase's
 slowest rank (``slowest``): a case waits for its slowest rank.
+
+The ``start`` phase is one number; where it went is in the first case's
+start-up marks (``mark_startup``: the wall time, as ``time.time()``, at which
+the process reached each step: ``job`` the job's start, ``process`` the
+process's start (``/proc``), ``worker`` the worker's code running (its
+imports, torch's among them, done), ``torch`` torch.distributed imported,
+``joined`` the process group joined, ``grouped`` its TP group made), which
+``harness.scale`` turns into agent, import, rendezvous and group-setup
+seconds.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Mapping
@@ -33,12 +43,31 @@ PHASES = ("start", "inputs", "construct", "compile", "kernel", "reference", "com
 # job's start (count_start_up_from), this stands for the process's.
 _process_started = time.monotonic()
 _first_case: dict = {}
+_startup_marks: dict[str, float] = {}
+
+
+def process_started_at() -> float | None:
+    """This process's start as wall time (``time.time()``), from ``/proc`` (None where there is no ``/proc``)."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])  # field 22: start time in clock ticks after boot
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK")
+
+
+def mark_startup(name: str, at: float | None = None) -> None:
+    """Record that this process reached start-up step ``name`` at wall time ``at`` (default now); the first mark of a name stays."""
+    _startup_marks.setdefault(name, time.time() if at is None else at)
 
 
 def count_start_up_from(epoch_seconds: float) -> None:
     """Count the first case's start-up from ``epoch_seconds`` (the job's start, as ``time.time()``) when earlier."""
     global _process_started
     _process_started = min(_process_started, time.monotonic() - max(0.0, time.time() - epoch_seconds))
+    mark_startup("job", epoch_seconds)
 
 
 def startup_seconds(case_key: tuple) -> float:
@@ -55,6 +84,8 @@ class PhaseClock:
     def __init__(self, case_key: tuple) -> None:
         self.seconds = dict.fromkeys(PHASES, 0.0)
         self.seconds["start"] = startup_seconds(case_key)
+        # where the start went, for the first case only (the later ones had no start of their own)
+        self.startup_marks = dict(_startup_marks) if self.seconds["start"] else {}
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:

@@ -3,14 +3,11 @@
 For a developer reproducing a hang or a disagreement. The scenario runs
 once through the chosen launcher (as ``validate`` would run it), optionally
 with extra injections given on the command line (``--inject
-hang:rank=1,launch=2``; values are read as YAML scalars). Each extra
-injection is checked first, field by field, against the scenario at the
-world being run (a file listing worlds 1, 2 and 4 still accepts rank 1 at
-``--world 2``), and an error names the ``--inject`` argument and that world.
-The run then uses a copy of the scenario file in the run directory with
-``worlds`` narrowed to the world being run and the injections added; the
-copy is validated in memory before it is written, so no message ever points
-at it. Afterwards every rank's
+hang:rank=1,launch=2``; ``harness.injected``): each is checked first
+against the scenario at the world being run, and an error names the
+``--inject`` argument and that world. The run then uses a copy of the
+scenario file in the run directory with ``worlds`` narrowed to the world
+being run and the injections added. Afterwards every rank's
 progress records are printed side by side (one column per rank: event,
 launch, parameters, state), then each rank's result (error, first
 mismatches), the watchdog's diagnosis and any kernel diagnostic records.
@@ -22,68 +19,12 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-import yaml
-
-from harness.families.catalog import Case, discover, load, select
+from harness.families.catalog import discover, select
+from harness.injected import checked_injections, write_injected_copy
 from harness.launchers import records
 from harness.validate import ValidateRequest, default_run_dir, run_validate
 from harness.watchdog import diagnose, kernel_diag_records
 from harness.worker import case_dir
-from scenarios.fields import Checker, ScenarioError
-from scenarios.injections import InjectionContext, check_injection
-from scenarios.schema import validate
-
-
-def parse_injection(text: str) -> dict:
-    """``kind:key=value,key=value`` as an injection mapping (ValueError naming the text otherwise)."""
-    kind, sep, rest = text.partition(":")
-    if not kind or (sep and not rest):
-        raise ValueError(f"--inject: expected KIND:key=value,..., got {text!r}")
-    out: dict = {"kind": kind}
-    for item in filter(None, rest.split(",")):
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise ValueError(f"--inject {text!r}: expected key=value, got {item!r}")
-        out[key] = yaml.safe_load(value)
-    return out
-
-
-class InjectArgumentChecker(Checker):
-    """Field checks whose errors name one ``--inject`` argument and the world being run, not a file."""
-
-    def __init__(self, text: str, world: int) -> None:
-        super().__init__(f"--inject {text!r}")
-        self.world = world
-
-    def fail(self, path: str, message: str) -> None:
-        """Raise the error for the injection's field ``path`` at the world being run."""
-        raise ScenarioError(f"{self.source}: {path.lstrip('.') or 'kind'}: {message} at --world {self.world}")
-
-
-def checked_injections(case: Case, texts: Sequence[str], world: int) -> list[dict]:
-    """The ``--inject`` arguments as injection mappings, each checked against ``case`` at ``world`` ranks."""
-    scenario = load(case.path)
-    extra = []
-    for text in texts:
-        raw = parse_injection(text)
-        context = InjectionContext(InjectArgumentChecker(text, world), scenario.family, scenario.config,
-                                   scenario.calls, [world], len(scenario.launches()))
-        check_injection(context, raw, "")
-        extra.append(raw)
-    return extra
-
-
-def write_replay_copy(case: Case, extra: list[dict], world: int, texts: Sequence[str], out: Path) -> Path:
-    """Write ``case``'s file at ``world`` only with ``extra`` injected under ``out/scenario``; return that root."""
-    raw = yaml.safe_load(Path(case.path).read_text(encoding="utf-8"))
-    raw["worlds"] = [world]
-    raw["inject"] = list(raw.get("inject") or []) + extra
-    # the combination (e.g. a second launch_counter) is checked here, in the words of the arguments
-    validate(raw, f"{case.key} with --inject {' '.join(texts)} at --world {world}", family_dir=case.family)
-    copy = out / "scenario" / case.family / f"{case.name}.yaml"
-    copy.parent.mkdir(parents=True, exist_ok=True)
-    copy.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-    return out / "scenario"
 
 
 def _cell(record: dict) -> str:
@@ -129,7 +70,9 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
         raise ValueError(f"--world: {case.key} runs at {list(case.worlds)}, got {world}")
     extra = checked_injections(case, inject, world)
     out = Path(run_dir) if run_dir else default_run_dir()
-    root = str(write_replay_copy(case, extra, world, inject, out)) if extra else scenario_root
+    if extra:
+        write_injected_copy(case, extra, inject, out / "scenario", worlds=[world])
+    root = str(out / "scenario") if extra else scenario_root
     code = run_validate(ValidateRequest(launcher=launcher, scenarios=[case.key], worlds=[world], size="all",
                                         run_dir=str(out), deadline=deadline, impl=impl, scenario_root=root,
                                         store=False, allow_unavailable=allow_unavailable))

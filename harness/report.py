@@ -29,6 +29,15 @@ reason the caller gave), every case not available (``NOT AVAILABLE``, 3,
 unless the caller allows it), else ``OK`` (0). Nothing that did not run is
 ever green.
 
+Both files open with what went wrong, before anything else: the JSON's
+``diagnoses`` (first key; timeouts, then errors, then failures, each with
+its case, TP group, blamed rank as the group numbers it and as the world
+does, launch, and the diagnosis's words; ``diagnoses``) and the JUnit
+suite's first properties (``result``, then ``diagnosis.<i>``). With TP
+groups each JUnit case's classname starts with its group
+(``group5.markov_sharded.basic``), so a CI page lists every group's cases
+under it.
+
 Both files carry the run's provenance (``harness.provenance``: versions,
 commit, host, GPUs, the multicast variables, the start time); the JSON names
 its format (``schema``). A JUnit failure carries the first mismatch and,
@@ -170,8 +179,38 @@ def failure_text(r: CaseResult) -> str:
     return body
 
 
-def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None) -> str:
-    """Render results as a JUnit XML document (one testcase per result; provenance as suite properties)."""
+# The order diagnoses are listed in: a hang or a crash first, then other errors, then wrong bits.
+DIAGNOSIS_ORDER = ("timeout", "error", "fail")
+
+
+def diagnoses(results: Sequence[CaseResult]) -> list[dict]:
+    """Every failing result's diagnosis, timeouts first: case, group, status, blamed rank (group and global), launch."""
+    found = []
+    for index, r in enumerate(results):
+        d = r.diagnosis
+        if r.status not in FAILING or not d:
+            continue
+        members = d.get("group_ranks") or []
+        rank = d.get("rank")
+        entry = {"case_id": r.case_id, "group": r.group, "status": r.status, "rank": rank,
+                 "global_rank": members[rank] if rank is not None and 0 <= rank < len(members) else rank,
+                 "launch": d.get("launch"), "text": d.get("text", "")}
+        if getattr(r, "nodes", None):
+            entry["nodes"] = [n["node"] for n in r.nodes]
+        found.append((DIAGNOSIS_ORDER.index(r.status), index, entry))
+    return [entry for _, _, entry in sorted(found, key=lambda t: t[:2])]
+
+
+def testcase_classname(r: CaseResult) -> str:
+    """A JUnit case's classname: ``family.scenario``, under ``group<G>.`` when the case ran in TP group G."""
+    base = f"{r.family}.{r.scenario}"
+    return base if r.group is None else f"group{r.group}.{base}"
+
+
+def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None,
+              result: str | None = None) -> str:
+    """Render results as a JUnit XML document (one testcase per result); the suite's properties: the result and
+    every diagnosis first, then the header and the provenance."""
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     root = ET.Element("testsuites")
     ts = ET.SubElement(root, "testsuite", {
@@ -183,13 +222,18 @@ def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provena
         "time": f"{sum(r.time_s for r in results):.3f}",
     })
     props = ET.SubElement(ts, "properties")
+    if result is not None:
+        ET.SubElement(props, "property", {"name": "result", "value": result})
+    for i, d in enumerate(diagnoses(results)):
+        ET.SubElement(props, "property", {"name": f"diagnosis.{i}",
+                                          "value": f"{d['status'].upper()} {d['case_id']}: {d['text']}"})
     ET.SubElement(props, "property", {"name": "header", "value": header})
     ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
     for name, value in provenance_facts.flat(provenance or {}, "provenance.").items():
         ET.SubElement(props, "property", {"name": name, "value": value})
     for r in results:
         case = ET.SubElement(ts, "testcase", {
-            "classname": f"{r.family}.{r.scenario}",
+            "classname": testcase_classname(r),
             "name": f"world={r.world},launcher={r.launcher}" + (f",group={r.group}" if r.group is not None else ""),
             "time": f"{r.time_s:.3f}",
         })
@@ -358,9 +402,10 @@ class Report:
         with self._lock:
             if self.junit_path:
                 atomic_write(self.junit_path, junit_xml(self.results, suite="rankcheck", header=self.header,
-                                                        provenance=self.provenance))
+                                                        provenance=self.provenance, result=self.verdict()[0]))
             if self.json_path:
-                doc = {"schema": JSON_SCHEMA, "header": self.header, "provenance": self.provenance,
-                       "summary": self.summary(),
+                # "diagnoses" sorts first among the keys: what went wrong is on top of the file
+                doc = {"diagnoses": diagnoses(self.results), "schema": JSON_SCHEMA, "header": self.header,
+                       "provenance": self.provenance, "summary": self.summary(),
                        "results": [asdict(r) | {"case_id": r.case_id} for r in self.results]}
                 atomic_write(self.json_path, json.dumps(doc, indent=1, sort_keys=True, default=str))

@@ -16,6 +16,12 @@ have ranks on it, into report files with its node rank in the name
 (``Rendezvous.node_path``); ``harness merge-reports`` makes one report of
 them for the job.
 
+``--inject SCENARIO:KIND:key=value,...`` plants a fault in one scenario of
+the selection for this run only (``harness.injected``; the nightly's
+planted hang: ``markov_sharded/basic:hang:rank=1,launch=1,group=5``), checked
+at every world the plan runs it. An injection's ``group`` (in a file or
+given here) must be a TP group the run has (``check_fault_groups``).
+
 On the cpu launcher the system under test is the golden per-rank loop over
 real processes, compared with the unsharded golden reference. On every
 launcher the reference outputs of each golden-outcome case are also checked
@@ -41,16 +47,16 @@ stored-bits checks are not cases).
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from harness.families.catalog import Case, discover, select
+from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
+from harness.injected import checked_injections, split_target, write_injected_copy
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
-from harness.launchers.jobs import JobRunner, Rendezvous
+from harness.launchers.jobs import JobRunner, JobSequence, Rendezvous
 from harness.launchers.schedule import DevicePool, default_lanes, job_units, run_units
 from harness.refcache import cache_root, kernel_cache_env
 from harness.refpool import ReferencePool, queue_items
@@ -83,6 +89,7 @@ class ValidateRequest:
     cache: bool = True  # the persistent reference and kernel cache (harness.refcache); False: --no-cache
     lanes: int | None = None  # job units at once (harness.launchers.schedule); None: from the machine
     ref_workers: int | None = None  # reference pool processes (harness.refpool); None: from the machine
+    inject: Sequence[str] = ()  # SCENARIO:KIND:key=value,... (harness.injected), this run only
 
 
 def default_run_dir() -> Path:
@@ -166,6 +173,44 @@ def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> WorldPlan:
     return WorldPlan(pairs, skipped=skipped, why_empty=why_empty)
 
 
+def plant_injections(pairs: WorldPlan, req: ValidateRequest, root: Path) -> list[str]:
+    """Replace each scenario ``req.inject`` names by a copy under ``root`` with its injections, checked at every
+    planned world; return the header lines saying what was planted where."""
+    named: dict[str, tuple[Case, list[str]]] = {}
+    planned = list({c.key: c for _, cases in pairs for c in cases}.values())
+    for text in req.inject:
+        name, injection = split_target(text)
+        (case,) = resolve_name(planned, name, option="--inject")
+        named.setdefault(case.key, (case, []))[1].append(injection)
+    copies, lines = {}, []
+    for key, (case, texts) in named.items():
+        extra: list[dict] = []
+        sizes = []
+        for world, cases in pairs:
+            if any(c.key == key for c in cases):
+                size = req.tp or world
+                extra = checked_injections(case, texts, size, groups=world // size,
+                                           where=f"tp {size}, world {world}" if req.tp else f"--world {world}")
+                sizes.append(size)
+        # the copy runs at the planned TP sizes only: its ranks were checked there, not at the file's other worlds
+        copy = write_injected_copy(case, extra, texts, root, worlds=sorted(set(sizes)))
+        copies[key] = case_of(load(copy))
+        lines.append(f"injected into {key} for this run: {' '.join(texts)} (copy {copy})")
+    pairs[:] = [(world, [copies.get(c.key, c) for c in cases]) for world, cases in pairs]
+    return lines
+
+
+def check_fault_groups(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None) -> None:
+    """Raise ValueError naming the scenario when an injection names a TP group a planned world does not have."""
+    for world, cases in pairs:
+        size = tp or world
+        for case in cases:
+            missing = [g for g in case.fault_groups or () if g >= world // size]
+            if missing:
+                raise ValueError(f"{case.key}: an injection names TP group {missing[0]}, but world {world} at tp "
+                                 f"{size} has {world // size} group(s) (0..{world // size - 1})")
+
+
 def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
                   rendezvous: Rendezvous = Rendezvous()) -> dict[int, int]:
     """Cases to run per reported world (the TP size with ``--tp``), one per TP group this node reports: what the
@@ -187,6 +232,8 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     pairs = plan_worlds(cases, req)
     run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
+    planted = plant_injections(pairs, req, run_dir / "injected") if req.inject else []
+    check_fault_groups(pairs, req.tp)
     # each node of a multi-node job writes its own files (X.node<k>.xml), merged by `harness merge-reports`
     junit = req.rendezvous.node_path(req.junit or run_dir / "report.xml")
     json_path = req.rendezvous.node_path(req.json or run_dir / "report.json")
@@ -200,11 +247,12 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
               f"\n# {describe_choice()}")
     if pairs.skipped:
         header += f"\n# {pairs.skipped}"
+    header += "".join(f"\n# {line}" for line in planted)
     unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
         header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
                    f"reference takes minutes on a CPU; their check is the golden reference recomputed in this run)")
-    job_numbers = itertools.count()
+    job_numbers = JobSequence()
     report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
                     allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
                     provenance=provenance.collect(time.time(), job_env=first_settings.env)
@@ -215,6 +263,9 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     except KeyboardInterrupt:
         # also when the interrupt came before the report was drawn: its verdict must say so, never OK
         report.interrupted = True
+    if not report.interrupted:
+        # the job stores this node serves, until every node is done with them (each has its deadline)
+        job_numbers.stores.release_all()
     return report.exit_code()
 
 
@@ -256,5 +307,5 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
                   devices=None if shared_devices else DevicePool(gpus))
 
 
-__all__ = ["ValidateRequest", "WorldPlan", "default_run_dir", "plan_worlds", "planned_cases", "requested_worlds",
-           "run_plan", "run_validate"]
+__all__ = ["ValidateRequest", "WorldPlan", "check_fault_groups", "default_run_dir", "plan_worlds", "planned_cases",
+           "plant_injections", "requested_worlds", "run_plan", "run_validate"]

@@ -8,7 +8,10 @@ keeps its own clock:
   the per-launch deadline times the launches it runs plus a startup
   allowance (interpreter, torch import, rendezvous).
 - ``Supervised`` starts the child with ``start_new_session=True`` and a
-  unique token in its environment. torchrun puts each worker in a session of
+  unique token in its environment, after the tokens of the trees it runs
+  under (a harness started by a harness: ``harness.scale``'s agents), so
+  ending an outer tree also finds the inner trees' processes, even those of
+  an inner harness that was killed before it could end them. torchrun puts each worker in a session of
   its own, so the process group of the agent does not hold the workers; on
   expiry the watchdog therefore collects every process carrying the token
   (a ``/proc`` scan of environments, which also finds workers reparented
@@ -67,15 +70,16 @@ def deadline_s(launches: int, per_launch_s: float, startup_s: float) -> float:
 
 
 def processes_with_token(token: str) -> dict[int, int]:
-    """Every live process (pid -> pgid) whose environment carries ``TOKEN_VAR=token``."""
+    """Every live process (pid -> pgid) that runs under the tree of ``token`` (``TOKEN_VAR`` holds it among its tokens)."""
     return processes_with_tokens([token])[token]
 
 
 def processes_with_tokens(tokens: Sequence[str]) -> dict[str, dict[int, int]]:
     """For each token, every live process (pid -> pgid) whose environment carries it (one ``/proc`` scan for all)."""
-    needles = {f"{TOKEN_VAR}={token}".encode(): token for token in tokens}
+    prefix = f"{TOKEN_VAR}=".encode()
+    wanted = {token.encode(): token for token in tokens}
     found: dict[str, dict[int, int]] = {token: {} for token in tokens}
-    if not needles:
+    if not wanted:
         return found
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -84,7 +88,9 @@ def processes_with_tokens(tokens: Sequence[str]) -> dict[str, dict[int, int]]:
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 env = f.read()
-            hits = [needles[v] for v in env.split(b"\0") if v in needles]
+            # the variable holds the tokens of every tree the process runs under, outermost first
+            held = next((v[len(prefix):].split() for v in env.split(b"\0") if v.startswith(prefix)), [])
+            hits = [wanted[t] for t in held if t in wanted]
             if not hits:
                 continue
             with open(f"/proc/{pid}/stat", "rb") as f:
@@ -93,7 +99,8 @@ def processes_with_tokens(tokens: Sequence[str]) -> dict[str, dict[int, int]]:
             fields = stat[stat.rindex(b")") + 2:].split()
             if fields[0] == b"Z":
                 continue
-            found[hits[0]][pid] = int(fields[2])
+            for token in hits:
+                found[token][pid] = int(fields[2])
         except (FileNotFoundError, ProcessLookupError, PermissionError, ValueError, IndexError):
             continue
     return found
@@ -213,8 +220,8 @@ def end_trees(trees: Sequence["Supervised"]) -> list[int]:
         return found
 
     def pids(found: dict[str, dict[int, int]]) -> list[int]:
-        """Every pid of every tree in a scan."""
-        return sorted(pid for procs in found.values() for pid in procs)
+        """Every pid of every tree in a scan (once, though a process of a nested tree is in both)."""
+        return sorted({pid for procs in found.values() for pid in procs})
 
     def groups() -> list[int]:
         """Every process group seen in any tree (copied: another thread may add to them meanwhile)."""
@@ -272,7 +279,7 @@ class Supervised:
         self.proc: subprocess.Popen | None = None
         self._seen_groups: set[int] = set()
         child_env = dict(os.environ if env is None else env)
-        child_env[TOKEN_VAR] = self.token
+        child_env[TOKEN_VAR] = " ".join(filter(None, [child_env.get(TOKEN_VAR), self.token]))
         # registered before the child exists: an interrupt from here on finds its processes by the token
         _register(self)
         self.started = time.monotonic()
@@ -357,10 +364,23 @@ class Diagnosis:
     logs: dict = field(default_factory=dict)
     # NCCL flight-recorder dumps the job left
     nccl_dumps: list = field(default_factory=list)
+    # the TP group whose ranks the numbers above are (None: one group spans the world), and its global ranks
+    group: int | None = None
+    group_ranks: list = field(default_factory=list)
 
     def to_json(self) -> dict:
         """The diagnosis as a JSON-ready dict."""
         return dict(self.__dict__)
+
+    def in_group(self, group: int | None, ranks: Sequence[int]) -> "Diagnosis":
+        """This diagnosis of TP group ``group`` (global ``ranks``), its text naming the group and the rank's global number."""
+        self.group, self.group_ranks = group, list(ranks)
+        if group is not None and ranks:
+            where = f"TP group {group} (ranks {ranks[0]}-{ranks[-1]})"
+            if self.rank is not None and 0 <= self.rank < len(ranks):
+                where += f", global rank {ranks[self.rank]}"
+            self.text = f"{where}: {self.text}"
+        return self
 
 
 def _last(records: list[dict], event: str) -> dict | None:

@@ -39,7 +39,10 @@ disagreement that hangs the kernels is still reproduced (and named by the
 watchdog) and one they complete silently is named. An unexpected exception inside a
 launch may leave peers inside a collective, so the rank then writes its
 result and exits with ``ABANDON_EXIT``: the launcher ends the job and runs
-the remaining cases in a fresh one. At start every worker process registers
+the remaining cases in a fresh one. With TP groups each rank makes only its
+own group's process group, and a case of the job file may name the groups
+that run it (``groups``: a case run again where another group's fault cut it
+short; ``runs_in_group``); the other groups skip it. At start every worker process registers
 a stack dump on SIGUSR1 (``harness.evidence.register_worker``), so a rank
 that hangs still shows the watchdog where.
 """
@@ -59,7 +62,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.evidence import register_worker
-from harness.phases import PhaseClock, count_start_up_from
+from harness.phases import PhaseClock, count_start_up_from, mark_startup, process_started_at
 from harness.refcache import REFERENCE_WAIT_S, ReferenceCache
 
 CRASH_EXIT = 43
@@ -248,8 +251,8 @@ def _graph_launches(impl: str, system: Any, handle: Any, launches: list,
 
 def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
              run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None,
-             cache_dir: str | None = None) -> dict:
-    """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) and write its result."""
+             cache_dir: str | None = None, job_index: int | None = None) -> dict:
+    """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) of job ``job_index`` and write its result."""
     from harness import compare as cmp  # noqa: PLC0415
     from harness.families import NotAvailable, adapter, catalog  # noqa: PLC0415
     from harness.arch_facts import facts_file  # noqa: PLC0415
@@ -260,14 +263,15 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
     progress = ProgressWriter(out_dir, rank)
     started = time.monotonic()
     clock = PhaseClock((spec["family"], spec["name"], tp, group))
-    result: dict = {"rank": rank, "group": group, "group_rank": group_rank, "tp": tp, "impl": impl,
+    result: dict = {"rank": rank, "group": group, "group_rank": group_rank, "tp": tp, "impl": impl, "job": job_index,
                     "family": spec["family"], "name": spec["name"], "status": "ok", "launches_done": 0,
                     "comparison": None, "error": None, "refused": [], "not_refused": []}
     system = graphs = None
     try:
         progress.write("start", -1)
-        scenario = catalog.load(spec["path"])
-        case = catalog.case_of(scenario)
+        full = catalog.load(spec["path"])
+        scenario = full.in_group(group)  # the faults planted in another TP group are not this group's
+        case = catalog.case_of(full).in_group(group)
         with clock.phase("construct"):  # the family's module: CuTe DSL on the kernel path
             fam = adapter(case.family)
             fam.check_available(impl)
@@ -279,7 +283,7 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         with clock.phase("reference"):  # the static tensors' digest
             refs = ReferenceCache(cache_dir or Path(run_dir) / "refcache", case.family, fam.tp_key,
                                   fam.golden_config(config), static)  # the key covers the arch facts used
-        store_mode = store if group_rank == 0 and not group and stored_case(case) else None
+        store_mode = store if group_rank == 0 and not group and stored_case(catalog.case_of(full)) else None
         agreed: list[dict] = []
         store_outputs: dict = {}
         phase = "construct"
@@ -392,10 +396,18 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         result["error"] = _error_of(exc) | {"phase": "build"}
     result["time_s"] = time.monotonic() - started
     result["phases"] = clock.seconds
+    if clock.startup_marks:
+        result["startup"] = clock.startup_marks
     progress.write("done", -1, {}, result.get("state") or {})
     progress.close()
     _write_json(result_path(out_dir, rank), result)
     return result
+
+
+def runs_in_group(spec: dict, group: int | None) -> bool:
+    """Whether TP group ``group`` runs the job's case ``spec`` (a case run again runs only in the groups that lost it)."""
+    groups = spec.get("groups")
+    return groups is None or group in groups
 
 
 # ----------------------------------------------------------------------------- distributed (torchrun)
@@ -427,6 +439,7 @@ def run_distributed(job: dict) -> int:
 
     from harness.dist_comm import DistComm  # noqa: PLC0415
 
+    mark_startup("torch")
     backend = job.get("backend", "gloo")
     device = "cpu"
     if backend == "nccl" or job.get("impl") == "kernel":
@@ -438,20 +451,26 @@ def run_distributed(job: dict) -> int:
         # several nodes: the rank follows --node-rank, not the order c10d met the agents in (Rendezvous.first_rank)
         os.environ["RANK"] = str(int(job["first_rank"]) + int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=float(job.get("collective_timeout_s", 300))))
+    mark_startup("joined")
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         tp = int(job.get("tp") or world)
         if world % tp:
             raise ValueError(f"--tp {tp} must divide the world size {world}")
-        groups = [list(range(g * tp, (g + 1) * tp)) for g in range(world // tp)]
-        pgs = [dist.new_group(r) for r in groups] if tp < world else [None]
-        my_group = rank // tp
-        comm = DistComm(pgs[my_group] if tp < world else None, device=device if backend == "nccl" else "cpu")
+        group = rank // tp if tp < world else None
+        pg = None
+        if group is not None:
+            # Only the group's own ranks make it (local synchronization): making every group on every rank
+            # is a store barrier over the whole world per group, world^2 / tp store operations in all.
+            pg = dist.new_group(list(range(group * tp, (group + 1) * tp)), use_local_synchronization=True)
+        mark_startup("grouped")
+        comm = DistComm(pg, device=device if backend == "nccl" else "cpu")
         for spec in job["cases"]:
-            res = run_case(spec, rank=rank, group_rank=comm.rank, tp=tp,
-                           group=my_group if tp < world else None, impl=job.get("impl", "golden"),
+            if not runs_in_group(spec, group):
+                continue
+            res = run_case(spec, rank=rank, group_rank=comm.rank, tp=tp, group=group, impl=job.get("impl", "golden"),
                            run_dir=job["run_dir"], make_handle=_distributed_handle(job.get("impl", "golden"), comm, device),
-                           store=job.get("store"), cache_dir=job.get("cache_dir"))
+                           store=job.get("store"), cache_dir=job.get("cache_dir"), job_index=job.get("job"))
             if res.get("abandon"):
                 sys.stdout.flush()
                 os._exit(ABANDON_EXIT)
@@ -488,12 +507,14 @@ def run_virtual(job: dict, world: int) -> int:
     for spec in job["cases"]:
         for g in range(world // tp):
             group = g if tp < world else None
+            if not runs_in_group(spec, group):
+                continue
 
             def body(comm: Any, make_handle: Callable[[Any], Any]) -> dict:
                 """One virtual rank's run of the case."""
                 return run_case(spec, rank=g * tp + comm.rank, group_rank=comm.rank, tp=tp, group=group,
                                 impl=impl, run_dir=job["run_dir"], make_handle=make_handle, store=job.get("store"),
-                                cache_dir=job.get("cache_dir"))
+                                cache_dir=job.get("cache_dir"), job_index=job.get("job"))
 
             fabrics, reason = None, ""
             if impl == "kernel":
@@ -526,6 +547,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job", required=True, help="job file written by the launcher (JSON)")
     parser.add_argument("--virtual", type=int, default=0, help="run N ranks as threads of this process")
     args = parser.parse_args(argv)
+    started = process_started_at()
+    if started is not None:
+        mark_startup("process", started)
+    mark_startup("worker")
     job = json.loads(Path(args.job).read_text(encoding="utf-8"))
     # SIGUSR1 dumps every thread's Python stack to <run>/stacks/<pid>.txt: the watchdog asks
     # for it before it ends a job that ran out of time, and the report shows the hung rank's.

@@ -6,6 +6,16 @@ within the largest call, ranks within the worlds, launches within the
 expanded script) and fills defaults. Data kinds are applied to tensors by
 ``scenarios.builders``; harness kinds are acted on by the harness
 (docs/interfaces.md lists both).
+
+The harness kinds that name a rank (``hang``, ``crash``, ``delay``,
+``skip_launch``, ``repeat_launch``, ``rank_disagree``) may also name a TP
+``group``: their rank is a rank *of a group* (with ``--tp 4`` every group
+has ranks 0..3), so without ``group`` every group gets the fault, and with
+it only that group does (``Scenario.in_group``). A scenario file cannot know
+how many groups a run will have, so the file's check is ``group >= 0`` and
+the run checks it against its groups; a context built for one run
+(``InjectionContext(..., groups=N)``, the command line's ``--inject``)
+checks it at once.
 """
 
 from __future__ import annotations
@@ -40,9 +50,9 @@ class InjectionContext:
     """What an injection's fields are checked against."""
 
     def __init__(self, c: Checker, family: str, cfg: Mapping, calls: Sequence[Call],
-                 worlds: Sequence[int], launches: int) -> None:
+                 worlds: Sequence[int], launches: int, groups: int | None = None) -> None:
         self.c, self.family, self.cfg, self.calls = c, family, cfg, calls
-        self.worlds, self.launches = worlds, launches
+        self.worlds, self.launches, self.groups = worlds, launches, groups
         self.max_rows = max(call.rows for call in calls)
         self.max_steps = max((call.steps or 1) for call in calls)
 
@@ -53,6 +63,12 @@ class InjectionContext:
     def some_rank(self, v: Any, p: str) -> int:
         """A rank that exists at some world of the scenario (data injections skip it elsewhere)."""
         return self.c.integer(v, p, 0, max(self.worlds) - 1)
+
+    def group(self, v: Any, p: str) -> int | None:
+        """An optional TP group (None: every group), below ``groups`` when the context knows the run's count."""
+        if v is None:
+            return None
+        return self.c.integer(v, p, 0, None if self.groups is None else self.groups - 1)
 
     def launch(self, v: Any, p: str) -> int:
         """A launch index of the expanded script."""
@@ -168,8 +184,9 @@ def _inj_misaligned_stride(x: InjectionContext, m: dict, p: str) -> dict:
 
 
 def _inj_rank_launch(x: InjectionContext, m: dict, p: str) -> dict:
-    """A rank and a launch index (skip_launch, repeat_launch, hang)."""
-    return {"rank": x.rank(m["rank"], f"{p}.rank"), "launch": x.launch(m["launch"], f"{p}.launch")}
+    """A rank, a launch index and an optional TP group (skip_launch, repeat_launch, hang)."""
+    return {"rank": x.rank(m["rank"], f"{p}.rank"), "launch": x.launch(m["launch"], f"{p}.launch"),
+            "group": x.group(m.get("group"), f"{p}.group")}
 
 
 def _inj_crash(x: InjectionContext, m: dict, p: str) -> dict:
@@ -195,7 +212,7 @@ def _inj_rank_disagree(x: InjectionContext, m: dict, p: str) -> dict:
     if fld in ("rows", "steps"):
         c.integer(value, f"{p}.value", 1)
     return {"rank": x.rank(m["rank"], f"{p}.rank"), "call": x.call(m["call"], f"{p}.call"),
-            "field": fld, "value": value}
+            "field": fld, "value": value, "group": x.group(m.get("group"), f"{p}.group")}
 
 
 BAD_INPUT_HOWS = ("wrong_dtype", "wrong_shape", "misaligned", "noncontiguous", "missing", "out_of_range")
@@ -246,12 +263,12 @@ INJECTION_SPECS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...], tuple[
     "launch_counter": (("markov_sharded",), ("value",), ("value",), _inj_launch_counter),
     "generation": (("allreduce_mhc",), ("value", "protocol"), ("value",), _inj_generation),
     "misaligned_stride": (("markov_fused",), ("argument", "offset", "pad", "calls"), (), _inj_misaligned_stride),
-    "skip_launch": (None, ("rank", "launch"), ("rank", "launch"), _inj_rank_launch),
-    "repeat_launch": (None, ("rank", "launch"), ("rank", "launch"), _inj_rank_launch),
-    "hang": (None, ("rank", "launch"), ("rank", "launch"), _inj_rank_launch),
-    "crash": (None, ("rank", "launch", "how"), ("rank", "launch"), _inj_crash),
-    "delay": (None, ("rank", "launch", "seconds"), ("rank", "launch", "seconds"), _inj_delay),
-    "rank_disagree": (None, ("rank", "call", "field", "value"), ("rank", "call", "field", "value"),
+    "skip_launch": (None, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
+    "repeat_launch": (None, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
+    "hang": (None, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
+    "crash": (None, ("rank", "launch", "how", "group"), ("rank", "launch"), _inj_crash),
+    "delay": (None, ("rank", "launch", "seconds", "group"), ("rank", "launch", "seconds"), _inj_delay),
+    "rank_disagree": (None, ("rank", "call", "field", "value", "group"), ("rank", "call", "field", "value"),
                       _inj_rank_disagree),
     "bad_input": (None, ("call", "argument", "how", "dtype", "value", "error"), ("call", "argument", "how"),
                   _inj_bad_input),

@@ -3,14 +3,16 @@
 A ``Scenario`` is complete once validated (every default filled in), so its
 users never look at the YAML. ``Scenario.launches()`` expands the launch
 script into launch indices; ``injections_for(rank, launch)`` gives the
-harness the faults to act on at a launch; ``initial_state()`` the counters
+harness the faults to act on at a launch (``in_group(g)`` first narrows the
+scenario to the faults TP group ``g`` gets: those naming no group or ``g``);
+``initial_state()`` the counters
 (``launches``, ``generation_ll``/``generation_bt``) that injections start
 near a wrap.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 FAMILIES = ("markov_fused", "markov_sharded", "allreduce_mhc")
@@ -181,6 +183,19 @@ class Scenario:
     def harness_injections(self) -> list[Injection]:
         """The injections the harness acts on."""
         return [inj for inj in self.inject if inj.for_harness]
+
+    def in_group(self, group: int | None) -> "Scenario":
+        """This scenario as TP group ``group`` runs it: without the injections that name another group (None: group 0)."""
+        mine = group or 0
+        kept = tuple(inj for inj in self.inject if inj.get("group") in (None, mine))
+        return self if len(kept) == len(self.inject) else replace(self, inject=kept)
+
+    def fault_groups(self) -> tuple[int, ...] | None:
+        """The only TP groups a rank-addressed harness injection reaches, or None when one reaches every group."""
+        faults = [inj for inj in self.harness_injections() if inj.get("rank") is not None]
+        if not faults or any(inj.get("group") is None for inj in faults):
+            return None
+        return tuple(sorted({inj.get("group") for inj in faults}))
 
     def injections_for(self, rank: int, launch: int) -> list[Injection]:
         """Harness injections that apply to ``rank`` at launch index ``launch``.

@@ -5,7 +5,8 @@ numbering (``Scenario.launches()``: the script expanded pass by pass, call by
 call, repeat by repeat; launch ``i`` is the i-th) and the input builders.
 This module only turns a ``Scenario`` into what the harness schedules on
 (``Case``: family, name, file, worlds, size, expected outcome, launches,
-deadline) and builds one rank's launch plan (``plan``): for each launch the
+deadline, and the TP groups its faults reach: ``Case.in_group`` is the case
+as one group is judged) and builds one rank's launch plan (``plan``): for each launch the
 inputs this rank uses (its ``rank_disagree`` overrides and the call's
 ``bad_input`` applied), the inputs every rank agrees on (for the
 reference), the error the call must raise, and the harness injections that
@@ -17,7 +18,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,8 @@ class Case:
     deadline_s: float | None
     description: str
     harness_kinds: tuple[str, ...]
+    # The only TP groups the scenario's faults reach (injections naming a ``group``); None: every group.
+    fault_groups: tuple[int, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -92,6 +95,12 @@ class Case:
                 return True
         return bool(risky & set(self.harness_kinds))
 
+    def in_group(self, group: int | None) -> "Case":
+        """The case as TP group ``group`` is judged: a group no fault reaches expects the golden bits."""
+        if self.fault_groups is None or (group or 0) in self.fault_groups:
+            return self
+        return replace(self, outcomes=("golden",), expect_error=None, expect_timeout=None)
+
     def per_launch_s(self, default: float | None) -> float:
         """The per-launch deadline: the scenario's ``deadline_s``, else ``default``."""
         return float(self.deadline_s or default or DEFAULT_PER_LAUNCH_S)
@@ -123,6 +132,7 @@ def case_of(scenario: Any) -> Case:
         deadline_s=scenario.deadline_s,
         description=scenario.description,
         harness_kinds=tuple(sorted({i.kind for i in scenario.harness_injections()})),
+        fault_groups=scenario.fault_groups(),
     )
 
 

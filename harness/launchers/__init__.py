@@ -2,7 +2,8 @@
 
 - ``cpu``: real processes through ``python -m torch.distributed.run``
   (``--standalone``, or the ``--nnodes/--rdzv-*`` pass-through for several
-  agents), gloo, the golden per-rank system as the system under test.
+  agents, job ``i`` meeting at the endpoint's port plus ``i``:
+  ``Rendezvous.job_endpoint``), gloo, the golden per-rank system as the system under test.
 - ``torchrun``: the same launcher with the kernel implementation: NCCL with
   one GPU per rank, or gloo with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``
   when ranks must share GPUs.
@@ -16,7 +17,8 @@ Every launcher runs its jobs through ``harness.launchers.jobs.JobRunner``
 Per-rank logs go to ``<run>/logs/job<i>/`` via torchrun's ``--log-dir`` and
 ``--redirects 3``. NCCL groups run with PyTorch's flight recorder on
 (``harness.evidence.flight_recorder_env``): a collective timeout dumps its
-trace under ``<run>/nccl_trace/``.
+trace under ``<run>/nccl_trace/``. gloo groups connect lazily
+(``TORCH_GLOO_LAZY_INIT``): only the TP groups' ranks ever exchange.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from harness.evidence import flight_recorder_env
 from harness.launchers.jobs import JobSettings, job_log_dir, python
 
 LAUNCHERS = ("auto", "torchrun", "virtual", "cpu")
+GLOO_LAZY_INIT = "TORCH_GLOO_LAZY_INIT"
 MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 
 
@@ -85,6 +88,10 @@ def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None
         else:
             backend = "gloo"
             env["TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES"] = "1"
+    if backend == "gloo":
+        # gloo connects every pair of the world's ranks when the process group is made, though the ranks
+        # exchange only within their TP groups: lazily, a world of 72 makes 18 meshes of 4, not one of 72.
+        env[GLOO_LAZY_INIT] = "1"
     impl = kw.pop("impl", None) or impl
     return JobSettings(launcher=launcher, impl=impl, backend=backend, run_dir=run_dir, env=env, **kw)
 
@@ -100,8 +107,11 @@ def torchrun_argv(s: JobSettings, job_path: Path, world: int, job_index: int) ->
         if not rdzv.endpoint:
             raise ValueError("--rdzv-endpoint is required with --nnodes > 1")
         argv += ["--nnodes", str(rdzv.nnodes), "--node-rank", str(rdzv.node_rank),
-                 "--rdzv-backend", rdzv.backend or "c10d", "--rdzv-endpoint", rdzv.endpoint,
-                 "--rdzv-id", f"{rdzv.id or 'rankcheck'}-job{job_index}"]
+                 "--rdzv-backend", rdzv.backend or "c10d", "--rdzv-endpoint", rdzv.job_endpoint(job_index),
+                 "--rdzv-id", rdzv.job_id(job_index)]
+        if rdzv.nnodes > 1 and (rdzv.backend or "c10d") == "c10d":
+            # the harness on the endpoint's machine serves the store (harness.launchers.job_store)
+            argv += ["--rdzv-conf", "is_host=false"]
     else:
         argv += ["--standalone", "--nnodes", "1"]
     log_dir = job_log_dir(s, job_index)

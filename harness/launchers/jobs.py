@@ -1,4 +1,4 @@
-"""Running cases as jobs: batching, the per-case deadline, and recovery after a job ends early.
+"""Running cases as jobs: batching, per-group settling and deadlines, and recovery after a job ends early.
 
 Starting torchrun costs seconds (interpreters, torch import, rendezvous),
 so cases that cannot hang or kill their ranks run many to a job; a case that
@@ -7,21 +7,45 @@ an expected timeout) runs in a job of its own. A job is one supervised
 process tree (``harness.watchdog.Supervised``) running ``harness.worker``
 over a job file; its cases run in order.
 
-While the job runs, the loop polls the run directory: a case whose ranks
-have all written their results is judged and reported at once. The case in
-progress has its own clock: the startup allowance until its first progress
-record appears (for the first case of a job), then the per-launch deadline
-times its launches plus a per-case allowance (input building and the
-reference). Time a rank spends on the unsharded reference (its last record
-is ``reference`` and its heartbeat is fresh: a realistic-size golden
-reference takes minutes on a CPU) stops that clock. When it expires the
-watchdog asks the workers for their Python stacks and ends the whole tree;
-the case is judged from the records (a timeout naming the rank and launch,
-with each rank's innermost frames and log: ``harness.evidence``), and the
-cases after it run in a fresh job. A job that ends early (a crash, or a rank that abandoned the job after
-an unexpected error) is handled the same way, without waiting; a case that
-had not started when its job ended is run again in the fresh job, not
-judged (it never ran), provided the ended job settled at least one case.
+With ``--tp`` a job runs several TP groups side by side, and each goes its
+own way through the job's cases (``harness.launchers.groups.GroupRun``).
+While the job runs, the loop polls the run directory: a group's case whose
+ranks (on this node) have all written their results is judged and reported
+at once, whatever the other groups are doing. Each group's case has its own
+clock: the startup allowance until its first progress record appears (for
+its first case), then the per-launch deadline times the case's launches
+plus a per-case allowance (input building and the reference); time a rank
+spends on the unsharded reference (its last record is ``reference`` and its
+heartbeat is fresh: a realistic-size golden reference takes minutes on a
+CPU) stops that clock. When a group's clock runs out the watchdog asks the
+workers for their Python stacks and ends the whole tree; that group's case
+is judged from its records (a timeout naming the group, the rank and the
+launch, with the rank's innermost frames and log: ``harness.evidence``),
+while the groups that finished keep the verdicts they were given from their
+own files. A job that ends early (a crash, or a rank that gave the job up
+after an unexpected error) is handled the same way without waiting: the
+group whose ranks failed is judged. A group whose case was cut short by
+another group's fault (the agent ends every rank of the node), and the
+cases a group had not begun, run again in a fresh job, in those groups only
+(``groups`` in the job file); a case cut short twice is judged as it stands.
+With several nodes nothing runs again: every node must start the same jobs
+in the same order (their rendezvous ids are job numbers), so a node cannot
+add one of its own; such cases are reported as not run.
+
+On several nodes the job's rendezvous store is held by the harness on the
+endpoint's machine, not by a torchrun agent (``harness.launchers.job_store``),
+so the watchdog ending one node's agent takes no other node's job with it.
+A node whose cases are all settled still has its agent waiting in
+torchrun's exit barrier for every other node's agent (up to 300 s); it ends
+it once every node has said it is done with the job (a counter in the job's
+store; a grace period after the last) or, failing that, once every case of
+the job would have run out of time on any node (``EXIT_BARRIER_MARGIN_S``
+after the budgets). A node whose group hangs thus costs the job about its
+deadline, not torchrun's 300 s; the next job meets at the endpoint's port
+plus its job number (``Rendezvous.job_endpoint``), in a store of its own.
+
+Each job leaves ``timing/job<i>[.node<k>].json``: its start, end, how it
+ended and when each verdict was given (``harness.scale`` reads it).
 """
 
 from __future__ import annotations
@@ -29,7 +53,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,16 +62,19 @@ from typing import Callable, Iterator, Sequence
 from harness.evidence import nccl_dumps, rank_stacks, stacks_dir, torchrun_rank_log
 from harness.families.catalog import Case
 from harness.launchers import records
+from harness.launchers.groups import GroupRun, case_budget
+from harness.launchers.job_store import HeldStores, NodesDone
 from harness.launchers.verdict import judge
 from harness.report import CaseResult
 from harness.watchdog import Supervised, diagnose, kernel_diag_records
 from harness.worker import case_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# A reference heartbeat older than this no longer stops the case clock (the worker beats every 5 s).
-HEARTBEAT_STALE_S = 30.0
 # The most a job may run beyond its budget on reference computations (the backstop of every job).
 REFERENCE_ALLOWANCE_S = 3600.0
+# How long past every case's budget a node whose cases are all settled keeps its agent for the other nodes'
+# (the one holding the rendezvous store must outlive them): time for their watchdogs to end theirs first.
+EXIT_BARRIER_MARGIN_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -95,6 +121,23 @@ class Rendezvous:
         agent's, so no rank's number decides who serves it."""
         return self.local_ranks(world).start if self.nnodes > 1 else None
 
+    def job_id(self, job_index: int) -> str:
+        """The rendezvous id of job ``job_index`` (every node numbers its jobs alike)."""
+        return f"{self.id or 'rankcheck'}-job{job_index}"
+
+    def job_endpoint(self, job_index: int) -> str:
+        """The rendezvous endpoint of job ``job_index``: ``host:port`` with the port moved up by the job number.
+
+        The c10d store lives in the agent that bound the port first; a node whose
+        job ended early starts the next job while another node's agent of the
+        last one still holds the port (torchrun's exit barrier), and would join
+        that dying store instead of the next job's. An endpoint without a port
+        is used as given."""
+        host, sep, port = (self.endpoint or "").rpartition(":")
+        if not sep or not port.isdigit():
+            return self.endpoint or ""
+        return f"{host}:{int(port) + job_index}"
+
     def describe(self) -> dict:
         """This node in the job, as a report's provenance records it (what ``harness merge-reports`` checks)."""
         return {"rank": self.node_rank, "nnodes": self.nnodes, "nproc_per_node": self.nproc_per_node,
@@ -135,8 +178,38 @@ class JobSettings:
 ArgvBuilder = Callable[[JobSettings, Path, int, int], list[str]]
 
 
+class JobSequence:
+    """The run's job numbers, shared by its JobRunners (one per unit); with several nodes, the job stores this
+    harness holds and when the other nodes can start the next job.
+
+    A node whose job ended early (its group hung or crashed) starts the next
+    job while the other nodes may still be ending theirs: its startup
+    allowance then counts from ``others_free_at`` (monotonic time), when
+    every node has ended that job."""
+
+    def __init__(self, numbers: Iterator[int] | None = None) -> None:
+        self._numbers = numbers if numbers is not None else itertools.count()
+        self.others_free_at = 0.0
+        self.stores = HeldStores()
+
+    def __iter__(self) -> "JobSequence":
+        return self
+
+    def __next__(self) -> int:
+        """The next job number (``next`` on a count is atomic in CPython: lanes may share it)."""
+        return next(self._numbers)
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A case still to run, and the TP groups of this node it still has to run in."""
+
+    case: Case
+    groups: tuple[int | None, ...]
+
+
 class JobRunner:
-    """Runs cases at one world size through a launcher's argv builder, reporting each verdict."""
+    """Runs cases at one world size through a launcher's argv builder, reporting each group's verdict."""
 
     def __init__(self, settings: JobSettings, argv_for: ArgvBuilder, on_result: Callable[[CaseResult], None],
                  on_note: Callable[[str], None] = lambda text: None, job_numbers: Iterator[int] | None = None) -> None:
@@ -144,9 +217,14 @@ class JobRunner:
         self.argv_for = argv_for
         self.on_result = on_result
         self.on_note = on_note
-        self.job_numbers = job_numbers if job_numbers is not None else itertools.count()
+        self.job_numbers = job_numbers if isinstance(job_numbers, JobSequence) else JobSequence(job_numbers)
         self.job_index = 0
         self.job_started_wall = time.time()
+        self.job_started_monotonic = time.monotonic()
+        # (case key, group) -> times the case was cut short in that group by another group's fault
+        self.cut_short: dict[tuple[str, int | None], int] = {}
+        # the current job's verdicts as they were given (case, group, status, wall time): its timing file
+        self.verdict_times: list[dict] = []
 
     # -- scheduling
 
@@ -155,20 +233,20 @@ class JobRunner:
         tp = self.settings.tp or world
         if world % tp:
             raise ValueError(f"--tp {tp} must divide the world size {world}")
-        batch = [c for c in cases if not c.isolated(self.settings.impl)]
-        alone = [c for c in cases if c.isolated(self.settings.impl)]
+        groups = tuple(self._groups(world, tp))
+        batch = [Pending(c, groups) for c in cases if not c.isolated(self.settings.impl)]
+        alone = [Pending(c, groups) for c in cases if c.isolated(self.settings.impl)]
         if batch:
             self._run_pending(batch, world, tp)
-        for case in alone:
-            self._run_pending([case], world, tp)
+        for item in alone:
+            self._run_pending([item], world, tp)
 
     def _groups(self, world: int, tp: int) -> list[int | None]:
         """The TP groups of a job that hold this node's ranks (None when one group spans the world)."""
         return self.settings.rendezvous.local_groups(world, tp)
 
-    def _run_pending(self, cases: list[Case], world: int, tp: int) -> None:
-        """Run jobs until every case has a verdict (each job settles at least its first pending case)."""
-        pending = list(cases)
+    def _run_pending(self, pending: list[Pending], world: int, tp: int) -> None:
+        """Run jobs until every case has a verdict in every group (each job settles or judges at least one)."""
         while pending:
             pending = self._run_job(pending, world, tp)
 
@@ -176,35 +254,43 @@ class JobRunner:
 
     def _case_budget(self, case: Case) -> float:
         """The seconds a case may take once it has started."""
-        return case.per_launch_s(self.settings.per_launch_s) * max(case.launches, 1) + self.settings.case_allowance_s
+        return case_budget(case, self.settings.per_launch_s, self.settings.case_allowance_s)
 
-    def _write_job(self, cases: list[Case], world: int, tp: int) -> Path:
-        """Write the job file for ``cases`` and return its path."""
+    def _write_job(self, pending: list[Pending], world: int, tp: int) -> Path:
+        """Write the job file for ``pending`` and return its path."""
         s = self.settings
         path = s.run_dir / "jobs" / f"job{self.job_index}{s.rendezvous.node_suffix}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        longest = max(self._case_budget(c) for c in cases)
-        doc = {"run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp, "store": s.store,
+        longest = max(self._case_budget(p.case) for p in pending)
+        everywhere = set(self._groups(world, tp))
+        specs = []
+        for p in pending:
+            spec = {"family": p.case.family, "name": p.case.name, "path": p.case.path}
+            if set(p.groups) != everywhere:
+                spec["groups"] = list(p.groups)  # run again only where another group's fault cut it short
+            specs.append(spec)
+        doc = {"job": self.job_index, "run_dir": str(s.run_dir), "impl": s.impl, "backend": s.backend, "tp": tp,
+               "store": s.store,
                "cache_dir": str(s.cache_dir or s.run_dir / "refcache"),
                "first_rank": s.rendezvous.first_rank(world),
-               "collective_timeout_s": longest + s.startup_s,
-               "cases": [{"family": c.family, "name": c.name, "path": c.path} for c in cases]}
+               "collective_timeout_s": longest + s.startup_s, "cases": specs}
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
         return path
 
-    def _run_job(self, pending: list[Case], world: int, tp: int) -> list[Case]:
-        """Run one job over ``pending``; report verdicts; return the cases still to run."""
+    def _group_runs(self, pending: list[Pending], world: int, tp: int) -> list[GroupRun]:
+        """One GroupRun per TP group of this node that has a case in ``pending``."""
+        local = self.settings.rendezvous.local_ranks(world)
+        runs = []
+        for g in self._groups(world, tp):
+            cases = [p.case for p in pending if g in p.groups]
+            if cases:
+                members = tuple(records.group_ranks(world, tp, g))
+                runs.append(GroupRun(g, members, tuple(r for r in members if r in local), cases))
+        return runs
+
+    def _job_env(self, world: int) -> dict:
+        """The environment of one job's process tree."""
         s = self.settings
-        self.job_index = next(self.job_numbers)
-        groups = self._groups(world, tp)
-        records.clear_rank_files(s.run_dir, pending, tp, groups, s.rendezvous.local_ranks(world))
-        job_path = self._write_job(pending, world, tp)
-        argv = self.argv_for(s, job_path, world, self.job_index)
-        log_path = job_log(s, self.job_index)
-        self.job_started_wall = time.time()
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        self.on_note(f"job {self.job_index}: {len(pending)} case(s) at world {world} (tp {tp}) via {s.launcher}; "
-                     f"log {log_path}")
         env = dict(os.environ)
         env.update(s.env)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
@@ -213,105 +299,239 @@ class JobRunner:
         # (one for the virtual launcher, one per rank otherwise).
         processes = 1 if s.launcher == "virtual" else len(s.rendezvous.local_ranks(world))
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
-        remaining = list(pending)
-        clock = {"case_started": None, "job_started": time.monotonic(), "last_poll": time.monotonic(),
-                 "paused": 0.0, "case_paused": 0.0, "settled": 0, "abandoned": False}
-        # results this harness can see: every rank's on one node; with several nodes the run
-        # directories need not be shared, so this node's ranks (more when the directory is shared)
+        return env
+
+    def _run_job(self, pending: list[Pending], world: int, tp: int) -> list[Pending]:
+        """Run one job over ``pending``; report each group's verdicts as they settle; return what is still to run."""
+        s = self.settings
+        self.job_index = next(self.job_numbers)
+        runs = self._group_runs(pending, world, tp)
+        for run in runs:
+            records.clear_rank_files(s.run_dir, run.cases, tp, [run.group], run.ranks)
+        job_path = self._write_job(pending, world, tp)
+        argv = self.argv_for(s, job_path, world, self.job_index)
+        log_path = job_log(s, self.job_index)
+        self.job_started_wall = time.time()
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.on_note(f"job {self.job_index}: {len(pending)} case(s) at world {world} (tp {tp}) via {s.launcher}; "
+                     f"log {log_path}")
+        self.job_started_monotonic = time.monotonic()
+        self.verdict_times = []
+        # the startup allowance counts from when the other nodes can join (they may still end the last job)
+        clock = {"job_started": max(self.job_started_monotonic, self.job_numbers.others_free_at),
+                 "last_poll": time.monotonic(), "paused": 0.0, "first_case": None, "all_done_at": None}
         rdzv = s.rendezvous
-        visible = world if rdzv.nnodes == 1 else (rdzv.nproc_per_node or world // rdzv.nnodes)
+        nodes_done = held = None
+        if rdzv.nnodes > 1 and rdzv.endpoint:
+            endpoint, job_id = rdzv.job_endpoint(self.job_index), rdzv.job_id(self.job_index)
+            # this harness, not its agent, serves the job's store when it is this machine's to serve
+            held = self.job_numbers.stores.hold(endpoint, job_id, rdzv.nnodes)
+            nodes_done = NodesDone(endpoint, job_id, rdzv.nnodes)
+        clock["budgets"] = sum(self._case_budget(p.case) for p in pending)
+        cap = s.startup_s + clock["budgets"] + s.case_allowance_s
 
         def settle_completed() -> None:
-            """Judge and report every leading case whose ranks have all written results."""
-            while remaining:
-                case = remaining[0]
-                results = {g: records.read_results(s.run_dir, case.family, case.name, tp, g, world) for g in groups}
-                if sum(len(r) for r in results.values()) < visible:
-                    return
-                started = clock["case_started"] or clock["job_started"]
-                self._report(case, world, tp, groups, results, records.CaseEnd(True), time.monotonic() - started)
-                remaining.pop(0)
-                clock["case_started"] = time.monotonic()
-                clock["case_paused"] = 0.0
-                clock["settled"] += 1
-                clock["abandoned"] = any(r.get("abandon") for rs in results.values() for r in rs.values())
+            """Judge and report, group by group, every leading case whose ranks on this node have all written results."""
+            now = time.monotonic()
+            for run in runs:
+                while run.current is not None and run.complete(s.run_dir, world, tp):
+                    results = run.results(s.run_dir, world, tp)
+                    started = run.started if run.started is not None else self.job_started_monotonic
+                    if clock["first_case"] is None:
+                        clock["first_case"] = run.started if run.started is not None else now
+                    self._report(run.current, world, tp, run, results, records.CaseEnd(True), now - started)
+                    run.abandoned = any(r.get("abandon") for r in results.values())
+                    run.advance(now)
 
         def expired() -> bool:
-            """Settle finished cases; True when the case in progress has run out of time."""
+            """Settle finished cases; True when a group's case has run out of time (or every case is settled and
+            the agent has waited for the other nodes' agents as long as any of them may still run)."""
             settle_completed()
-            if not remaining:
-                return False
-            case = remaining[0]
             now = time.monotonic()
             since_poll, clock["last_poll"] = now - clock["last_poll"], now
-            if clock["case_started"] is None:
-                if not records.case_started(s.run_dir, case.family, case.name, tp, groups):
-                    return now - clock["job_started"] > s.startup_s
-                clock["case_started"] = now
-            act = records.latest_activity(s.run_dir, case.family, case.name, tp, groups)
-            if act.referencing and act.newest is not None and time.time() - act.newest < HEARTBEAT_STALE_S:
-                clock["case_paused"] += since_poll  # a reference is being computed: not the case's time
+            live = [run for run in runs if run.current is not None]
+            if not live:
+                return self._agent_may_go(clock, nodes_done, now)
+            referencing = False
+            for run in live:
+                why, on_reference = run.time_up(s.run_dir, tp, now=now, since_poll=since_poll,
+                                                job_started=clock["job_started"], startup_s=s.startup_s,
+                                                per_launch_s=s.per_launch_s, case_allowance_s=s.case_allowance_s)
+                referencing = referencing or on_reference
+                if run.started is not None and clock["first_case"] is None:
+                    clock["first_case"] = run.started
+                run.expired = run.expired or why
+            if referencing:
                 clock["paused"] += since_poll
-                return False
-            if (now - clock["case_started"] - clock["case_paused"] > self._case_budget(case)
-                    or now - clock["job_started"] - clock["paused"] > cap):
-                return True
-            stall = case.per_launch_s(s.per_launch_s) + (0.0 if act.begun else s.case_allowance_s)
-            return act.newest is not None and time.time() - act.newest > stall
+            if now - clock["job_started"] - clock["paused"] > cap:
+                for run in live:
+                    run.expired = run.expired or f"the job's {cap:g} s budget ran out"
+            return any(run.expired for run in live)
 
-        cap = s.startup_s + sum(self._case_budget(c) for c in pending) + s.case_allowance_s
         with open(log_path, "ab") as log:
-            sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s,
-                             stacks_dir=stacks_dir(s.run_dir))
+            sup = Supervised(argv, env=self._job_env(world), cwd=str(REPO_ROOT), stdout=log, stderr=log,
+                             grace_s=s.grace_s, stacks_dir=stacks_dir(s.run_dir))
             outcome = sup.wait(cap + REFERENCE_ALLOWANCE_S, poll=expired)
         if outcome.leftovers:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
         settle_completed()
-        if not remaining:
+        if nodes_done is not None:
+            nodes_done.mark()  # this node needs nothing more from the job's store
+            # ended by itself, every agent passed torchrun's exit barrier: the other nodes are done with the job
+            together = (outcome.returncode == 0 and not outcome.timed_out) or clock["all_done_at"] is not None
+            self.job_numbers.others_free_at = time.monotonic() if together else self._others_done_by(clock)
+            if held is not None:
+                held.deadline = self._others_done_by(clock)
+            self.job_numbers.stores.release_finished()
+        if outcome.timed_out and all(run.current is None for run in runs):
+            self.on_note(f"job {self.job_index}: every case here settled; this node's torchrun agent waited in "
+                         f"torchrun's exit barrier until every node was done with the job (or their cases' time "
+                         f"was up), and was ended")
+        still = self._after_job(pending, runs, outcome, world, tp)
+        self._write_timing(outcome, world, tp)
+        return still
+
+    def _others_done_by(self, clock: dict) -> float:
+        """When every node's cases of the job have ended or run out of time (monotonic; no node's may run longer)."""
+        s = self.settings
+        first = clock["first_case"] if clock["first_case"] is not None else clock["job_started"] + s.startup_s
+        return first + clock["budgets"] + clock["paused"] + EXIT_BARRIER_MARGIN_S
+
+    def _agent_may_go(self, clock: dict, nodes_done: NodesDone | None, now: float) -> bool:
+        """With every case here settled: whether this node's torchrun agent may be ended.
+
+        It waits (up to 300 s) in torchrun's exit barrier for every other
+        node's agent, and the one holding the rendezvous store must outlive
+        them: so not before every node has said it is done (and a grace
+        period to leave by itself has passed), or no node's case may run any
+        longer."""
+        if nodes_done is not None:
+            nodes_done.mark()
+            if clock["all_done_at"] is None and nodes_done.all_done():
+                clock["all_done_at"] = now
+        if clock["all_done_at"] is not None and now - clock["all_done_at"] > self.settings.grace_s:
+            return True
+        return now > self._others_done_by(clock)
+
+    def _after_job(self, pending: list[Pending], runs: list[GroupRun], outcome, world: int,
+                   tp: int) -> list[Pending]:
+        """Judge the groups whose own fault (or deadline) ended the job; return the cases to run again.
+
+        A group whose time ran out, or whose ranks failed (an error, a crash,
+        a rank behind or disagreeing), is judged on its case; so is every
+        group when none can be told at fault. A group whose case was cut
+        short by another group's fault runs it again, once, in a fresh job
+        (only the groups that lost it run it); so do the cases a group had
+        not begun, and the cases after one whose ranks gave the job up. With
+        several nodes nothing runs again (every node must start the same
+        jobs, in the same order): those cases are reported as not run."""
+        s = self.settings
+        live = [run for run in runs if run.current is not None]
+        if not live:
             return []
-        if not outcome.timed_out and (clock["abandoned"] or (
-                clock["settled"] and not records.case_started(s.run_dir, remaining[0].family, remaining[0].name,
-                                                              tp, groups))):
-            # The job ended between cases (its ranks abandoned it after an unexpected error in the
-            # case just settled): the next case did not run to its end; run it afresh in a new job.
-            for g in groups:
-                shutil.rmtree(case_dir(s.run_dir, remaining[0].family, remaining[0].name, tp, g), ignore_errors=True)
-            return remaining
-        # The job ended (or was ended) with cases unsettled: the first one was running.
-        case = remaining.pop(0)
-        results = {g: records.read_results(s.run_dir, case.family, case.name, tp, g, world) for g in groups}
-        clean_exit = outcome.returncode == 0 and not outcome.timed_out
-        end = records.CaseEnd(completed=clean_exit and any(results.values()), timed_out=outcome.timed_out,
-                              returncode=outcome.returncode)
-        started = clock["case_started"] or clock["job_started"]
-        self._report(case, world, tp, groups, results, end, time.monotonic() - started)
-        if clean_exit:
-            # Ranks of other nodes write elsewhere: judge what this node can see.
-            while remaining:
-                nxt = remaining.pop(0)
-                res = {g: records.read_results(s.run_dir, nxt.family, nxt.name, tp, g, world) for g in groups}
-                self._report(nxt, world, tp, groups, res, records.CaseEnd(any(res.values()), False, 0),
-                             _ranks_time(res))
-        return remaining
+        if outcome.returncode == 0 and not outcome.timed_out:
+            # every rank exited by itself: judge what this node can see (other nodes' ranks write elsewhere)
+            for run in live:
+                for case in run.rest:
+                    results = run.results(s.run_dir, world, tp, case)
+                    self._report(case, world, tp, run, results, records.CaseEnd(bool(results), False, 0),
+                                 _ranks_time({run.group: results}))
+            return []
+        if outcome.timed_out:
+            culprits = [run for run in live if run.expired]
+        else:
+            culprits = [run for run in live if run.abandoned or self._failed_itself(run, world, tp)]
+        culprits = culprits or live
+        blamed = ", ".join(self._group_name(run) for run in culprits)
+        end = records.CaseEnd(completed=False, timed_out=outcome.timed_out, returncode=outcome.returncode)
+        again: dict[str, list] = {}
 
-    def _report(self, case: Case, world: int, tp: int, groups: list[int | None], results: dict,
-                end: records.CaseEnd, time_s: float) -> None:
-        """Judge each group of a case and hand the verdicts to the report."""
-        for g in groups:
-            diagnosis = None
-            if not end.completed or any(r.get("status") == "error" for r in results[g].values()):
-                progress = records.read_group_progress(self.settings.run_dir, case.family, case.name, tp, g, world)
-                directory = case_dir(self.settings.run_dir, case.family, case.name, tp, g)
-                diagnosis = diagnose(progress, kernel_records=kernel_diag_records(directory),
-                                     stacks=rank_stacks(progress, stacks_dir(self.settings.run_dir)),
-                                     logs=self._rank_logs(world, tp, g),
-                                     nccl_dumps=nccl_dumps(self.settings.env, self.job_started_wall))
-            stored = (results[g].get(0) or {}).get("store")
-            if stored:
-                self.on_result(store_result(case, tp, stored))
-            self.on_result(judge(case, world=tp, launcher=self.settings.launcher, impl=self.settings.impl,
-                                 group=g, results=results[g], end=end, diagnosis=diagnosis, time_s=time_s))
+        def run_again(run: GroupRun, cases: list[Case], why: str) -> None:
+            """Queue ``cases`` to run again in ``run``'s group (with several nodes: report them as not run)."""
+            for case in cases:
+                if s.rendezvous.nnodes > 1:
+                    self.on_result(self._not_run(case, tp, run.group, why))
+                else:
+                    again.setdefault(case.key, [case]).append(run.group)
 
+        for run in live:
+            case, later = run.current, run.rest[1:]
+            if run.abandoned:
+                # its ranks gave the job up after the case just settled: the next one did not run to its end
+                run_again(run, run.rest, f"the job ended when {self._group_name(run)} gave it up")
+                continue
+            began = run.has_begun(s.run_dir, tp)
+            key = (case.key, run.group)
+            if run in culprits or (began and self.cut_short.get(key, 0) >= 1):
+                # the group's own fault, or cut short a second time: judged as it stands
+                started = run.started if run.started is not None else self.job_started_monotonic
+                self._report(case, world, tp, run, run.results(s.run_dir, world, tp), end,
+                             time.monotonic() - started, cut_by="" if run in culprits else blamed)
+                run_again(run, later, f"the job ended when {blamed} failed, before this case began")
+                continue
+            if began:
+                self.cut_short[key] = self.cut_short.get(key, 0) + 1
+                self.on_note(f"job {self.job_index}: {case.key} in {self._group_name(run)} was cut short when "
+                             f"{blamed} failed; it runs again")
+            run_again(run, run.rest, f"cut short when {blamed} failed")
+        # in job order, so that every group keeps its cases' order
+        order = [p.case.key for p in pending]
+        return [Pending(again[k][0], tuple(again[k][1:])) for k in order if k in again]
+
+    def _failed_itself(self, run: GroupRun, world: int, tp: int) -> bool:
+        """Whether the group's own ranks ended its case: an error result, or a rank the records blame."""
+        s = self.settings
+        case = run.current
+        if any(r.get("status") == "error" for r in run.results(s.run_dir, world, tp).values()):
+            return True
+        progress = records.read_group_progress(s.run_dir, case.family, case.name, tp, run.group, world)
+        return diagnose(progress).rank is not None
+
+    def _group_name(self, run: GroupRun) -> str:
+        """The group in words, as the notes and verdicts name it (``TP group 5 (ranks 20-23)``)."""
+        if run.group is None:
+            return "the job's ranks"
+        return f"TP group {run.group} (ranks {run.members[0]}-{run.members[-1]})"
+
+    def _not_run(self, case: Case, tp: int, group: int | None, why: str) -> CaseResult:
+        """The verdict of a case that never ran in ``group`` and cannot run again (several nodes)."""
+        return CaseResult(case.family, case.name, tp, self.settings.launcher, "error", expected=case.expected_text,
+                          group=group, impl=self.settings.impl,
+                          detail=f"not run: {why}; with several nodes a job is never run again (every node "
+                                 f"must start the same jobs in the same order)")
+
+    def _report(self, case: Case, world: int, tp: int, run: GroupRun, results: dict, end: records.CaseEnd,
+                time_s: float, cut_by: str = "") -> None:
+        """Judge one group's case and hand the verdict (and its stored-bits check) to the report."""
+        s = self.settings
+        diagnosis = None
+        if not end.completed or any(r.get("status") == "error" for r in results.values()):
+            progress = records.read_group_progress(s.run_dir, case.family, case.name, tp, run.group, world)
+            directory = case_dir(s.run_dir, case.family, case.name, tp, run.group)
+            diagnosis = diagnose(progress, kernel_records=kernel_diag_records(directory),
+                                 stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
+                                 logs=self._rank_logs(world, tp, run.group),
+                                 nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
+            if cut_by:
+                diagnosis.text = f"cut short when {cut_by} failed; {diagnosis.text}"
+        stored = (results.get(0) or {}).get("store")
+        if stored:
+            self.on_result(store_result(case, tp, stored))
+        verdict = judge(case.in_group(run.group), world=tp, launcher=s.launcher, impl=s.impl, group=run.group,
+                        results=results, end=end, diagnosis=diagnosis, time_s=time_s)
+        self.verdict_times.append({"case": case.key, "group": run.group, "status": verdict.status, "at": time.time(),
+                                   "expired": run.expired})
+        self.on_result(verdict)
+
+    def _write_timing(self, outcome, world: int, tp: int) -> None:
+        """Write the job's timeline beside its job file: start, end, how it ended, and when each verdict was given."""
+        s = self.settings
+        doc = {"job": self.job_index, "node": s.rendezvous.node_rank, "world": world, "tp": tp,
+               "started": self.job_started_wall, "ended": time.time(), "returncode": outcome.returncode,
+               "timed_out": outcome.timed_out, "verdicts": self.verdict_times}
+        path = job_timing_path(s, self.job_index)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
     def _rank_logs(self, world: int, tp: int, group: int | None) -> dict[int, Path]:
         """Each group rank's log in the current job: torchrun's per-rank ``stderr.log`` (this node's ranks), or the virtual job's log."""
@@ -331,6 +551,11 @@ class JobRunner:
 def job_log_dir(settings: JobSettings, job_index: int) -> Path:
     """The directory of one job's per-rank logs (torchrun's ``--log-dir``)."""
     return settings.run_dir / "logs" / f"job{job_index}{settings.rendezvous.node_suffix}"
+
+
+def job_timing_path(settings: JobSettings, job_index: int) -> Path:
+    """The timeline file of one job (``JobRunner._write_timing``)."""
+    return settings.run_dir / "timing" / f"job{job_index}{settings.rendezvous.node_suffix}.json"
 
 
 def job_log(settings: JobSettings, job_index: int) -> Path:

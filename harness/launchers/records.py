@@ -4,6 +4,12 @@ The worker writes, per case and group, ``cases/<family>.<name>/w<tp>[.g<g>]/``
 with ``rank<k>.result.json`` and ``rank<k>.progress.jsonl`` (``k`` the
 global rank). This module reads them back keyed by *group* rank (the rank
 numbering scenarios use) and says whether a group is complete.
+
+The job runner polls these files several times a second while a job runs,
+so a poll reads only the ranks it names (``ranks``: the group's ranks on
+this node) and never lists a directory: with a run directory shared by the
+nodes of a 72-rank job, a node that listed or read every rank's files would
+make each poll cost the world, and the job's polls the world squared.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from harness.progress import progress_path, read_progress
 from harness.worker import case_dir, result_path
@@ -31,11 +38,15 @@ def group_ranks(world: int, tp: int, group: int | None) -> list[int]:
     return list(range(first, first + (tp if group is not None else world)))
 
 
-def read_results(run_dir: str | Path, family: str, name: str, tp: int, group: int | None, world: int) -> dict[int, dict]:
-    """The result files present for the group, keyed by group rank."""
+def read_results(run_dir: str | Path, family: str, name: str, tp: int, group: int | None, world: int,
+                 ranks: Iterable[int] | None = None) -> dict[int, dict]:
+    """The result files present for the group's ``ranks`` (global; default every rank of the group), keyed by group rank."""
     directory = case_dir(run_dir, family, name, tp, group)
+    wanted = None if ranks is None else set(ranks)
     out: dict[int, dict] = {}
     for g_rank, rank in enumerate(group_ranks(world, tp, group)):
+        if wanted is not None and rank not in wanted:
+            continue
         path = result_path(directory, rank)
         try:
             out[g_rank] = json.loads(path.read_text(encoding="utf-8"))
@@ -59,7 +70,7 @@ def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int
     files an earlier run left would otherwise be read as this run's, a case
     taken as started or finished before its job wrote anything. Only this
     node's ranks are cleared, so nodes sharing a directory never remove each
-    other's files."""
+    other's files; in each group's directory only the group's own ranks."""
     removed = 0
     for case in cases:
         for group in groups:
@@ -67,6 +78,8 @@ def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int
             if not directory.is_dir():
                 continue
             for rank in ranks:
+                if group is not None and rank // tp != group:
+                    continue
                 for path in (result_path(directory, rank), progress_path(directory, rank),
                              directory / f"rank{rank}.diag.json"):
                     try:
@@ -77,13 +90,11 @@ def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int
     return removed
 
 
-def case_started(run_dir: str | Path, family: str, name: str, tp: int, groups: list[int | None]) -> bool:
-    """Whether any rank of the case has written a progress record."""
-    for group in groups:
-        directory = case_dir(run_dir, family, name, tp, group)
-        if directory.is_dir() and any(directory.glob("rank*.progress.jsonl")):
-            return True
-    return False
+def case_started(run_dir: str | Path, family: str, name: str, tp: int, group: int | None,
+                 ranks: Iterable[int]) -> bool:
+    """Whether any of the group's ``ranks`` (global) has written a progress record of the case."""
+    directory = case_dir(run_dir, family, name, tp, group)
+    return any(progress_path(directory, rank).exists() for rank in ranks)
 
 
 @dataclass
@@ -95,21 +106,20 @@ class Activity:
     referencing: bool = False
 
 
-def latest_activity(run_dir: str | Path, family: str, name: str, tp: int, groups: list[int | None]) -> Activity:
-    """Wall time of the newest progress record (or heartbeat) of the case, whether any rank has begun a
-    launch, and whether any rank's last record is ``reference`` (computing or awaiting a reference)."""
+def latest_activity(run_dir: str | Path, family: str, name: str, tp: int, group: int | None,
+                    ranks: Iterable[int]) -> Activity:
+    """Wall time of the newest progress record (or heartbeat) of the group's ``ranks`` in the case, whether any
+    of them has begun a launch, and whether any one's last record is ``reference`` (computing or awaiting a reference)."""
     act = Activity()
-    for group in groups:
-        directory = case_dir(run_dir, family, name, tp, group)
-        if not directory.is_dir():
+    directory = case_dir(run_dir, family, name, tp, group)
+    for rank in ranks:
+        path = progress_path(directory, rank)
+        try:
+            mtime = path.stat().st_mtime
+        except FileNotFoundError:
             continue
-        for path in directory.glob("rank*.progress.jsonl"):
-            try:
-                mtime = path.stat().st_mtime
-            except FileNotFoundError:
-                continue
-            act.newest = mtime if act.newest is None else max(act.newest, mtime)
-            recs = read_progress(path)
-            act.begun = act.begun or any(r.get("event") == "begin" for r in recs)
-            act.referencing = act.referencing or bool(recs and recs[-1].get("event") == "reference")
+        act.newest = mtime if act.newest is None else max(act.newest, mtime)
+        recs = read_progress(path)
+        act.begun = act.begun or any(r.get("event") == "begin" for r in recs)
+        act.referencing = act.referencing or bool(recs and recs[-1].get("event") == "reference")
     return act

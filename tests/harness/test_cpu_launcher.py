@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.scale.memory import processes_mentioning
+
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 STARTUP_S = 90
@@ -34,21 +36,7 @@ def harness(*args, run_dir, timeout=170):
 
 def processes_of(run_dir) -> list[str]:
     """Command lines of live processes that mention ``run_dir`` (psutil-free /proc scan)."""
-    found = []
-    needle = str(run_dir).encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if needle in cmdline and state != b"Z":
-            found.append(cmdline.replace(b"\0", b" ").decode(errors="replace"))
-    return found
+    return list(processes_mentioning(str(run_dir)).values())
 
 
 def report(run_dir) -> dict:

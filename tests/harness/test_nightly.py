@@ -32,6 +32,8 @@ from harness.launchers.jobs import Rendezvous
 from harness.merge_reports import run_merge
 from harness.report import CaseResult, Report
 from harness.validate import ValidateRequest, plan_worlds
+from harness.scale.measure import world_costs
+from harness.scale.nightly import free_ports, one_host_env, run_agents
 from harness.watchdog import Supervised
 from test_cpu_launcher import STARTUP_S, free_port, processes_of
 
@@ -224,9 +226,10 @@ def readme_nightly_lines() -> list[str]:
     return [line for line in script.replace("\\\n", " ").splitlines() if " -m harness " in line]
 
 
-def as_here(line: str, *, node: int, endpoint: str, out_dir: Path) -> list[str]:
+def as_here(line: str, *, node: int, endpoint: str, out_dir: Path, nodes: int = NODES_HERE,
+            per_node_here: int = PER_NODE_HERE) -> list[str]:
     """A README command with the scheduler's variables, the node shape and the launcher replaced for this host."""
-    for name, value in {"$SLURM_NNODES": str(NODES_HERE), "$SLURM_NODEID": str(node), "$head:29500": endpoint,
+    for name, value in {"$SLURM_NNODES": str(nodes), "$SLURM_NODEID": str(node), "$head:29500": endpoint,
                         "$SLURM_JOB_ID": "nightly", "/shared/rankcheck": str(out_dir)}.items():
         line = line.replace(name, value)
     assert "$" not in line, f"README's nightly command uses a variable this test does not set: {line}"
@@ -239,7 +242,7 @@ def as_here(line: str, *, node: int, endpoint: str, out_dir: Path) -> list[str]:
         i, t = argv.index("--nproc-per-node") + 1, argv.index("--tp") + 1
         per_node, tp = int(argv[i]), int(argv[t])
         # keep README's shape (TP groups of tp / per_node nodes' worth of ranks) at this host's size
-        argv[i], argv[t] = str(PER_NODE_HERE), str(PER_NODE_HERE * tp // per_node)
+        argv[i], argv[t] = str(per_node_here), str(per_node_here * tp // per_node)
         argv[argv.index("--launcher") + 1] = "cpu"
     return argv
 
@@ -301,3 +304,66 @@ def test_readme_nightly_job_on_two_agents_merges_into_one_green_report(tmp_path,
     suite = ET.parse(tmp_path / "nightly.xml").getroot().find("testsuite")
     assert int(suite.get("tests")) == len(doc["results"]) and suite.get("failures") == suite.get("errors") == "0"
     assert processes_of(tmp_path) == []
+
+
+# -- README's nightly job with one bad TP group: 8 agents of 4 processes on this host
+
+HANG_NODES, HANG_PER_NODE, HANG_GROUP, HANG_DEADLINE_S = 8, 4, 5, 10
+
+
+def test_a_hang_in_one_group_of_the_nightly_is_named_there_and_the_other_groups_keep_their_verdicts(tmp_path):
+    """README's nightly at 8 agents of 4 processes (32 ranks, ``--tp 4``: 8 groups, one per node) on this host.
+
+    On 2 cores this takes about 70 s (each process start costs about 2 s of
+    CPU, torch's import; the job is the planted hang's alone). A hang is
+    planted in group 5 (node 5) with README's arguments plus ``--inject``; the
+    bad group must be named within its per-launch deadline (10 s here, a
+    loaded CI host's launches of 32 ranks on 2 cores stay far below it) plus
+    10 s of the hang, the other seven groups must pass, every process must be
+    gone, and the merged report must lead with the bad group's diagnosis."""
+    validate_line, merge_line = readme_nightly_lines()
+    endpoint = f"127.0.0.1:{free_ports()}"
+    inject = f"markov_sharded/basic:hang:rank=1,launch=1,group={HANG_GROUP}"
+    here = {"endpoint": endpoint, "out_dir": tmp_path, "nodes": HANG_NODES, "per_node_here": HANG_PER_NODE}
+    argvs = [as_here(validate_line, node=node, **here) +
+             ["--scenario", "markov_sharded/basic", "--inject", inject, "--deadline", str(HANG_DEADLINE_S),
+              "--run-dir", str(tmp_path / f"run{node}")] for node in range(HANG_NODES)]
+    assert argvs[0][argvs[0].index("--tp") + 1] == "4"  # README's TP size, unscaled
+    # the simulated nodes share this host's cores (a real node's share would oversubscribe them 8 times)
+    env = one_host_env(HANG_PER_NODE * HANG_NODES)
+    agents = run_agents(argvs, tmp_path, deadline_s=AGENT_DEADLINE_S, env=env)
+    logs = [(tmp_path / f"agent{node}.log").read_text()[-3000:] for node in range(HANG_NODES)]
+    assert (agents.timed_out, agents.leftovers) == (False, []), logs
+    # exit codes tell the truth: the bad node failed, the others passed
+    assert agents.returncodes == {node: int(node == HANG_GROUP) for node in range(HANG_NODES)}, logs
+    assert processes_of(tmp_path) == []
+
+    merge = subprocess.run(as_here(merge_line, node=0, **here), cwd=ROOT, capture_output=True, text=True,
+                           timeout=120)
+    assert merge.returncode == 1, merge.stdout + merge.stderr
+    text = (tmp_path / "nightly.json").read_text()
+    assert text.lstrip().startswith('{\n "diagnoses"')  # the bad group's diagnosis is on top of the file
+    doc = json.loads(text)
+    top = doc["diagnoses"][0]
+    ranks = list(range(HANG_PER_NODE * HANG_GROUP, HANG_PER_NODE * (HANG_GROUP + 1)))
+    assert (top["group"], top["rank"], top["global_rank"], top["launch"], top["status"], top["nodes"]) == (
+        HANG_GROUP, 1, ranks[1], 1, "timeout", [HANG_GROUP])
+    cases = {r["group"]: r for r in doc["results"] if r["launcher"] == "cpu"}
+    assert {g: r["status"] for g, r in cases.items()} == {g: "timeout" if g == HANG_GROUP else "pass"
+                                                          for g in range(HANG_NODES)}
+    assert (f"TP group {HANG_GROUP} (ranks {ranks[0]}-{ranks[-1]}), global rank {ranks[1]}: rank 1 hung before "
+            f"launch 1") in cases[HANG_GROUP]["detail"]
+    suite = ET.parse(tmp_path / "nightly.xml").getroot().find("testsuite")
+    first = [(p.get("name"), p.get("value")) for p in suite.find("properties")][:2]
+    assert first[0] == ("result", "FAILED") and first[1][0] == "diagnosis.0"
+    assert f"group={HANG_GROUP}" in first[1][1]
+    assert {c.get("classname") for c in suite.findall("testcase")} >= {f"group{g}.markov_sharded.basic"
+                                                                        for g in range(HANG_NODES)}
+
+    record = {"work": str(tmp_path), "merged": {"json": str(tmp_path / "nightly.json")}, "memory": {},
+              "agents": agents.__dict__, "processes_left": [],
+              "shape": {"world": HANG_PER_NODE * HANG_NODES, "nodes": HANG_NODES, "per_node": HANG_PER_NODE,
+                        "tp": HANG_PER_NODE}}
+    (job,) = world_costs(record)["jobs"]
+    assert job["bad_groups"] == [HANG_GROUP]
+    assert job["hang_named_after_s"] <= HANG_DEADLINE_S + 10, job

@@ -1,0 +1,173 @@
+"""The c10d store of a multi-node job: held by a harness, not by a torchrun agent; and who is done with it.
+
+torchrun's c10d rendezvous keeps its store in whichever agent on the
+endpoint's machine binds the port first, and every other agent and every
+worker (``MASTER_ADDR``/``MASTER_PORT``) talks to it. When that agent is
+the one the watchdog ends (its node's group hung), the store goes with it,
+and every other node's agent dies at its next look at the store, taking
+cases that were running fine down with it. So with several nodes the
+harness holds each job's store itself (``HeldStore``: the harness on the
+endpoint's machine binds ``Rendezvous.job_endpoint(i)`` before starting its
+agent; on one host the first harness to bind it wins), and every agent is
+told it is not the host (``--rdzv-conf is_host=false``).
+
+The harness must then keep the store until every node is done with the
+job, and torchrun's agents wait for each other in an exit barrier (up to
+300 s) that an ended agent never reaches. Each node's job runner therefore
+says, once, that its node needs nothing more from the job (``NodesDone.mark``:
+its cases are all settled, or its watchdog ended its agent): one ``add`` on
+a counter in the job's store under a key of the job's own
+(``rankcheck/<rdzv id>/done``). A node whose cases are all settled ends its
+waiting agent as soon as the counter says every node is done
+(``all_done``), and the holder closes the store then (``HeldStores``), or
+at the job's last deadline, whichever comes first.
+
+A store that cannot be reached answers nothing (the caller keeps its
+deadline); a failed connection is not retried for ``RETRY_S``, so a poll
+never waits on it more than once in a while.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+CONNECT_TIMEOUT_S = 2.0
+RETRY_S = 5.0
+# torchrun's agents give store operations this long (its c10d backend's read_timeout default)
+STORE_TIMEOUT_S = 60.0
+
+
+def done_key(job_id: str) -> str:
+    """The key of a job's done-counter in its store."""
+    return f"rankcheck/{job_id}/done"
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int | None]:
+    """``host:port`` as (host, port); the port is None when the endpoint has none."""
+    host, _, port = endpoint.rpartition(":")
+    return (host, int(port)) if port.isdigit() else (endpoint, None)
+
+
+def on_this_machine(host: str) -> bool:
+    """Whether ``host`` names this machine (as torchrun decides which agent may host its store)."""
+    try:
+        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname  # noqa: PLC0415
+    except ImportError:
+        import socket  # noqa: PLC0415
+
+        return host in ("localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn())
+    return _matches_machine_hostname(host)
+
+
+class NodesDone:
+    """The done-counter of one multi-node job in its c10d store at ``endpoint`` (``host:port``)."""
+
+    def __init__(self, endpoint: str, job_id: str, nnodes: int) -> None:
+        self.host, self.port = split_endpoint(endpoint)
+        self.key = done_key(job_id)
+        self.nnodes = nnodes
+        self.marked = False
+        self._store = None
+        self._failed_at: float | None = None
+
+    def _connect(self):
+        """The store client, connected on first use (None while it cannot be reached)."""
+        if self._store is not None or self.port is None:
+            return self._store
+        if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_S:
+            return None
+        try:
+            from torch.distributed import TCPStore  # noqa: PLC0415
+
+            self._store = TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
+                                   timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - the store is gone or not up: nothing can be counted
+            self._failed_at = time.monotonic()
+        return self._store
+
+    def _add(self, amount: int) -> int | None:
+        """``add`` on the counter (None when the store cannot be reached)."""
+        store = self._connect()
+        if store is None:
+            return None
+        try:
+            return int(store.add(self.key, amount))
+        except Exception:  # noqa: BLE001 - the store went away meanwhile
+            self._store, self._failed_at = None, time.monotonic()
+            return None
+
+    def mark(self) -> None:
+        """Count this node as done with the job (once; nothing happens when the store is gone)."""
+        if not self.marked and self._add(1) is not None:
+            self.marked = True
+
+    def all_done(self) -> bool:
+        """Whether every node of the job has said it is done (False when the store cannot tell)."""
+        count = self._add(0)
+        return count is not None and count >= self.nnodes
+
+
+class HeldStore:
+    """A job's c10d store, served by this harness process until every node is done with it or its deadline passes."""
+
+    def __init__(self, server, job_id: str, nnodes: int) -> None:
+        self.server = server
+        self.key = done_key(job_id)
+        self.nnodes = nnodes
+        self.deadline: float | None = None  # monotonic; None while the job runs here
+
+    @classmethod
+    def bind(cls, endpoint: str, job_id: str, nnodes: int) -> "HeldStore | None":
+        """Serve the job's store at ``endpoint`` when it is this machine's and the port is free, else None."""
+        host, port = split_endpoint(endpoint)
+        if port is None or not on_this_machine(host):
+            return None
+        try:
+            from torch.distributed import TCPStore  # noqa: PLC0415
+
+            server = TCPStore(host, port, is_master=True, wait_for_workers=False,
+                              timeout=timedelta(seconds=STORE_TIMEOUT_S))
+        except Exception:  # noqa: BLE001 - another harness of this machine holds it (one host, several nodes)
+            return None
+        return cls(server, job_id, nnodes)
+
+    def finished(self, now: float) -> bool:
+        """Whether no node needs the store any more: every node said so, or the job's last deadline has passed."""
+        if self.deadline is not None and now > self.deadline:
+            return True
+        try:
+            return int(self.server.add(self.key, 0)) >= self.nnodes
+        except Exception:  # noqa: BLE001 - a store that cannot answer is no use to anyone
+            return True
+
+
+class HeldStores:
+    """The stores this harness holds for its jobs: closed as their jobs finish everywhere, and before it exits."""
+
+    def __init__(self) -> None:
+        self.held: list[HeldStore] = []
+
+    def hold(self, endpoint: str, job_id: str, nnodes: int) -> HeldStore | None:
+        """Serve one more job's store (None when another process holds it or it is another machine's)."""
+        store = HeldStore.bind(endpoint, job_id, nnodes)
+        if store is not None:
+            self.held.append(store)
+        return store
+
+    def release_finished(self) -> None:
+        """Close every store no node needs any more."""
+        now = time.monotonic()
+        self.held = [s for s in self.held if not s.finished(now)]
+
+    def release_all(self, poll_s: float = 0.2) -> None:
+        """Wait until every held store is finished (each has a deadline once its job ended here), then close them."""
+        while self.held:
+            self.release_finished()
+            if self.held and all(s.deadline is not None for s in self.held):
+                time.sleep(poll_s)
+            elif self.held:
+                self.held = []  # a job that never ended here has no deadline: nothing to wait for
+
+
+__all__ = ["HeldStore", "HeldStores", "NodesDone", "done_key", "on_this_machine", "split_endpoint"]
