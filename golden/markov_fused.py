@@ -37,7 +37,6 @@ One call (``launch``) drafts ``steps`` tokens for each of ``rows`` rows:
 
 from __future__ import annotations
 
-import fractions
 import math
 import os
 from typing import Any, Mapping
@@ -95,12 +94,35 @@ def _round_scaled_int_to_bf16(n: int, e: int) -> float:
     return sign * math.ldexp(m, quantum)
 
 
-def _exact_dot_bf16(a: torch.Tensor, b: torch.Tensor) -> float:
-    """The exact dot product of two finite bf16 rows, rounded once to bf16 (Python ints)."""
-    total = sum(fractions.Fraction(float(x)) * fractions.Fraction(float(y))
-                for x, y in zip(a.tolist(), b.tolist()))
-    den = total.denominator  # a power of two
-    return _round_scaled_int_to_bf16(total.numerator, -(den.bit_length() - 1))
+def _bf16_integers(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Finite bf16 ``x`` as int64 ``(m, e)`` with ``x == m * 2^e`` exactly (``m`` signed, at most 8 bits)."""
+    bits = x.contiguous().view(torch.int16).to(torch.int64) & 0xFFFF
+    biased = (bits >> 7) & 0xFF
+    m = torch.where(biased == 0, bits & 0x7F, (bits & 0x7F) | 0x80)
+    e = torch.clamp(biased, min=1) - 127 - 7
+    return torch.where((bits >> 15) == 1, -m, m), e
+
+
+def _exact_dots_bf16(emb: torch.Tensor, w2: torch.Tensor, pairs: list[list[int]]) -> list[float]:
+    """For each ``(r, v)`` of ``pairs``: the exact dot product of finite bf16 rows ``emb[r]``, ``w2[v]``, rounded once to bf16.
+
+    Every product is an integer of at most 16 bits times a power of two, so
+    the sum is an exact Python integer scaled by the lowest exponent: one
+    device-to-host copy for all pairs, integer shifts instead of fractions.
+    """
+    index = torch.tensor(pairs, dtype=torch.int64, device=emb.device)
+    ma, ea = _bf16_integers(emb[index[:, 0]])
+    mb, eb = _bf16_integers(w2[index[:, 1]])
+    mantissas, exponents = (ma * mb).cpu().tolist(), (ea + eb).cpu().tolist()
+    sums = []
+    for ms, es in zip(mantissas, exponents):
+        terms = [(m, e) for m, e in zip(ms, es) if m != 0]
+        if not terms:
+            sums.append(0.0)
+            continue
+        low = min(e for _, e in terms)
+        sums.append(_round_scaled_int_to_bf16(sum(m << (e - low) for m, e in terms), low))
+    return sums
 
 
 def markov_bias(emb: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -125,8 +147,9 @@ def markov_bias(emb: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     limit = torch.ldexp(torch.ones_like(s), torch.clamp(low + 53, -1000, 1000).to(torch.float64))
     magnitude = a.abs() @ b.abs().T
     inexact = torch.isfinite(s) & (magnitude * (1 + 2.0**-30) >= limit)
-    for r, v in inexact.nonzero().tolist():
-        s[r, v] = _exact_dot_bf16(emb[r], w2[v])
+    pairs = inexact.nonzero().tolist()
+    if pairs:
+        s[inexact.nonzero(as_tuple=True)] = torch.tensor(_exact_dots_bf16(emb, w2, pairs), dtype=s.dtype, device=s.device)
     s = torch.where(s == 0, torch.zeros_like(s), s)
     return round_f64_to_bf16(s)
 
