@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=_positive_int, metavar="N",
                    help="job units run at once (default: one per three cores, at most six; one with several "
                         "nodes or --tp)")
+    p.add_argument("--no-standby", action="store_true",
+                   help="virtual jobs start their processes when due (default: a spare per lane starts up ahead)")
     p.add_argument("--ref-workers", type=number_type(int, "a whole number", 0), metavar="N",
                    help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
     p.add_argument("--inject", nargs="+", default=[], metavar="SCENARIO:KIND:key=value,...",
@@ -191,7 +193,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                                 endpoint=args.rdzv_endpoint, id=args.rdzv_id,
                                                 nproc_per_node=args.nproc_per_node),
                           allow_unavailable=args.allow_unavailable, cache=not args.no_cache, lanes=args.jobs,
-                          ref_workers=args.ref_workers, inject=args.inject)
+                          ref_workers=args.ref_workers, inject=args.inject, standby=not args.no_standby)
     return run_validate(req)
 
 

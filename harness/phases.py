@@ -23,7 +23,9 @@ start-up marks (``mark_startup``: the wall time, as ``time.time()``, at which
 the process reached each step: ``job`` the job's start, ``process`` the
 process's start (``/proc``), ``worker`` the worker's code running (its
 imports, torch's among them, done), ``torch`` torch.distributed imported,
-``joined`` the process group joined, ``grouped`` its TP group made), which
+``joined`` the process group joined, ``grouped`` its TP group made; a
+standby process (``harness.standby``) adds ``cuda``, ``preloaded`` and
+``handed``, the job reaching it, and its ``start`` counts from the job only), which
 ``harness.scale`` turns into agent, import, rendezvous and group-setup
 seconds.
 """
@@ -63,10 +65,12 @@ def mark_startup(name: str, at: float | None = None) -> None:
     _startup_marks.setdefault(name, time.time() if at is None else at)
 
 
-def count_start_up_from(epoch_seconds: float) -> None:
-    """Count the first case's start-up from ``epoch_seconds`` (the job's start, as ``time.time()``) when earlier."""
+def count_start_up_from(epoch_seconds: float, *, job_only: bool = False) -> None:
+    """Count the first case's start-up from ``epoch_seconds`` (the job's start, as ``time.time()``) when earlier,
+    or always with ``job_only`` (a standby process started before its job)."""
     global _process_started
-    _process_started = min(_process_started, time.monotonic() - max(0.0, time.time() - epoch_seconds))
+    job_started = time.monotonic() - max(0.0, time.time() - epoch_seconds)
+    _process_started = job_started if job_only else min(_process_started, job_started)
     mark_startup("job", epoch_seconds)
 
 

@@ -56,7 +56,9 @@ from typing import Sequence
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.injected import checked_injections, split_target, write_injected_copy
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
-from harness.launchers.jobs import JobRunner, JobSequence, Rendezvous
+from harness.evidence import stacks_dir
+from harness.launchers.jobs import REPO_ROOT, JobRunner, JobSequence, Rendezvous, job_env, python
+from harness.launchers.standby import StandbyPool
 from harness.launchers.schedule import DevicePool, default_lanes, job_units, run_units
 from harness.refcache import cache_root, kernel_cache_env
 from harness.refpool import ReferencePool, queue_items
@@ -89,6 +91,7 @@ class ValidateRequest:
     cache: bool = True  # the persistent reference and kernel cache (harness.refcache); False: --no-cache
     lanes: int | None = None  # job units at once (harness.launchers.schedule); None: from the machine
     ref_workers: int | None = None  # reference pool processes (harness.refpool); None: from the machine
+    standby: bool = True  # spare processes for virtual jobs (harness.launchers.standby); False: --no-standby
     inject: Sequence[str] = ()  # SCENARIO:KIND:key=value,... (harness.injected), this run only
 
 
@@ -302,8 +305,19 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(list(unit.cases),
                                                                                              unit.world)
 
-    with pool:
-        run_units(units, settings_of, run_unit, lanes=lanes,
+    standby = StandbyPool(python(), lanes if launcher == "virtual" and req.standby else 0,
+                          env=job_env(settings_of(1), 1), cwd=str(REPO_ROOT),
+                          spare_dir=run_dir / "jobs" / "standby", stacks_dir=stacks_dir(run_dir))
+    report.note(standby.describe())
+
+    def settings_with_standby(world: int):
+        """The job settings of one world, with this run's spare processes."""
+        settings = settings_of(world)
+        settings.standby = standby
+        return settings
+
+    with pool, standby:
+        run_units(units, settings_with_standby, run_unit, lanes=lanes,
                   devices=None if shared_devices else DevicePool(gpus))
 
 

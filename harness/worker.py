@@ -61,6 +61,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+from harness import standby
 from harness.evidence import register_worker
 from harness.phases import PhaseClock, count_start_up_from, mark_startup, process_started_at
 from harness.refcache import REFERENCE_WAIT_S, ReferenceCache
@@ -544,18 +545,28 @@ def run_virtual(job: dict, world: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Parse ``--job`` (and ``--virtual N``) and run the job."""
     parser = argparse.ArgumentParser(prog="python -m harness.worker", description=__doc__.split("\n")[0])
-    parser.add_argument("--job", required=True, help="job file written by the launcher (JSON)")
+    parser.add_argument("--job", help="job file written by the launcher (JSON)")
     parser.add_argument("--virtual", type=int, default=0, help="run N ranks as threads of this process")
+    parser.add_argument("--standby", metavar="HANDOFF",
+                        help="start up now, then take the job named in HANDOFF (harness.standby)")
     args = parser.parse_args(argv)
+    if not (args.job or args.standby):
+        parser.error("--job or --standby is required")
     started = process_started_at()
     if started is not None:
         mark_startup("process", started)
     mark_startup("worker")
+    if args.standby:
+        try:
+            args.job, args.virtual = standby.await_job(args.standby)
+        except standby.NoJob:
+            return 0
     job = json.loads(Path(args.job).read_text(encoding="utf-8"))
     # SIGUSR1 dumps every thread's Python stack to <run>/stacks/<pid>.txt: the watchdog asks
     # for it before it ends a job that ran out of time, and the report shows the hung rank's.
     register_worker(job["run_dir"])
-    count_start_up_from(Path(args.job).stat().st_mtime)  # the launcher writes the job file as it starts the job
+    # the launcher writes the job file as it starts the job (a standby process started before it)
+    count_start_up_from(Path(args.job).stat().st_mtime, job_only=bool(args.standby))
     if args.virtual:
         return run_virtual(job, args.virtual)
     return run_distributed(job)

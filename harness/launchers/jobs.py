@@ -57,7 +57,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from harness.evidence import nccl_dumps, rank_stacks, stacks_dir, torchrun_rank_log
 from harness.families.catalog import Case
@@ -68,6 +68,9 @@ from harness.launchers.verdict import judge
 from harness.report import CaseResult
 from harness.watchdog import Supervised, diagnose, kernel_diag_records
 from harness.worker import case_dir
+
+if TYPE_CHECKING:
+    from harness.launchers.standby import StandbyPool
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The most a job may run beyond its budget on reference computations (the backstop of every job).
@@ -173,6 +176,8 @@ class JobSettings:
     env: dict = field(default_factory=dict)
     # The reference cache the ranks share (harness.refcache); None: the run's own <run>/refcache.
     cache_dir: Path | None = None
+    # Spare processes for virtual jobs (harness.launchers.standby.StandbyPool); None: each job starts its own.
+    standby: StandbyPool | None = None
 
 
 ArgvBuilder = Callable[[JobSettings, Path, int, int], list[str]]
@@ -290,16 +295,7 @@ class JobRunner:
 
     def _job_env(self, world: int) -> dict:
         """The environment of one job's process tree."""
-        s = self.settings
-        env = dict(os.environ)
-        env.update(s.env)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        # The golden references run on the CPU: share its cores among this node's processes
-        # (one for the virtual launcher, one per rank otherwise).
-        processes = 1 if s.launcher == "virtual" else len(s.rendezvous.local_ranks(world))
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
-        return env
+        return job_env(self.settings, world)
 
     def _run_job(self, pending: list[Pending], world: int, tp: int) -> list[Pending]:
         """Run one job over ``pending``; report each group's verdicts as they settle; return what is still to run."""
@@ -368,10 +364,13 @@ class JobRunner:
                     run.expired = run.expired or f"the job's {cap:g} s budget ran out"
             return any(run.expired for run in live)
 
-        with open(log_path, "ab") as log:
-            sup = Supervised(argv, env=self._job_env(world), cwd=str(REPO_ROOT), stdout=log, stderr=log,
-                             grace_s=s.grace_s, stacks_dir=stacks_dir(s.run_dir))
-            outcome = sup.wait(cap + REFERENCE_ALLOWANCE_S, poll=expired)
+        env = self._job_env(world)
+        sup = s.standby.take(argv, env, log_path) if s.standby is not None else None
+        if sup is None:
+            with open(log_path, "ab") as log:
+                sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s,
+                                 stacks_dir=stacks_dir(s.run_dir))
+        outcome = sup.wait(cap + REFERENCE_ALLOWANCE_S, poll=expired)
         if outcome.leftovers:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
         settle_completed()
@@ -546,6 +545,19 @@ class JobRunner:
             if path is not None:
                 logs[g_rank] = path
         return logs
+
+
+def job_env(s: JobSettings, world: int) -> dict:
+    """The environment of one job's process tree at ``world``."""
+    env = dict(os.environ)
+    env.update(s.env)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    # The golden references run on the CPU: share its cores among this node's processes
+    # (one for the virtual launcher, one per rank otherwise).
+    processes = 1 if s.launcher == "virtual" else len(s.rendezvous.local_ranks(world))
+    env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+    return env
 
 
 def job_log_dir(settings: JobSettings, job_index: int) -> Path:
