@@ -170,8 +170,10 @@ class ReferenceCache:
     """Reference outputs of one case's config and static tensors, shared through ``directory`` (see the module)."""
 
     def __init__(self, directory: str | Path, family: str, tp_key: str, config: dict, static: dict,
-                 *, max_bytes: int | None = None) -> None:
+                 *, max_bytes: int | None = None, shared_in_process: bool = False) -> None:
         self.directory = Path(directory)
+        # the ranks of one process (a virtual job's threads) hand each other what they loaded or computed
+        self._shared = _SHARED if shared_in_process else None
         self.directory.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(os.environ.get(MAX_BYTES_VAR, DEFAULT_MAX_BYTES)) if max_bytes is None else max_bytes
         base = hashlib.sha256(f"{code_digest()}|{family}|".encode())
@@ -260,7 +262,23 @@ class ReferenceCache:
 
     def get(self, key: str, compute: Callable[[], dict], *, wait_s: float = REFERENCE_WAIT_S,
             heartbeat: Callable[[], None] = lambda: None) -> dict:
-        """The reference for ``key``: loaded, or computed (and stored) by the one rank that claims it."""
+        """The reference for ``key``: this process's copy, else loaded, or computed (and stored) by the one rank
+        that claims it."""
+        if self._shared is None:
+            return self._get_stored(key, compute, wait_s=wait_s, heartbeat=heartbeat)
+        path = self.path(key)
+        with self._shared.lock_of(path):
+            found = self._shared.get(path)
+            if found is not None:
+                self.loaded += 1
+                return found
+            found = self._get_stored(key, compute, wait_s=wait_s, heartbeat=heartbeat)
+            self._shared.put(path, found)
+            return found
+
+    def _get_stored(self, key: str, compute: Callable[[], dict], *, wait_s: float,
+                    heartbeat: Callable[[], None]) -> dict:
+        """The reference for ``key`` from the directory, or computed (and stored) by the one rank that claims it."""
         path = self.path(key)
         claim = path.with_suffix(".claim")
         deadline = time.monotonic() + wait_s
@@ -293,6 +311,60 @@ class ReferenceCache:
             if owned:
                 claim.unlink(missing_ok=True)
         return outputs
+
+
+class _ProcessReferences:
+    """References this process has loaded or computed, shared by its ranks (a virtual job's threads read the same
+    ones): the most recent up to ``max_bytes``, handed out as they are (readers never write to them). An entry
+    holds while its file is the one it came from (same size and modification time): a file rewritten, removed
+    or trimmed since is read again, so the cache's digest check still sees every change."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._path_locks: dict[Path, threading.Lock] = {}
+        self._entries: dict[Path, tuple[dict, int, tuple[int, int]]] = {}
+
+    def lock_of(self, path: Path) -> threading.Lock:
+        """The lock of ``path``: one rank of this process loads or computes it while the others wait."""
+        with self._lock:
+            return self._path_locks.setdefault(path, threading.Lock())
+
+    def get(self, path: Path) -> dict | None:
+        """The reference stored at ``path`` if this process holds it and the file is unchanged since."""
+        stamp = _stamp(path)
+        with self._lock:
+            entry = self._entries.pop(path, None)
+            if entry is None or stamp is None or entry[2] != stamp:
+                return None
+            self._entries[path] = entry  # most recently used last
+            return entry[0]
+
+    def put(self, path: Path, outputs: dict) -> None:
+        """Hold ``outputs`` for ``path`` (as its file is now), dropping the least recently used beyond ``max_bytes``."""
+        stamp = _stamp(path)
+        if stamp is None:
+            return
+        size = sum(t.numel() * t.element_size() for t in outputs.values() if hasattr(t, "element_size"))
+        with self._lock:
+            self._entries[path] = (outputs, size, stamp)
+            total = sum(entry[1] for entry in self._entries.values())
+            for old in list(self._entries):
+                if total <= self.max_bytes or old == path:
+                    break
+                total -= self._entries.pop(old)[1]
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """``(size, modification time in ns)`` of ``path``, or None when it is missing."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+_SHARED = _ProcessReferences(max_bytes=2 << 30)
 
 
 class _Heartbeat:

@@ -305,7 +305,8 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(list(unit.cases),
                                                                                              unit.world)
 
-    standby = StandbyPool(python(), lanes if launcher == "virtual" and req.standby else 0,
+    # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
+    standby = StandbyPool(python(), 2 * lanes if launcher == "virtual" and req.standby else 0,
                           env=job_env(settings_of(1), 1), cwd=str(REPO_ROOT),
                           spare_dir=run_dir / "jobs" / "standby", stacks_dir=stacks_dir(run_dir))
     report.note(standby.describe())

@@ -103,9 +103,14 @@ def _safe_state(system: Any) -> dict:
 
 
 def _deviations(launch: Any) -> dict:
-    """``{param: [this rank's value, the call's]}`` where this rank's launch parameters differ from the call's."""
+    """``{param: [this rank's, the call's]}`` (and ``{"<input>.shape": [...]}``) where this rank's launch differs."""
     mine, agreed = launch.call_params, launch.agreed_params
-    return {k: [mine.get(k), agreed.get(k)] for k in sorted(set(mine) | set(agreed)) if mine.get(k) != agreed.get(k)}
+    found = {k: [mine.get(k), agreed.get(k)] for k in sorted(set(mine) | set(agreed)) if mine.get(k) != agreed.get(k)}
+    for name in sorted(set(launch.call_inputs) & set(launch.agreed_inputs)):
+        shapes = [list(getattr(t, "shape", ())) for t in (launch.call_inputs[name], launch.agreed_inputs[name])]
+        if shapes[0] != shapes[1]:
+            found[f"{name}.shape"] = shapes  # e.g. a rank that reduces other rows than its peers
+    return found
 
 
 class InjectedCrash(RuntimeError):
@@ -283,7 +288,8 @@ def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | No
         total = cmp.Comparison(tolerance_ulps=case.tolerance_ulps)
         with clock.phase("reference"):  # the static tensors' digest
             refs = ReferenceCache(cache_dir or Path(run_dir) / "refcache", case.family, fam.tp_key,
-                                  fam.golden_config(config), static)  # the key covers the arch facts used
+                                  fam.golden_config(config), static,  # the key covers the arch facts used
+                                  shared_in_process=True)
         store_mode = store if group_rank == 0 and not group and stored_case(catalog.case_of(full)) else None
         agreed: list[dict] = []
         store_outputs: dict = {}

@@ -160,3 +160,21 @@ def test_another_hosts_claim_is_trusted_until_stale(tmp_path, monkeypatch):
     old = time.time() - refcache.CLAIM_STALE_S - 1
     os.utime(claim, (old, old))
     assert refcache.claim_dead(claim)
+
+
+def test_ranks_of_one_process_share_a_reference_until_its_file_changes(tmp_path):
+    def shared() -> ReferenceCache:
+        """A cache whose references this process's other shared caches see."""
+        return ReferenceCache(tmp_path, "markov_sharded", "world", {"vocab": 8, "world": 2}, {"w": torch.ones(2)},
+                              shared_in_process=True)
+
+    first, second = shared(), shared()
+    key = first.key({"x": torch.full((2,), 3.0)}, {})
+    made = first.get(key, lambda: {"y": torch.arange(5)})
+    assert second.get(key, lambda: pytest.fail("recomputed")) is made  # handed over, not read again
+    assert (second.loaded, second.computed) == (1, 0)
+    assert cache(tmp_path).get(key, lambda: pytest.fail("recomputed")) is not made  # an unshared cache reads the file
+    first.path(key).write_bytes(b"rewritten")  # another size: the process's copy no longer stands for the file
+    third = shared()
+    again = third.get(key, lambda: {"y": torch.arange(5)})
+    assert (third.discarded, third.computed) == (1, 1) and again is not made
