@@ -6,9 +6,11 @@ four questions for the worker:
 - which outputs are compared, and what their axes are called (so a mismatch
   is located as row/step/vocab index rather than a flat offset);
 - how to make the per-rank system for implementation ``golden`` (the class
-  in ``golden.<module>``) or ``kernel`` (the class in the kernels package,
-  imported lazily: when that import fails, the case is *not available* with
-  the import error as its reason, never a failure);
+  in ``golden.<module>``) or ``kernel`` (the class in
+  ``harness/families/<family>_kernel.py``, which gives the family's generic
+  ``launch(call_inputs, call_params)`` over the kernels' public API, the one
+  users call; imported lazily: when that import fails, the case is *not
+  available* with the import error as its reason, never a failure);
 - how to compute the reference (``golden.<module>.reference``, the unsharded
   loop);
 - which config key carries the TP size (``tp`` or ``world``);
