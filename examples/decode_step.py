@@ -119,6 +119,7 @@ def run_allreduce(fabric, args, device, rows: list) -> None:
                          group=fabric)
 
     def tensor(shape, salt, dtype=torch.bfloat16, scale=1.0):
+        """A seeded normal tensor on the device (the same on every rank unless ``salt`` holds the rank)."""
         return (torch.randn(shape, generator=generator(args.seed, *salt)) * scale).to(dtype).to(device)
 
     x = tensor((m, hidden), (1, rank))  # this rank's TP partial

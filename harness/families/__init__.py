@@ -28,10 +28,12 @@ four questions for the worker:
   (the reference and later launches of the same call see untouched inputs).
 
 The system classes are found by name when a module names them in
-``SYSTEM_CLASS``, otherwise as the module's one class that defines both
-``launch`` and ``state`` (preferring names starting with ``Golden`` in
-golden modules), so the adapter follows the interface of
-``docs/interfaces.md`` rather than a spelling.
+``SYSTEM_CLASS`` (the kernel side's ``harness/families/<family>_kernel.py``
+do), otherwise as the module's one class that defines both ``launch`` and
+``state`` (preferring names starting with ``Golden`` in golden modules), so
+the adapter follows the interface of ``docs/interfaces.md`` rather than a
+spelling. ``kernels/`` itself has no ``launch``: it offers the seeds' public
+API, which those kernel-side systems call.
 """
 
 from __future__ import annotations
