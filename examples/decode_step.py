@@ -92,7 +92,7 @@ def capture(fn):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        graph.capture_begin()
+        graph.capture_begin(capture_error_mode="thread_local")
         outputs = fn()
         graph.capture_end()
     torch.cuda.current_stream().wait_stream(side)
@@ -158,7 +158,8 @@ def run_sharded(fabric, args, device, rows: list) -> None:
     """``ShardedMarkovSampler.__call__`` on the caller's tensors: eager, then graph replays."""
     from kernels.markov.sharded import ShardedMarkovSampler
 
-    vocab, steps, max_reqs, m = 4096, 4, 8, args.rows
+    # One 16-row head tile per warp of every rank: the vocabulary is a multiple of 16 * world.
+    vocab, steps, max_reqs, m = 512 * fabric.world, 4, 8, args.rows
     embed_table = (torch.randn(vocab, 256, generator=generator(args.seed, 20)) * 0.1).bfloat16().to(device)
     head = (torch.randn(vocab, 256, generator=generator(args.seed, 21)) * 0.1).bfloat16().to(device)
     # Ranks sharing this GPU split its SMs: every rank's grid must be resident at once.

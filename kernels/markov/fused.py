@@ -63,7 +63,7 @@ its arguments before its launch. The whole loop as the harness drives it
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import cuda.bindings.driver as cuda
 import cutlass

@@ -70,7 +70,7 @@ must already be on the device).
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 

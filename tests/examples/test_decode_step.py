@@ -43,3 +43,19 @@ def test_without_a_gpu_it_exits_2_and_says_why():
                           timeout=120)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "needs a CUDA GPU" in done.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_example_runs_and_replays_match_eager(ranks, tmp_path):
+    table = tmp_path / "decode_step.json"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+            str(EXAMPLE), "--json", str(table)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 mismatching output(s) over all ranks" in done.stdout
+    import json
+
+    report = json.loads(table.read_text())
+    assert report["world"] == ranks and report["mismatches_all_ranks"] == 0
+    assert {row["family"] for row in report["rank0"]} == {"allreduce_mhc", "markov_sharded", "markov_fused"}
