@@ -54,6 +54,10 @@ the symmetric-memory handle reports a non-zero ``multicast_ptr``,
 opt-in ``RANKCHECK_ALLOW_MULTICAST=1`` is set. Otherwise ``multicast_ptr`` is 0
 and kernels take their unicast variant (one store per peer through the table).
 
+``fabric_of(group, device)`` is what the kernels' public constructors call:
+a fabric given as the group is used as is, a ``torch.distributed`` group (or
+None, the default group) gets a ``SymmetricFabric``.
+
 Nothing here imports symmetric memory or touches CUDA at import time, so the
 module imports on a CPU-only build.
 """
@@ -618,6 +622,16 @@ class SymmetricFabric(_FabricBase):
         )
 
 
+def fabric_of(group=None, device: torch.device | str | None = None):
+    """The fabric a kernel's constructor builds on: ``group`` itself when it is a fabric provider, else a
+    ``SymmetricFabric`` over the ``torch.distributed`` group ``group`` (None: the default group) on ``device``."""
+    if all(hasattr(group, attr) for attr in ("rank", "world", "device", "alloc", "barrier", "all_gather")):
+        if device is not None and torch.device(device) != torch.device(group.device):
+            raise ValueError(f"device: {device} differs from the fabric's device {group.device}")
+        return group
+    return SymmetricFabric(group, device=device)
+
+
 __all__: Sequence[str] = (
     "ALLOW_MULTICAST_ENV",
     "AllocRequest",
@@ -629,6 +643,7 @@ __all__: Sequence[str] = (
     "SymmetricFabric",
     "VirtualFabric",
     "describe_header",
+    "fabric_of",
     "multicast_gate",
     "parse_alloc_spec",
     "placement_problem",

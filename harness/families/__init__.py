@@ -6,9 +6,11 @@ four questions for the worker:
 - which outputs are compared, and what their axes are called (so a mismatch
   is located as row/step/vocab index rather than a flat offset);
 - how to make the per-rank system for implementation ``golden`` (the class
-  in ``golden.<module>``) or ``kernel`` (the class in the kernels package,
-  imported lazily: when that import fails, the case is *not available* with
-  the import error as its reason, never a failure);
+  in ``golden.<module>``) or ``kernel`` (the class in
+  ``harness/families/<family>_kernel.py``, which gives the family's generic
+  ``launch(call_inputs, call_params)`` over the kernels' public API, the one
+  users call; imported lazily: when that import fails, the case is *not
+  available* with the import error as its reason, never a failure);
 - how to compute the reference (``golden.<module>.reference``, the unsharded
   loop);
 - which config key carries the TP size (``tp`` or ``world``);
@@ -26,10 +28,12 @@ four questions for the worker:
   (the reference and later launches of the same call see untouched inputs).
 
 The system classes are found by name when a module names them in
-``SYSTEM_CLASS``, otherwise as the module's one class that defines both
-``launch`` and ``state`` (preferring names starting with ``Golden`` in
-golden modules), so the adapter follows the interface of
-``docs/interfaces.md`` rather than a spelling.
+``SYSTEM_CLASS`` (the kernel side's ``harness/families/<family>_kernel.py``
+do), otherwise as the module's one class that defines both ``launch`` and
+``state`` (preferring names starting with ``Golden`` in golden modules), so
+the adapter follows the interface of ``docs/interfaces.md`` rather than a
+spelling. ``kernels/`` itself has no ``launch``: it offers the seeds' public
+API, which those kernel-side systems call.
 """
 
 from __future__ import annotations

@@ -5,6 +5,10 @@ Compared outputs: ``residual_out`` [M, hc, H], ``layer_input`` [M, H]
 ``mxfp8_values`` [M, H] and the flat swizzled ``mxfp8_scales``; an output
 the reference does not produce for a config is not compared. The TP size
 travels in config key ``tp``.
+
+Kernel side: ``harness.families.allreduce_mhc_kernel.AllReduceMHCSystem``,
+the family's generic ``launch`` over the public ``kernels.allreduce.AllReduceMHC``
+(``__call__`` / ``finalize`` on this rank's shard of each call).
 """
 
 from harness.families import FamilyAdapter
@@ -12,7 +16,7 @@ from harness.families import FamilyAdapter
 ADAPTER = FamilyAdapter(
     family="allreduce_mhc",
     golden_module="golden.allreduce",
-    kernel_module="kernels.allreduce",
+    kernel_module="harness.families.allreduce_mhc_kernel",
     tp_key="tp",
     start_keys={"generation_ll": "start_generation", "generation_bt": "start_generation"},
     output_axes={

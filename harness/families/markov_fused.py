@@ -4,7 +4,9 @@ Compared outputs: ``tokens`` [rows, steps], ``cache`` [max_reqs, steps, V]
 (every rank ends with the full vocabulary) and ``emb`` [rows, R]. The TP
 size travels in config key ``tp``.
 
-Kernel side (docs/interfaces.md): ``FusedMarkovLoop`` takes its weights and
+Kernel side (docs/interfaces.md): ``harness.families.markov_fused_kernel.FusedMarkovLoop``,
+the seed's draft loop driven over the public ``kernels.markov.fused.MarkovKernels``
+(``anchor_embed``, per step the GEMV and ``step``, ``pick``, ``cache_fill``), takes its weights and
 call inputs as CUDA tensors (the adapter copies them to the rank's device,
 layout kept, and the kernel's in-place ``cache`` write lands on that copy),
 and the bias GEMV as ``bias_fn``: the golden's exact
@@ -29,7 +31,7 @@ from harness.families import FamilyAdapter
 ADAPTER = FamilyAdapter(
     family="markov_fused",
     golden_module="golden.markov_fused",
-    kernel_module="kernels.markov.fused",
+    kernel_module="harness.families.markov_fused_kernel",
     tp_key="tp",
     output_axes={
         "tokens": ("row", "step"),

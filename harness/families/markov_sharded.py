@@ -15,6 +15,10 @@ measured ``div.full.f32`` reciprocals (scenarios use temperatures such as
 family's cases not available, naming the probe command. The kernel-only
 keys (``timeout_ns``, ``ctas``, ``ranks_per_device``) are stripped for the
 golden, the golden-only ones for the kernel.
+
+Kernel side: ``harness.families.markov_sharded_kernel.ShardedMarkovSystem``,
+the family's generic ``launch`` over the public
+``kernels.markov.sharded.ShardedMarkovSampler`` (one ``__call__`` per launch).
 """
 
 from harness.families import FamilyAdapter
@@ -22,7 +26,7 @@ from harness.families import FamilyAdapter
 ADAPTER = FamilyAdapter(
     family="markov_sharded",
     golden_module="golden.markov_sharded",
-    kernel_module="kernels.markov.sharded",
+    kernel_module="harness.families.markov_sharded_kernel",
     tp_key="world",
     start_keys={"launches": "launch_counter_start"},
     output_axes={

@@ -4,17 +4,13 @@ Modules: ``layout`` (buffer shapes, thread maps, constants), ``config``
 (argument validation), ``device`` (DSL building blocks), ``publish``,
 ``owner_reduce`` and ``consumer`` (the three kernels), ``variants`` (compile
 cache and ``compile_variants`` for the compile gate), ``host``
-(``AllReduceMHC``, the per-rank system of ``docs/interfaces.md``). The compile
+(``AllReduceMHC``, the seed's public API: ``__call__`` and ``finalize``). The compile
 gate finds ``kernels.allreduce.variants.compile_variants``.
 Importing the package does not import CuTe DSL; the kernels are loaded on
 first use of ``AllReduceMHC`` or ``compile_variants``.
 """
 
 from __future__ import annotations
-
-# The harness (harness/families) finds the per-rank system class by this name.
-SYSTEM_CLASS = "AllReduceMHC"
-
 
 def __getattr__(name: str):
     """Load the DSL-dependent entry points lazily."""

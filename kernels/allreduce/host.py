@@ -1,15 +1,19 @@
-"""AllReduceMHC: the per-rank host class of the ``allreduce_mhc`` family (seed 004).
+"""AllReduceMHC: seed 004's public API, one rank of the ``allreduce_mhc`` family.
 
-``AllReduceMHC(fabric, static, config)`` is collective over the TP group. It
-allocates through the fabric, in this order on every rank,
-``allreduce_mhc.ll_mailbox`` BF16 ``[3, tp, capacity, H]``,
-``allreduce_mhc.bt_mailbox`` BF16 ``[3, tp, ceil(capacity/tp), H]`` and
-``allreduce_mhc.bt_reduced`` BF16 ``[3, capacity, H]`` (BT only when
-``capacity >= bt_min_rows``); compiles (or takes from the cache) and loads
-every kernel variant it can launch; fills every mailbox half with the
-sentinel 0x8000; creates the two generation pairs ``int32 [NEXT, ACTIVE]``
-(local, never exchanged, both starting at ``start_generation``, as the
-golden's); and meets the other ranks in ``fabric.barrier()``, so no rank
+``AllReduceMHC(hidden_size=, hc_mult=, max_num_tokens=, top_k=, device=,
+quantize_layer_input=, residual_only=, group=)`` is collective over the TP
+group (``group``: a ``torch.distributed`` group, whose buffers come from torch
+symmetric memory, or a ``kernels.fabric`` provider). It allocates through the
+fabric, in this order on every rank, ``allreduce_mhc.ll_mailbox`` BF16
+``[3, tp, capacity, H]``, ``allreduce_mhc.bt_mailbox`` BF16
+``[3, tp, ceil(capacity/tp), H]`` and ``allreduce_mhc.bt_reduced`` BF16
+``[3, capacity, H]`` (BT only when ``capacity >= bt_min_rows``); compiles (or
+takes from the cache) and loads every kernel variant it can launch (as the
+seed: the plain consumer, plus the MXFP8 one with ``quantize_layer_input``
+and the residual-only one with ``residual_only``); fills every mailbox half
+with the sentinel 0x8000; creates the two generation pairs ``int32 [NEXT,
+ACTIVE]`` (local, never exchanged, both starting at ``start_generation``, as
+the golden's); and meets the other ranks in ``fabric.barrier()``, so no rank
 publishes into a mailbox not yet filled.
 
 Fan-out is chosen once from the fabric: NVLink multicast (``multimem.st``)
@@ -17,15 +21,22 @@ when every mailbox has a multicast address, else one store per peer through
 the fabric's peer table. Both give the same bits; multicast is never used
 where the fabric reports 0 (always, on the lent machines).
 
-``launch(call_inputs, call_params)``: validates everything (``config.py``)
-before the first launch, picks LL below the row threshold and BT from it on
-(``protocol`` may force one), allocates the outputs and enqueues on the
-current stream: publish (or finalize publish), for BT the owner reduce, then
-the consumer, chained by programmatic dependent launch. Inputs are checked as
-given (dtype, shape, contiguity, 16-byte alignment), then CPU ones are copied
-to the device. Nothing compiles there, so a call may be captured into a CUDA
-graph; under capture inputs must already be on the device and the route
-values are not read (that would synchronize).
+``__call__(x, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out)``
+and ``finalize(gemm2_permuted, expert_weights, expanded_idx_to_permuted_idx,
+shared_output, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out)``
+take this rank's tensors, on its device. Each validates everything
+(``config.check_rank_call``) before the first launch, picks LL below the row
+threshold and BT from it on (``protocol`` may force one), allocates the
+outputs on the current stream (``mxfp8_out`` is the caller's, written in
+place) and enqueues: publish (or finalize publish), for BT the owner reduce,
+then the consumer, chained by programmatic dependent launch. Nothing
+compiles there, so a call may be captured into a CUDA graph (the outputs
+then come from the graph's pool, at the same addresses every replay); under
+capture the route values are not read (that would synchronize).
+
+The harness's generic ``launch(call_inputs, call_params)`` over full
+``[tp, ...]`` tensors is not here: ``harness/families/allreduce_mhc_kernel.py``
+validates that form and calls this API.
 
 Grids: one consumer cluster per token and one owner-reduce CTA per fragment
 block, except for virtual ranks (one GPU), whose spinning grids must all be
@@ -51,7 +62,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
@@ -60,21 +71,21 @@ from kernels.allreduce import variants
 from kernels.allreduce.config import (
     AllReduceConfig,
     CallArgs,
+    RankCall,
     arch_of_capability,
-    check_call,
     check_config,
-    check_tensor,
+    check_rank_call,
+    public_label,
     threshold_key,
 )
+from kernels.fabric import fabric_of
 from kernels.allreduce.consumer import LamportMHCConsumer
 from kernels.allreduce.layout import (
     ACTIVE,
-    GENERATIONS,
     NEXT,
     bt_mailbox_shape,
     bt_reduced_shape,
     ll_mailbox_shape,
-    mxfp8_scale_bytes,
 )
 from kernels.allreduce.owner_reduce import OwnerReduceKernel
 from kernels.allreduce.publish import PublishKernel
@@ -113,30 +124,80 @@ def measured_threshold(arch: str, provider: str, tp: int, hidden: int,
 
 
 class AllReduceMHC:
-    """One rank of the Lamport all-reduce fused with mHC post, collapse, RMSNorm (and MXFP8)."""
+    """Lamport TP all-reduce fused with mHC post, collapse and RMSNorm (and MXFP8), one rank of it.
+
+    ``__call__`` reduces ``x`` across the TP group, writes the post-mixed hc
+    streams and the normalized collapse, and leaves the next mixes to the
+    caller. ``finalize`` does the same for an unfinalized MoE output, folding
+    the top-k reduction and the shared-expert add into the publish. Each
+    instance owns its Lamport mailboxes; construction is collective over the
+    TP group. With ``quantize_layer_input``, both also accept ``mxfp8_out``
+    buffers that receive the normalized collapse as MXFP8. With
+    ``residual_only``, both also accept ``pre`` and ``norm_weight`` of None and
+    then write only the post-mixed streams. Calls of ``bt_min_rows`` rows or
+    more (finalize: ``bt_min_finalize_rows``) use the two-shot BT protocol,
+    with its own mailboxes and generation state.
+
+    Args:
+        hidden_size: H, a multiple of 8 (of 128 with ``quantize_layer_input``).
+        hc_mult: hc, the number of residual streams.
+        max_num_tokens: the most rows M of one call (the mailboxes' capacity).
+        top_k: routes per token of ``finalize``.
+        device: this rank's CUDA device (default: the fabric's, or the current one).
+        quantize_layer_input: also compile the MXFP8 consumer (``mxfp8_out``).
+        residual_only: also compile the residual-streams-only consumer (``pre=None``).
+        group: a ``torch.distributed`` process group (torch symmetric memory;
+            None: the default group) or a ``kernels.fabric`` provider.
+        bt_min_rows, bt_min_finalize_rows: the BT row thresholds (default: the
+            bench's measurement in ``thresholds.json``, else LL only).
+        norm_threads, norm_cluster: the consumer layout, which fixes the
+            RMSNorm sum-of-squares order (default ``layout.norm_layout``).
+        start_generation: the first Lamport generation of both protocols (0..2).
+        timeout_ms: a Lamport wait gives up after this long, writes the
+            ``kernels.diag`` record and traps (0: waits forever).
+        diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
+    """
 
     def __init__(
         self,
-        fabric: Any,
-        static: Mapping[str, Any],
-        config: Mapping[str, Any],
         *,
+        hidden_size: int,
+        hc_mult: int,
+        max_num_tokens: int,
+        top_k: int,
+        device: torch.device | str | None = None,
+        quantize_layer_input: bool = False,
+        residual_only: bool = False,
+        group: Any = None,
+        bt_min_rows: int | None = None,
+        bt_min_finalize_rows: int | None = None,
+        norm_threads: int | None = None,
+        norm_cluster: int | None = None,
+        start_generation: int = 0,
         timeout_ms: float = DEFAULT_TIMEOUT_MS,
         diag: Any = None,
     ) -> None:
-        self.config: AllReduceConfig = check_config(config)
-        cfg = self.config
-        if cfg.tp != fabric.world:
-            raise ValueError(f"config.tp ({cfg.tp}) must equal the fabric's world size ({fabric.world})")
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
             raise ValueError(f"timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        fabric = fabric_of(group, device)
+        options = dict(
+            hidden=hidden_size, hc=hc_mult, capacity=max_num_tokens, top_k=top_k, tp=fabric.world,
+            # The RMSNorm epsilon is a per-call argument (norm_eps); the kernels take it at launch.
+            eps=0.0, quantize=quantize_layer_input, residual_only=residual_only, bt_min_rows=bt_min_rows,
+            bt_min_finalize_rows=bt_min_finalize_rows, norm_threads=norm_threads, norm_cluster=norm_cluster,
+            start_generation=start_generation,
+        )
+        self.config: AllReduceConfig = check_config(
+            {k: v for k, v in options.items() if v is not None}, label=public_label)
+        cfg = self.config
+        self.hidden_size, self.hc_mult, self.capacity, self.top_k = cfg.hidden, cfg.hc, cfg.capacity, cfg.top_k
+        self.quantize_layer_input, self.residual_only = cfg.quantize, cfg.residual_only
         self.fabric = fabric
         self.rank = fabric.rank
         self.device = torch.device(fabric.device)
         if self.device.type != "cuda":
             raise ValueError(f"the fabric's device must be CUDA, got {self.device}")
         self.arch = device_arch(self.device)
-        self.norm_weight = self._check_static(static)
         self._choose_thresholds()
         self.timeout_ns = int(timeout_ms * 1e6)
         self.diag_record = diag
@@ -172,17 +233,6 @@ class AllReduceMHC:
         self._stand_in = torch.zeros(16, dtype=torch.uint8, device=self.device)
         fabric.barrier()
 
-    def _check_static(self, static: Mapping[str, Any]) -> torch.Tensor | None:
-        """The norm weight BF16 ``[H]`` on the device (optional with residual_only)."""
-        if not isinstance(static, Mapping):
-            raise ValueError(f"static must be a mapping, got {type(static).__name__}")
-        if self.config.residual_only and static.get("norm_weight") is None:
-            return None
-        weight = static.get("norm_weight")
-        if isinstance(weight, torch.Tensor) and weight.device.type == "cpu":
-            weight = hostcopy.to_device(weight, self.device)
-        return check_tensor(weight, "static['norm_weight']", torch.bfloat16, (self.config.hidden,), self.device, True)
-
     def _choose_thresholds(self) -> None:
         """LL/BT row thresholds: the config's, else the bench's measurement, else LL only."""
         cfg = self.config
@@ -207,7 +257,8 @@ class AllReduceMHC:
         """Every variant this instance can launch, compiled and loaded now (never during a call)."""
         cfg = self.config
         shape = dict(hidden=cfg.hidden, tp=cfg.tp, capacity=cfg.capacity)
-        output = "residual" if cfg.residual_only else ("mxfp8" if cfg.quantize else "plain")
+        # As in the seed: the plain consumer always, the MXFP8 and residual-only ones when built for them.
+        outputs = ("plain",) + (("mxfp8",) if cfg.quantize else ()) + (("residual",) if cfg.residual_only else ())
         protocols = ("ll", "bt") if self.bt_enabled else ("ll",)
         kernels: dict[tuple, Any] = {}
         for protocol in protocols:
@@ -216,12 +267,14 @@ class AllReduceMHC:
                 kernels["publish", protocol, source] = variants.compiled(
                     PublishKernel(**shape, protocol=protocol, source=source, fanout=fanout, top_k=cfg.top_k), self.arch
                 )
-            kernels["consumer", protocol] = variants.compiled(
-                LamportMHCConsumer(
-                    **shape, hc=cfg.hc, reduced_input=protocol == "bt", output=output, arch=self.arch, layout=cfg.layout
-                ),
-                self.arch,
-            )
+            for output in outputs:
+                kernels["consumer", protocol, output] = variants.compiled(
+                    LamportMHCConsumer(
+                        **shape, hc=cfg.hc, reduced_input=protocol == "bt", output=output, arch=self.arch,
+                        layout=cfg.layout,
+                    ),
+                    self.arch,
+                )
         if self.bt_enabled:
             owner = OwnerReduceKernel(**shape, fanout=self.fanout)
             self._owner_ctas_per_token = owner.ctas_per_token
@@ -245,10 +298,6 @@ class AllReduceMHC:
         share = max(1, sms // self.config.tp)
         return max(1, share // self.config.layout.cluster), share
 
-    def graph_capture_problem(self) -> str | None:
-        """None: a call can be captured (every variant compiled at construction, generations kept on the device)."""
-        return None
-
     def state(self) -> dict[str, int]:
         """Calls launched from the host (a graph replay is not one) and both protocols' (NEXT, ACTIVE), read
         from the device after its stream's work."""
@@ -269,57 +318,134 @@ class AllReduceMHC:
         threshold = self.bt_min_finalize_rows if call.finalize else self.bt_min_rows
         return self.bt_enabled and call.rows >= threshold
 
-    def launch(self, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None = None) -> dict:
-        """One call of the launch script: publish, (BT owner reduce,) consumer; returns this rank's outputs."""
-        capturing = torch.cuda.is_current_stream_capturing()
-        call = check_call(
-            self.config, self.rank, self.device, call_inputs, call_params, check_values=not capturing,
-            allow_host=not capturing,
+    def __call__(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor,
+        post: torch.Tensor,
+        comb: torch.Tensor,
+        pre: torch.Tensor | None,
+        norm_weight: torch.Tensor | None,
+        norm_eps: float,
+        mxfp8_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+        *,
+        protocol: str = "auto",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Return (post-mixed residual streams, normalized layer input).
+
+        Args:
+            x: [M, hidden] BF16 TP-partial sublayer output of this rank.
+            residual: [M, hc, hidden] BF16 residual streams.
+            post: [M, hc(, 1)] FP32 post-mix.
+            comb: [M, hc, hc] FP32 residual mix, indexed [source, target].
+            pre: [M, hc] FP32 carried pre-mix for the collapse. None (with
+                ``norm_weight``, built with ``residual_only``): write only the
+                residual streams and return no layer input.
+            norm_weight: [hidden] BF16 RMSNorm weight.
+            norm_eps: RMSNorm epsilon.
+            mxfp8_out: optional [M, hidden] FP8 E4M3 (or uint8) values and
+                swizzled 128x4 UE8M0 scales (``layout.mxfp8_scale_bytes(M,
+                hidden)`` uint8) that also receive the layer input as MXFP8
+                (built with ``quantize_layer_input``); written in place.
+            protocol: ``auto`` (the row thresholds), ``ll`` or ``bt``.
+
+        Returns:
+            ``residual_out`` [M, hc, hidden] BF16 and ``layer_input`` [M,
+            hidden] BF16 (None with ``pre=None``), allocated on the current
+            stream (inside a CUDA graph: from its pool, fixed across replays).
+
+        Every tensor must be contiguous on this rank's device; ``x``,
+        ``residual``, ``norm_weight`` and the MXFP8 buffers 16-byte aligned. A
+        bad argument raises ``ValueError`` (``TypeError`` for a non-tensor)
+        before any launch. Nothing compiles here, so a call can be captured.
+        """
+        checked = self._check(dict(x=x), residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol)
+        return self._launch(checked)
+
+    def finalize(
+        self,
+        gemm2_permuted: torch.Tensor,
+        expert_weights: torch.Tensor,
+        expanded_idx_to_permuted_idx: torch.Tensor,
+        shared_output: torch.Tensor,
+        residual: torch.Tensor,
+        post: torch.Tensor,
+        comb: torch.Tensor,
+        pre: torch.Tensor | None,
+        norm_weight: torch.Tensor | None,
+        norm_eps: float,
+        mxfp8_out: tuple[torch.Tensor, torch.Tensor] | None = None,
+        *,
+        protocol: str = "auto",
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``__call__`` for a MoE output left unfinalized.
+
+        Args:
+            gemm2_permuted: [rows, hidden] BF16 unweighted GEMM2 output in the
+                MoE's permuted order (this rank's experts).
+            expert_weights: [M, top_k] FP32 routing weights, already scaled.
+            expanded_idx_to_permuted_idx: [M, top_k] int32 row of each route,
+                -1 for an expert this rank does not hold (read outside
+                CUDA-graph capture: any other value is an error).
+            shared_output: [M, hidden] BF16 TP-partial shared-expert output.
+            residual: [M, hc, hidden] BF16 residual streams.
+            post: [M, hc(, 1)] FP32 post-mix.
+            comb: [M, hc, hc] FP32 residual mix, indexed [source, target].
+            pre: [M, hc] FP32 carried pre-mix for the collapse (None: residual
+                only, as in ``__call__``).
+            norm_weight: [hidden] BF16 RMSNorm weight (None with ``pre``).
+            norm_eps: RMSNorm epsilon.
+            mxfp8_out: as in ``__call__``.
+            protocol: as in ``__call__``.
+
+        Returns:
+            As ``__call__``.
+        """
+        sources = dict(gemm2_permuted=gemm2_permuted, expert_weights=expert_weights,
+                       expanded_idx_to_permuted_idx=expanded_idx_to_permuted_idx, shared_output=shared_output)
+        checked = self._check(sources, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol)
+        return self._launch(checked)
+
+    def _check(self, sources, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol) -> RankCall:
+        """Every argument of one call checked before anything is launched (``check_rank_call``)."""
+        checked = check_rank_call(
+            self.config, self.device, sources=sources, residual=residual, post=post, comb=comb, pre=pre,
+            norm_weight=norm_weight, norm_eps=norm_eps, mxfp8_out=mxfp8_out, protocol=protocol,
+            check_values=not torch.cuda.is_current_stream_capturing(),
         )
-        if call.protocol == "bt" and not self.bt_enabled:
+        if protocol == "bt" and not self.bt_enabled:
             raise ValueError(
-                f"call_params['protocol'] 'bt' needs config.capacity ({self.config.capacity}) >= the BT row "
+                f"protocol 'bt' needs max_num_tokens ({self.config.capacity}) >= the BT row "
                 f"threshold ({self.bt_min_rows}): this instance has no BT mailboxes"
             )
-        bt = self.uses_bt(call)
-        call = self._on_device(call)
-        outputs = self._allocate_outputs(call.rows)
-        self._enqueue(call, bt, outputs)
+        return checked
+
+    def _launch(self, checked: RankCall) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Allocate the call's outputs and enqueue its kernels; count the call."""
+        call = checked.call
+        residual_out = torch.empty((call.rows, self.config.hc, self.config.hidden), dtype=torch.bfloat16,
+                                   device=self.device)
+        layer_input = None
+        if checked.output != "residual":
+            layer_input = torch.empty((call.rows, self.config.hidden), dtype=torch.bfloat16, device=self.device)
+        self._enqueue(checked, self.uses_bt(call), residual_out, layer_input)
         self.calls += 1
-        return outputs
-
-    def _on_device(self, call: CallArgs) -> CallArgs:
-        """The call with its CPU inputs (already validated as given) copied to the device."""
-        moved = {
-            name: hostcopy.to_device(value, self.device)
-            if isinstance(value, torch.Tensor) and value.device.type == "cpu" else value
-            for name, value in vars(call).items()
-        }
-        return CallArgs(**moved)
-
-    def _allocate_outputs(self, rows: int) -> dict[str, torch.Tensor]:
-        """The call's output tensors on the device."""
-        cfg = self.config
-        outputs = {"residual_out": torch.empty((rows, cfg.hc, cfg.hidden), dtype=torch.bfloat16, device=self.device)}
-        if not cfg.residual_only:
-            outputs["layer_input"] = torch.empty((rows, cfg.hidden), dtype=torch.bfloat16, device=self.device)
-        if cfg.quantize:
-            outputs["mxfp8_values"] = torch.empty((rows, cfg.hidden), dtype=torch.uint8, device=self.device)
-            scale_bytes = mxfp8_scale_bytes(rows, cfg.hidden)
-            outputs["mxfp8_scales"] = torch.empty(scale_bytes, dtype=torch.uint8, device=self.device)
-        return outputs
+        return residual_out, layer_input
 
     @staticmethod
     def _capped(work: int, cap: int | None) -> int:
         """``work`` grid units, at most ``cap`` of them when there is a cap."""
         return work if cap is None else min(work, cap)
 
-    def _enqueue(self, call: CallArgs, bt: bool, outputs: dict[str, torch.Tensor]) -> None:
+    def _enqueue(self, checked: RankCall, bt: bool, residual_out: torch.Tensor,
+                 layer_input: torch.Tensor | None) -> None:
         """Launch the call's kernels on the current stream."""
         import cuda.bindings.driver as cuda
         from cutlass import Float32, Int32, Int64
 
         cfg = self.config
+        call, norm_weight = checked.call, checked.norm_weight
+        mxfp8_values, mxfp8_scales = checked.mxfp8_out if checked.mxfp8_out is not None else (None, None)
         stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
         protocol = "bt" if bt else "ll"
         state = self.bt_state if bt else self.ll_state
@@ -337,20 +463,19 @@ class AllReduceMHC:
         diag = self.diag_record.address if self.diag_record is not None and self.timeout_ns else 0
         cluster_cap, owner_cap = self._grid_caps
         timing = (Int64(self.timeout_ns), Int64(diag), Int32(self.rank), Int32(self.calls))
-        layer_input = outputs.get("layer_input")
         consumer_args = (
             Int64((self.bt_reduced if bt else self.ll_mailbox).local.data_ptr()),
             Int64(call.residual.data_ptr()),
             Int64(call.post.data_ptr()),
             Int64(call.comb.data_ptr()),
             Int64(call.post.data_ptr() if call.pre is None else call.pre.data_ptr()),
-            Int64(stand_in if self.norm_weight is None else self.norm_weight.data_ptr()),
-            Int64(outputs["residual_out"].data_ptr()),
+            Int64(stand_in if norm_weight is None else norm_weight.data_ptr()),
+            Int64(residual_out.data_ptr()),
             Int64(stand_in if layer_input is None else layer_input.data_ptr()),
-            Int64(outputs["mxfp8_values"].data_ptr() if cfg.quantize else stand_in),
-            Int64(outputs["mxfp8_scales"].data_ptr() if cfg.quantize else stand_in),
+            Int64(stand_in if mxfp8_values is None else mxfp8_values.data_ptr()),
+            Int64(stand_in if mxfp8_scales is None else mxfp8_scales.data_ptr()),
             Int64(state.data_ptr()),
-            Float32(cfg.eps),
+            Float32(checked.norm_eps),
             *timing,
             Int32(call.rows),
             Int32(self._capped(call.rows, cluster_cap)),
@@ -369,7 +494,7 @@ class AllReduceMHC:
                     Int64(self.bt_mailbox.local.data_ptr()), Int64(state.data_ptr()), Int64(reduced_target),
                     *timing, Int32(call.rows), Int32(self._capped(owner_work, owner_cap)), stream,
                 )
-            self._kernels["consumer", protocol](*consumer_args)
+            self._kernels["consumer", protocol, checked.output](*consumer_args)
 
 
 __all__ = ["AllReduceMHC", "device_arch", "measured_threshold"]

@@ -1,8 +1,8 @@
 """Seed 001: the fused DSpark Markov draft loop in CuTe DSL.
 
 One call drafts ``steps`` tokens for ``rows`` request rows. Per step the
-bias GEMV ``bias = emb @ w2_shard^T`` runs outside these kernels (the loop
-takes it as a callable), then:
+bias GEMV ``bias = emb @ w2_shard^T`` runs outside these kernels (it is the
+caller's), then:
 
 - ``AnchorKernel`` (once per call), grid ``(rows,)``, 128 threads:
   ``emb[r] = w1[input_ids[anchor_idx[r]]]`` and ``arrivals[r] = 0``.
@@ -48,16 +48,22 @@ token. The instruction sequences live in ``kernels/ptx.py``.
 Variants (compile-time): block size, PDL on/off (step and pick), vector vs
 scalar access (vector where every operand pointer, row stride and the width
 keep a thread's elements in one aligned 8- or 16-byte access; else scalar),
-sharded or not, soft cap on/off, tp of the pick. ``FusedMarkovLoop``
-compiles what a configuration needs when built (never under CUDA graph
-capture), caches compiled kernels by configuration and validates every
-argument before its first launch.
+sharded or not, soft cap on/off, tp of the pick. Compiled kernels are cached
+by configuration; nothing compiles under CUDA graph capture.
+
+Public API (seed 001): ``MarkovKernels(w1, embeds, *, width, has_cap, tp,
+steps, pick_pdl, fill_vector)`` compiles a loop's kernels; its
+``anchor_embed``, ``step``, ``pick`` and ``cache_fill`` launch them on the
+caller's tensors around the caller's own GEMV and gathers, each checking
+its arguments before its launch. The whole loop as the harness drives it
+(config, validation of a call, bias GEMV, gathers) is
+``harness/families/markov_fused_kernel.py``.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -70,7 +76,6 @@ from kernels import ptx
 from kernels.compile_clock import compiling
 from kernels.variant import KernelVariant
 
-SYSTEM_CLASS = "FusedMarkovLoop"
 THREADS = 128
 WARP = 32
 PICK_THREADS = 32
@@ -547,7 +552,7 @@ def assert_not_capturing(what: str) -> None:
     if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
         raise CaptureError(
             f"{what} is not compiled and cannot compile under CUDA graph capture: "
-            "build FusedMarkovLoop (or call precompile) before capturing"
+            "build MarkovKernels (or run the variant once) before capturing"
         )
 
 
@@ -627,25 +632,8 @@ def _stream():
 
 
 # ---------------------------------------------------------------------------
-# Host class: the whole draft loop (family interface of docs/interfaces.md)
+# Public API (seed 001): the kernels of one loop, around the caller's GEMV
 # ---------------------------------------------------------------------------
-
-_CONFIG_KEYS = {"vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block"}
-
-
-def default_bias(emb: torch.Tensor, w2_shard: torch.Tensor) -> torch.Tensor:
-    """The Markov head GEMV as a plain BF16 torch matmul (benchmarks)."""
-    return emb @ w2_shard.t()
-
-
-class _SoloComm:
-    """World of one: the gather is the tensor with a leading 1."""
-
-    rank, world = 0, 1
-
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` as a ``[1, *shape]`` stack."""
-        return tensor.unsqueeze(0)
 
 
 def _require(condition: bool, exc, message: str) -> None:
@@ -664,235 +652,328 @@ def _check_tensor(name: str, t, dtype, shape: tuple, device) -> None:
     _require(t.device == device, ValueError, f"{name}: expected device {device}, got {t.device}")
 
 
-class FusedMarkovLoop:
-    """The fused Markov draft loop of one rank (seed 001), CuTe DSL kernels.
+def _check_rows(name: str, t, dtype, rows: int, device) -> None:
+    """A ``[rows]`` vector of ``dtype`` (any non-negative stride), e.g. one step's column of a ``[rows, steps]`` map."""
+    _check_tensor(name, t, dtype, (rows,), device)
+    _require(t.stride(0) >= 0, ValueError, f"{name}: negative stride {t.stride(0)}")
 
-    ``FusedMarkovLoop(comm_or_fabric, static, config, *, bias_fn=None)``:
-    ``comm_or_fabric`` has ``rank``, ``world`` and ``all_gather(t) -> [world,
-    *t.shape]`` (None: a world of one); ``static`` holds ``w1`` and ``w2``
-    (full, BF16 ``[V, R]``, on the GPU); ``config`` the family's keys
-    (``vocab, dim, tp, max_reqs, has_cap, mult, cap, inv_cap, block``) plus
-    optional ``pdl`` (bool) and ``sharded`` (default ``tp > 1``).
-    ``bias_fn(emb, w2_shard) -> [rows, shard]`` BF16 computes the GEMV.
-    Every kernel the configuration can launch compiles here.
+
+def _check_vector(name: str, t, dtype, device) -> None:
+    """A 1-D tensor of ``dtype`` with stride 1."""
+    _require(isinstance(t, torch.Tensor) and t.dim() == 1 and t.numel() >= 1, ValueError,
+             f"{name}: expected a non-empty 1-D tensor")
+    _check_tensor(name, t, dtype, (t.shape[0],), device)
+    _require(t.stride(0) == 1, ValueError, f"{name}: expected stride 1, got {t.stride(0)}")
+
+
+class MarkovKernels:
+    """The kernels of one fused Markov draft loop (seed 001) over the BF16 Markov w1 table ``w1``.
+
+    ``w1`` is ``[V, R]``, the Markov embedding rows live in ``embeds`` and each
+    rank covers ``width`` vocab entries (a shard over ``tp`` ranks, or the
+    whole vocab with ``tp`` None). Compiled here, before CUDA graph capture:
+    the anchor, the step at each ``(block, PDL, vector)`` of ``steps``, and
+    with a vocab shard the pick (``pick_pdl``) and the cache fill at
+    ``fill_vector``. A step or fill at another variant compiles when it first
+    runs (never under capture: ``CaptureError``).
+
+    A draft call, per the seed: ``anchor_embed`` once, then per step the
+    caller's GEMV ``bias = emb @ w2_shard^T`` and ``step``; sharded, the
+    caller gathers the ``[rows, 4]`` packets over the TP group and calls
+    ``pick``, and after the loop gathers the ``[rows, steps, width]`` draft
+    logits and calls ``cache_fill``. Every method launches on the current
+    stream on the caller's tensors (fixed pointers: the loop can be captured
+    into a CUDA graph where the GEMV and the gathers can) and checks its
+    arguments' dtypes, shapes, devices and strides before the launch. Values
+    are not read: an anchor is clamped to ``input_ids`` and a token to the
+    table, a request row outside ``[0, max_reqs)`` is padding.
+
+    Args:
+        w1: [V, R] BF16 Markov embedding table on the GPU, row-major.
+        embeds: [n, R] BF16 rows the ``emb`` arguments are row views of (their
+            alignment decides the row-copy width; ``emb`` must keep it).
+        width: vocab entries per rank (V / tp, or V).
+        has_cap: the soft cap ``cap * tanhf(x * inv_cap)`` of the output transform.
+        tp: ranks of the vocab shard (power of two <= 32), or None: unsharded.
+        steps: the ``(block, pdl, vector)`` step variants to compile now.
+        pick_pdl: launch the pick with programmatic dependent launch.
+        fill_vector: the cache-fill variant(s) to compile now (a bool or several).
     """
 
-    def __init__(self, comm_or_fabric, static: dict, config: dict, *, bias_fn: Callable | None = None) -> None:
-        comm = comm_or_fabric if comm_or_fabric is not None else _SoloComm()
-        for attr in ("rank", "world", "all_gather"):
-            _require(hasattr(comm, attr), TypeError, f"comm_or_fabric: expected an object with {attr!r} (a Comm)")
-        _require(isinstance(config, dict), TypeError, f"config: expected a dict, got {type(config).__name__}")
-        missing = sorted(_CONFIG_KEYS - set(config))
-        _require(not missing, ValueError, f"config: missing keys {missing}")
-        vocab, dim, tp = int(config["vocab"]), int(config["dim"]), int(config["tp"])
-        _require(vocab >= 1, ValueError, f"config.vocab: expected >= 1, got {vocab}")
-        _require(dim >= 1, ValueError, f"config.dim: expected >= 1, got {dim}")
-        _require(tp >= 1 and tp <= WARP and tp & (tp - 1) == 0, ValueError, f"config.tp: expected a power of two in [1, 32], got {tp}")
-        _require(comm.world == tp, ValueError, f"comm_or_fabric: world {comm.world} != config.tp {tp}")
-        _require(vocab % tp == 0, ValueError, f"config.vocab: {vocab} is not divisible by tp {tp}")
-        block = int(config["block"])
-        _require(block in BLOCK_SIZES, ValueError, f"config.block: expected one of {BLOCK_SIZES}, got {block}")
-        max_reqs = int(config["max_reqs"])
-        _require(max_reqs >= 1, ValueError, f"config.max_reqs: expected >= 1, got {max_reqs}")
-        for key in ("mult", "cap", "inv_cap"):
-            _require(isinstance(config[key], (int, float)), TypeError, f"config.{key}: expected a float")
-        self.comm = comm
-        self.rank, self.tp = int(comm.rank), tp
-        self.vocab, self.dim, self.block, self.max_reqs = vocab, dim, block, max_reqs
-        self.width = vocab // tp
-        self.vocab_offset = self.rank * self.width
-        self.has_cap = bool(config["has_cap"])
-        self.pdl = bool(config.get("pdl", False))
-        self.sharded = bool(config.get("sharded", tp > 1))
-        _require(self.sharded or tp == 1, ValueError, "config.sharded: must be true when tp > 1")
-        # FP32 scalars as the kernels see them (round to nearest once here).
-        self.mult, self.cap, self.inv_cap = (float(torch.tensor(float(config[k]), dtype=torch.float32)) for k in ("mult", "cap", "inv_cap"))
-        _require(isinstance(static, dict), TypeError, f"static: expected a dict, got {type(static).__name__}")
-        for key in ("w1", "w2"):
-            _require(key in static, ValueError, f"static: missing {key!r}")
-        w1, w2 = static["w1"], static["w2"]
-        _require(isinstance(w1, torch.Tensor) and w1.is_cuda, ValueError, "static.w1: expected a CUDA tensor")
+    def __init__(
+        self,
+        w1: torch.Tensor,
+        embeds: torch.Tensor,
+        *,
+        width: int,
+        has_cap: bool,
+        tp: int | None,
+        steps: Iterable[tuple[int, bool, bool]],
+        pick_pdl: bool,
+        fill_vector: bool | Iterable[bool],
+    ) -> None:
+        _require(isinstance(w1, torch.Tensor) and w1.is_cuda, ValueError, "w1: expected a CUDA tensor")
+        _require(w1.dim() == 2 and w1.dtype == torch.bfloat16, ValueError,
+                 f"w1: expected a BF16 [V, R] tensor, got {w1.dtype} {tuple(w1.shape)}")
+        _require(w1.is_contiguous(), ValueError, "w1: expected a contiguous (row-major) tensor")
         self.device = w1.device
-        _check_tensor("static.w1", w1, torch.bfloat16, (vocab, dim), self.device)
-        _check_tensor("static.w2", w2, torch.bfloat16, (vocab, dim), self.device)
-        _require(w1.is_contiguous(), ValueError, "static.w1: expected a contiguous (row-major) tensor")
-        self.w1 = w1
-        self.w2_shard = w2[self.vocab_offset : self.vocab_offset + self.width]
-        self.bias_fn = bias_fn if bias_fn is not None else default_bias
+        vocab, dim = w1.shape
+        _require(isinstance(embeds, torch.Tensor) and embeds.dim() == 2, ValueError,
+                 f"embeds: expected a BF16 [n, {dim}] tensor")
+        _check_tensor("embeds", embeds, torch.bfloat16, (embeds.shape[0], dim), self.device)
+        _require(isinstance(width, int) and 1 <= width <= vocab, ValueError,
+                 f"width: expected an int in [1, {vocab}], got {width!r}")
+        _require(tp is None or (isinstance(tp, int) and 1 <= tp <= WARP and tp & (tp - 1) == 0), ValueError,
+                 f"tp: expected None or a power of two in [1, {WARP}], got {tp!r}")
+        self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
+        self.tp, self.sharded, self.pick_pdl = tp, tp is not None, bool(pick_pdl)
         self.row_bytes = dim * 2
-        self.blocks = -(-self.width // block)
-        self._launches = 0
-        self.precompile()
+        self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes, chunk=self._chunk(THREADS),
+                                      w1_rows=vocab)
+        self._steps: dict[tuple[int, bool, bool], Any] = {}
+        for block, pdl, vector in steps:
+            self._step(block, pdl, vector)
+        self._fills: dict[bool, Any] = {}
+        if self.sharded:
+            self._pick = compile_kernel(PickKernel, tp=tp, pdl=self.pick_pdl, row_bytes=self.row_bytes,
+                                        chunk=self._chunk(PICK_THREADS), w1_rows=vocab)
+            for vector in (fill_vector,) if isinstance(fill_vector, bool) else fill_vector:
+                self._fill(vector)
 
-    # -- compilation -----------------------------------------------------
+    @property
+    def step_variants(self) -> frozenset[tuple[int, bool, bool]]:
+        """The ``(block, PDL, vector)`` of the compiled steps."""
+        return frozenset(self._steps)
 
     def _chunk(self, threads: int) -> int:
-        """Row-copy access width for ``threads`` threads (w1 and emb rows;
-        emb is a fresh allocation, 256-byte aligned)."""
-        return copy_chunk(self.row_bytes, threads, (self.w1.data_ptr(),))
+        """Row-copy access width for ``threads`` threads, within the alignment of ``w1`` and ``embeds``."""
+        return copy_chunk(self.row_bytes, threads, (self.w1.data_ptr(), self.embeds.data_ptr()))
 
-    def _step_kernel(self, vector: bool):
-        """The compiled step kernel of this loop at ``vector``."""
-        return compile_kernel(
-            StepKernel, block=self.block, blocks=self.blocks, vector=vector, has_cap=self.has_cap,
-            sharded=self.sharded, pdl=self.pdl, row_bytes=self.row_bytes,
-            chunk=self._chunk(WARP * finish_warps(self.blocks)), w1_rows=self.vocab,
+    def _step(self, block: int, pdl: bool, vector: bool):
+        """The compiled step kernel at ``(block, pdl, vector)`` (compiled on first use, never under capture)."""
+        kernel = self._steps.get((block, pdl, vector))
+        if kernel is None:
+            _require(block in BLOCK_SIZES, ValueError, f"block: expected one of {BLOCK_SIZES}, got {block}")
+            blocks = -(-self.width // block)
+            kernel = self._steps[block, pdl, vector] = compile_kernel(
+                StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
+                sharded=self.sharded, pdl=pdl, row_bytes=self.row_bytes,
+                chunk=self._chunk(WARP * finish_warps(blocks)), w1_rows=self.w1.shape[0],
+            )
+        return kernel
+
+    def _fill(self, vector: bool):
+        """The compiled cache fill at ``vector`` (compiled on first use, never under capture)."""
+        kernel = self._fills.get(vector)
+        if kernel is None:
+            kernel = self._fills[vector] = compile_kernel(CacheFillKernel, vector=vector)
+        return kernel
+
+    def _check_emb(self, emb, rows: int) -> None:
+        """``emb``: BF16 ``[rows, R]`` contiguous rows, aligned as ``embeds`` (the compiled row-copy width)."""
+        _check_tensor("emb", emb, torch.bfloat16, (rows, self.w1.shape[1]), self.device)
+        _require(emb.is_contiguous(), ValueError, "emb: expected contiguous rows")
+        # The widest row copy compiled (a warp's) divides by every narrower one.
+        chunk = self._chunk(WARP)
+        _require(emb.data_ptr() % chunk == 0, ValueError,
+                 f"emb: expected {chunk}-byte alignment (that of embeds), got address {emb.data_ptr():#x}")
+
+    def anchor_embed(self, input_ids: torch.Tensor, anchor_idx: torch.Tensor, emb: torch.Tensor,
+                     arrivals: torch.Tensor) -> None:
+        """``emb[r] = w1[input_ids[anchor_idx[r]]]`` and ``arrivals[r] = 0`` for the ``arrivals.numel()`` rows.
+
+        Args:
+            input_ids: [T] int32 token ids, stride 1.
+            anchor_idx: [rows] int64 index of each row's anchor in ``input_ids``
+                (clamped to T - 1), stride 1.
+            emb: [rows, R] BF16 row view of ``embeds``, written.
+            arrivals: [rows] int32 per-row arrival counters of ``step``, reset.
+        """
+        _require(isinstance(arrivals, torch.Tensor) and arrivals.dim() == 1, ValueError,
+                 "arrivals: expected an int32 [rows] tensor")
+        rows = arrivals.shape[0]
+        _check_vector("input_ids", input_ids, torch.int32, self.device)
+        _check_tensor("anchor_idx", anchor_idx, torch.int64, (rows,), self.device)
+        _require(anchor_idx.stride(0) == 1, ValueError, f"anchor_idx: expected stride 1, got {anchor_idx.stride(0)}")
+        _check_vector("arrivals", arrivals, torch.int32, self.device)
+        self._check_emb(emb, rows)
+        i64 = Int64
+        self._anchor(i64(input_ids.data_ptr()), i64(input_ids.shape[0]), i64(anchor_idx.data_ptr()),
+                     i64(self.w1.data_ptr()), i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), _stream())
+
+    def step(
+        self,
+        base: torch.Tensor,
+        bias: torch.Tensor,
+        cache: torch.Tensor,
+        col: int,
+        idx_map: torch.Tensor,
+        pos: torch.Tensor,
+        seeds: torch.Tensor,
+        temperature: torch.Tensor,
+        block_argmax: torch.Tensor,
+        block_max: torch.Tensor,
+        arrivals: torch.Tensor,
+        tokens: torch.Tensor,
+        emb: torch.Tensor,
+        packets: torch.Tensor,
+        vocab_offset: int,
+        mult: float,
+        inv_cap: float,
+        cap: float,
+        *,
+        block: int,
+        pdl: bool,
+    ) -> None:
+        """One draft step ``col`` over ``width`` vocab entries from ``vocab_offset`` for the ``base.shape[0]`` rows.
+
+        Args:
+            base: [rows, >= vocab_offset + width] BF16 base logits of this step
+                (e.g. ``base[:, col]``), vocab stride 1.
+            bias: [rows, width] BF16 output of the caller's GEMV, vocab stride 1.
+            cache: BF16 draft-logits cache, vocab stride 1: unsharded
+                [max_reqs, steps, V] (row ``idx_map[r]``, step ``col`` written),
+                sharded [rows, steps, width] (row r, step ``col`` written).
+            col: the step index.
+            idx_map: [rows] int64 request row of each row at this step (e.g.
+                ``idx_map[:, col]``; outside [0, max_reqs): padding, not cached).
+            pos: [rows] int64 position of each row at this step.
+            seeds: [max_reqs] int64 per-request sampling seeds, stride 1.
+            temperature: [max_reqs] FP32 per-request temperature (0: greedy), stride 1.
+            block_argmax: [rows * blocks] int64 scratch (blocks = ceil(width / block)).
+            block_max: [rows * blocks] FP32 scratch.
+            arrivals: [rows] int32 arrival counters (reset by ``anchor_embed``).
+            tokens: [rows, steps] int64; unsharded, column ``col`` written.
+            emb: [rows, R] BF16 Markov embedding rows: read by the caller's GEMV;
+                unsharded, the next step's rows are written.
+            packets: [rows, 4] int32; sharded, (score bits, id, 0, 0) written for ``pick``.
+            vocab_offset: this rank's first vocab id (rank * width).
+            mult: FP32 logit multiplier.
+            inv_cap: FP32 1 / cap (given, not derived).
+            cap: FP32 soft cap (read with ``has_cap``).
+            block: vocab entries per CTA.
+            pdl: launch with programmatic dependent launch (the bias is read after the wait).
+        """
+        _require(isinstance(base, torch.Tensor) and base.dim() == 2, ValueError,
+                 "base: expected a BF16 [rows, V] tensor (one step of the base logits)")
+        rows, dev, width = base.shape[0], self.device, self.width
+        _check_tensor("base", base, torch.bfloat16, (rows, base.shape[1]), dev)
+        _require(base.shape[1] >= vocab_offset + width and base.stride(1) == 1 and base.stride(0) >= 0, ValueError,
+                 f"base: expected vocab stride 1 and columns [{vocab_offset}, {vocab_offset + width}), "
+                 f"got shape {tuple(base.shape)} strides {base.stride()}")
+        _check_tensor("bias", bias, torch.bfloat16, (rows, width), dev)
+        _require(bias.stride(1) == 1, ValueError, f"bias: expected stride 1 in its last dimension, got {bias.stride(1)}")
+        _require(isinstance(cache, torch.Tensor) and cache.dim() == 3, ValueError,
+                 "cache: expected a BF16 [max_reqs, steps, V] (sharded: [rows, steps, width]) tensor")
+        _check_tensor("cache", cache, torch.bfloat16, tuple(cache.shape), dev)
+        _require(0 <= col < cache.shape[1] and cache.stride(2) == 1 and min(cache.stride()) >= 0, ValueError,
+                 f"cache: expected step {col} inside shape {tuple(cache.shape)} and vocab stride 1, "
+                 f"got strides {cache.stride()}")
+        if self.sharded:
+            _require(tuple(cache.shape[::2]) == (rows, width), ValueError,
+                     f"cache: expected the sharded draft [rows={rows}, steps, width={width}], got {tuple(cache.shape)}")
+        _check_rows("idx_map", idx_map, torch.int64, rows, dev)
+        _check_rows("pos", pos, torch.int64, rows, dev)
+        _check_vector("seeds", seeds, torch.int64, dev)
+        _check_tensor("temperature", temperature, torch.float32, tuple(seeds.shape), dev)
+        _require(temperature.stride(0) == 1, ValueError, f"temperature: expected stride 1, got {temperature.stride(0)}")
+        blocks = -(-width // block)
+        _check_tensor("block_argmax", block_argmax, torch.int64, (rows * blocks,), dev)
+        _check_tensor("block_max", block_max, torch.float32, (rows * blocks,), dev)
+        _check_tensor("arrivals", arrivals, torch.int32, (rows,), dev)
+        _require(isinstance(tokens, torch.Tensor) and tokens.dim() == 2, ValueError,
+                 "tokens: expected an int64 [rows, steps] tensor")
+        _check_tensor("tokens", tokens, torch.int64, (rows, tokens.shape[1]), dev)
+        _require(0 <= col < tokens.shape[1], ValueError, f"tokens: step {col} outside {tuple(tokens.shape)}")
+        self._check_emb(emb, rows)
+        _check_tensor("packets", packets, torch.int32, (rows, 4), dev)
+        _require(packets.is_contiguous() and packets.data_ptr() % 16 == 0, ValueError,
+                 "packets: expected a contiguous, 16-byte aligned tensor")
+        for scratch in (block_argmax, block_max, arrivals):
+            _require(scratch.is_contiguous(), ValueError, "block_argmax, block_max, arrivals: expected contiguous")
+        base_ptr = base.data_ptr() + vocab_offset * 2
+        cache_ptr, cache_s0 = cache.data_ptr() + col * cache.stride(1) * 2, cache.stride(0)
+        vector = step_vectorized(block, width, (
+            (base_ptr, base.stride(0)), (bias.data_ptr(), bias.stride(0)), (cache_ptr, cache_s0)))
+        i64 = Int64
+        self._step(block, pdl, vector)(
+            i64(base_ptr), i64(base.stride(0)), i64(bias.data_ptr()), i64(bias.stride(0)),
+            i64(cache_ptr), i64(cache_s0), i64(idx_map.data_ptr()), i64(idx_map.stride(0)),
+            i64(pos.data_ptr()), i64(pos.stride(0)),
+            i64(seeds.data_ptr()), i64(temperature.data_ptr()), i64(seeds.shape[0]),
+            i64(block_argmax.data_ptr()), i64(block_max.data_ptr()), i64(arrivals.data_ptr()),
+            i64(tokens.data_ptr() + col * tokens.stride(1) * 8), i64(tokens.stride(0)), i64(self.w1.data_ptr()),
+            i64(emb.data_ptr()), i64(packets.data_ptr()), Int32(col), Int32(width),
+            Int32(vocab_offset), Float32(mult), Float32(inv_cap), Float32(cap),
+            Int32(rows), _stream(),
         )
 
-    def precompile(self) -> None:
-        """Compile every kernel this configuration may launch (call before
-        capture; compiled kernels are shared by configuration)."""
-        assert_not_capturing("FusedMarkovLoop.precompile")
-        self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes, chunk=self._chunk(THREADS), w1_rows=self.vocab)
-        self._steps = {v: self._step_kernel(v) for v in ((False, True) if vector_bytes(self.block) else (False,))}
-        if self.sharded:
-            self._pick = compile_kernel(
-                PickKernel, tp=self.tp, pdl=self.pdl, row_bytes=self.row_bytes,
-                chunk=self._chunk(PICK_THREADS), w1_rows=self.vocab,
-            )
-            self._fills = {v: compile_kernel(CacheFillKernel, vector=v) for v in (False, True)}
-        # The bias GEMV runs once here, on zeros, so its own first-use work (library
-        # handles, workspaces, lazily loaded kernels) never happens under capture.
-        self.bias_fn(torch.zeros(1, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
+    def pick(self, packets: torch.Tensor, rows: int, tokens: torch.Tensor, step: int, emb: torch.Tensor) -> None:
+        """``tokens[r, step]`` and ``emb[r]`` (its w1 row) of the winner over the gathered packets (sharded only).
 
-    # -- validation --------------------------------------------------------
-
-    def _validate(self, call_inputs: dict) -> tuple[int, int]:
-        """Check every call input (before any launch); returns (rows, steps)."""
-        _require(isinstance(call_inputs, dict), TypeError, f"call_inputs: expected a dict, got {type(call_inputs).__name__}")
-        need = ("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature", "cache")
-        missing = [k for k in need if k not in call_inputs]
-        _require(not missing, ValueError, f"call_inputs: missing {missing}")
-        base = call_inputs["base"]
-        _require(isinstance(base, torch.Tensor) and base.dim() == 3, ValueError,
-                 f"call_inputs.base: expected a [rows, steps, {self.vocab}] tensor")
-        rows, steps, vocab = base.shape
-        _require(rows >= 1 and steps >= 1, ValueError, f"call_inputs.base: rows and steps must be >= 1, got {tuple(base.shape)}")
-        dev = self.device
-        ids = call_inputs["input_ids"]
-        _require(isinstance(ids, torch.Tensor) and ids.dim() == 1 and ids.numel() >= 1, ValueError,
-                 "call_inputs.input_ids: expected a non-empty 1-D tensor")
-        _check_tensor("call_inputs.input_ids", ids, torch.int32, (ids.shape[0],), dev)
-        _check_tensor("call_inputs.anchor_idx", call_inputs["anchor_idx"], torch.int64, (rows,), dev)
-        _check_tensor("call_inputs.base", base, torch.bfloat16, (rows, steps, self.vocab), dev)
-        _check_tensor("call_inputs.idx_map", call_inputs["idx_map"], torch.int64, (rows, steps), dev)
-        _check_tensor("call_inputs.pos", call_inputs["pos"], torch.int64, (rows, steps), dev)
-        _check_tensor("call_inputs.seeds", call_inputs["seeds"], torch.int64, (self.max_reqs,), dev)
-        _check_tensor("call_inputs.temperature", call_inputs["temperature"], torch.float32, (self.max_reqs,), dev)
-        _check_tensor("call_inputs.cache", call_inputs["cache"], torch.bfloat16, (self.max_reqs, steps, self.vocab), dev)
-        for name, stride in (("input_ids", ids.stride(0)), ("anchor_idx", call_inputs["anchor_idx"].stride(0)),
-                             ("seeds", call_inputs["seeds"].stride(0)), ("temperature", call_inputs["temperature"].stride(0)),
-                             ("base", base.stride(2)), ("cache", call_inputs["cache"].stride(2))):
-            _require(stride == 1, ValueError, f"call_inputs.{name}: expected stride 1 in its last dimension, got {stride}")
-        for name in ("base", "cache", "idx_map", "pos"):
-            _require(all(s >= 0 for s in call_inputs[name].stride()), ValueError, f"call_inputs.{name}: negative strides")
-        if not torch.cuda.is_current_stream_capturing():
-            # Values (not capturable: they need the host); under capture the
-            # kernels clamp instead (module docstring).
-            anchor = call_inputs["anchor_idx"]
-            lo, hi = int(anchor.min()), int(anchor.max())
-            _require(lo >= 0 and hi < ids.shape[0], ValueError,
-                     f"call_inputs.anchor_idx: values must lie in [0, {ids.shape[0]}), got [{lo}, {hi}]")
-            hi = int(call_inputs["idx_map"].max())
-            _require(hi < self.max_reqs, ValueError,
-                     f"call_inputs.idx_map: request rows must be < max_reqs {self.max_reqs} (negative = padding), got {hi}")
-        return rows, steps
-
-    def _check_bias(self, bias, rows: int) -> None:
-        """The bias callable's output for one step."""
-        _check_tensor("bias_fn output", bias, torch.bfloat16, (rows, self.width), self.device)
-        _require(bias.stride(1) == 1, ValueError, f"bias_fn output: expected stride 1 in its last dimension, got {bias.stride(1)}")
-
-    def _check_gather(self, name: str, gathered, shape: tuple, dtype) -> None:
-        """A gathered tensor from ``comm.all_gather``."""
-        _check_tensor(name, gathered, dtype, shape, self.device)
-        _require(gathered.is_contiguous(), ValueError, f"{name}: expected a contiguous gather")
-
-    # -- the call ----------------------------------------------------------
-
-    def launch(self, call_inputs: dict, call_params: dict | None = None) -> dict:
-        """One call of the draft loop: anchor, per step bias + step (+ gather
-        and pick), then (sharded) gather and cache fill. The cache is written
-        in place and returned with the tokens and the last ``emb``."""
-        rows, steps = self._validate(call_inputs)
-        del call_params  # this family has no per-call parameters
-        dev, stream = self.device, _stream()
-        ids, anchor = call_inputs["input_ids"], call_inputs["anchor_idx"]
-        base, cache = call_inputs["base"], call_inputs["cache"]
-        idx_map, pos = call_inputs["idx_map"], call_inputs["pos"]
-        seeds, temperature = call_inputs["seeds"], call_inputs["temperature"]
-        emb = torch.empty(rows, self.dim, dtype=torch.bfloat16, device=dev)
-        arrivals = torch.empty(rows, dtype=torch.int32, device=dev)
-        tokens = torch.empty(rows, steps, dtype=torch.int64, device=dev)
-        block_argmax = torch.empty(rows * self.blocks, dtype=torch.int64, device=dev)
-        block_max = torch.empty(rows * self.blocks, dtype=torch.float32, device=dev)
-        packets = torch.empty(rows, 4, dtype=torch.int32, device=dev)
-        draft = torch.empty(rows, steps, self.width, dtype=torch.bfloat16, device=dev) if self.sharded else None
+        Args:
+            packets: [tp, rows, 4] int32 every rank's ``step`` packets, gathered, contiguous.
+            rows: request rows.
+            tokens: [rows, steps] int64; column ``step`` written.
+            step: the step index.
+            emb: [rows, R] BF16 row view of ``embeds``: the next step's rows, written.
+        """
+        _require(self.sharded, ValueError, "pick: built without a vocab shard (tp None)")
+        _check_tensor("packets", packets, torch.int32, (self.tp, rows, 4), self.device)
+        _require(packets.is_contiguous(), ValueError, "packets: expected a contiguous gather")
+        _require(isinstance(tokens, torch.Tensor) and tokens.dim() == 2, ValueError,
+                 "tokens: expected an int64 [rows, steps] tensor")
+        _check_tensor("tokens", tokens, torch.int64, (rows, tokens.shape[1]), self.device)
+        _require(0 <= step < tokens.shape[1], ValueError, f"tokens: step {step} outside {tuple(tokens.shape)}")
+        self._check_emb(emb, rows)
         i64 = Int64
-        self._launches += 1
-        self._anchor(i64(ids.data_ptr()), i64(ids.shape[0]), i64(anchor.data_ptr()), i64(self.w1.data_ptr()),
-                     i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), stream)
-        for col in range(steps):
-            bias = self.bias_fn(emb, self.w2_shard)
-            self._check_bias(bias, rows)
-            base_ptr = base.data_ptr() + (col * base.stride(1) + self.vocab_offset) * 2
-            if self.sharded:
-                cache_ptr, cache_s0 = draft.data_ptr() + col * self.width * 2, steps * self.width
-            else:
-                cache_ptr, cache_s0 = cache.data_ptr() + col * cache.stride(1) * 2, cache.stride(0)
-            vector = step_vectorized(self.block, self.width, (
-                (base_ptr, base.stride(0)), (bias.data_ptr(), bias.stride(0)), (cache_ptr, cache_s0)))
-            self._steps[vector](
-                i64(base_ptr), i64(base.stride(0)), i64(bias.data_ptr()), i64(bias.stride(0)),
-                i64(cache_ptr), i64(cache_s0),
-                i64(idx_map.data_ptr() + col * idx_map.stride(1) * 8), i64(idx_map.stride(0)),
-                i64(pos.data_ptr() + col * pos.stride(1) * 8), i64(pos.stride(0)),
-                i64(seeds.data_ptr()), i64(temperature.data_ptr()), i64(self.max_reqs),
-                i64(block_argmax.data_ptr()), i64(block_max.data_ptr()), i64(arrivals.data_ptr()),
-                i64(tokens.data_ptr() + col * 8), i64(tokens.stride(0)), i64(self.w1.data_ptr()),
-                i64(emb.data_ptr()), i64(packets.data_ptr()), Int32(col), Int32(self.width),
-                Int32(self.vocab_offset), Float32(self.mult), Float32(self.inv_cap), Float32(self.cap),
-                Int32(rows), stream,
-            )
-            if self.sharded:
-                gathered = self.comm.all_gather(packets)
-                self._check_gather("comm_or_fabric.all_gather(packets)", gathered, (self.tp, rows, 4), torch.int32)
-                self._pick(i64(gathered.data_ptr()), Int32(rows), i64(tokens.data_ptr() + col * 8),
-                           i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), stream)
-        if self.sharded:
-            shards = self.comm.all_gather(draft)
-            self._check_gather("comm_or_fabric.all_gather(draft)", shards, (self.tp, rows, steps, self.width), torch.bfloat16)
-            src_s0 = rows * steps * self.width
-            vector = fill_vectorized(self.width, self.vocab, shards.data_ptr(), src_s0, cache.data_ptr(),
-                                     (cache.stride(0), cache.stride(1)))
-            self._fills[vector](
-                i64(shards.data_ptr()), i64(src_s0), i64(cache.data_ptr()), i64(cache.stride(0)),
-                i64(cache.stride(1)), i64(idx_map.data_ptr()), i64(idx_map.stride(0)), i64(idx_map.stride(1)),
-                i64(self.max_reqs), Int32(steps), Int32(self.width), Int32(self.vocab),
-                Int32(rows * steps), Int32(-(-self.vocab // FILL_BLOCK)), stream,
-            )
-        return {"tokens": tokens, "cache": cache, "emb": emb}
+        self._pick(i64(packets.data_ptr()), Int32(rows), i64(tokens.data_ptr() + step * tokens.stride(1) * 8),
+                   i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), _stream())
 
-    def state(self) -> dict:
-        """Plain ints for progress records: the number of calls launched."""
-        return {"launches": self._launches}
+    def cache_fill(self, gathered: torch.Tensor, src_s0: int, cache: torch.Tensor, idx_map: torch.Tensor,
+                   rows: int, steps: int, shard: int, vocab: int) -> None:
+        """Scatter the gathered draft logits into the full-vocab cache rows ``idx_map`` names (sharded only).
 
-    def graph_capture_problem(self) -> str | None:
-        """Why a launch cannot be captured into a CUDA graph (None at tp 1: every kernel compiled, inputs on the device)."""
-        if self.comm.world > 1:
-            return (f"tp {self.comm.world}: the vocab-parallel gather goes through comm.all_gather on the host, "
-                    "which a CUDA graph cannot capture")
-        return None
+        Args:
+            gathered: [tp, rows, steps, shard] BF16 every rank's draft logits
+                (rank stride ``src_s0`` elements).
+            src_s0: elements between two ranks' shards.
+            cache: [max_reqs, steps, vocab] BF16, vocab stride 1; rows written in place.
+            idx_map: [rows, steps] int64 request row of each row and step
+                (negative or >= max_reqs: skipped).
+            rows, steps, shard, vocab: the sizes above.
+        """
+        _require(self.sharded, ValueError, "cache_fill: built without a vocab shard (tp None)")
+        _check_tensor("gathered", gathered, torch.bfloat16, (self.tp, rows, steps, shard), self.device)
+        _require(gathered.stride(3) == 1 and gathered.stride(2) == shard and gathered.stride(1) == steps * shard
+                 and gathered.stride(0) == src_s0, ValueError,
+                 f"gathered: expected rank stride src_s0={src_s0} and contiguous rows, got strides {gathered.stride()}")
+        _require(isinstance(cache, torch.Tensor) and cache.dim() == 3, ValueError,
+                 f"cache: expected a BF16 [max_reqs, {steps}, {vocab}] tensor")
+        _check_tensor("cache", cache, torch.bfloat16, (cache.shape[0], steps, vocab), self.device)
+        _require(cache.stride(2) == 1 and min(cache.stride()) >= 0, ValueError,
+                 f"cache: expected vocab stride 1, got strides {cache.stride()}")
+        _check_tensor("idx_map", idx_map, torch.int64, (rows, steps), self.device)
+        _require(min(idx_map.stride()) >= 0, ValueError, "idx_map: negative strides")
+        _require(shard * self.tp == vocab, ValueError, f"shard: expected vocab / tp = {vocab // self.tp}, got {shard}")
+        vector = fill_vectorized(shard, vocab, gathered.data_ptr(), src_s0, cache.data_ptr(),
+                                 (cache.stride(0), cache.stride(1)))
+        i64 = Int64
+        self._fill(vector)(
+            i64(gathered.data_ptr()), i64(src_s0), i64(cache.data_ptr()), i64(cache.stride(0)),
+            i64(cache.stride(1)), i64(idx_map.data_ptr()), i64(idx_map.stride(0)), i64(idx_map.stride(1)),
+            i64(cache.shape[0]), Int32(steps), Int32(shard), Int32(vocab),
+            Int32(rows * steps), Int32(-(-vocab // FILL_BLOCK)), _stream(),
+        )
 
 
 __all__ = [
     "AnchorKernel",
     "CacheFillKernel",
     "CaptureError",
-    "FusedMarkovLoop",
+    "MarkovKernels",
     "PickKernel",
     "StepKernel",
     "compile_kernel",
     "compile_variants",
-    "default_bias",
 ]

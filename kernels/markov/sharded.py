@@ -1,11 +1,17 @@
-"""Seed 000's sharded Markov sampler: the per-rank host class of the ``markov_sharded`` family.
+"""Seed 000's sharded Markov sampler: the public API of the ``markov_sharded`` family.
 
-``ShardedMarkovSampler(fabric, static, config)`` is one rank of the chain
-(``docs/interfaces.md``): ``launch(call_inputs, call_params) ->
-{"draft_tokens", "logits_cache"}`` runs one launch of
-``ShardedMarkovSample`` (``sharded_kernel.py``: the arithmetic, the work
-split and the memory ordering) and ``state() -> {"launches"}`` reports the
-launch counter.
+``ShardedMarkovSampler(embed_table, head, *, steps, base_dtype, cache_dtype,
+max_rows, max_reqs, group)`` is one rank of the chain, built collectively
+over the TP group (``group``: a ``torch.distributed`` group, buffers from
+torch symmetric memory, or a ``kernels.fabric`` provider). A speculator step
+calls it on its own tensors, ``sampler(base_logits, input_ids,
+query_per_row, idx_mapping, temperature, noise, logits_cache, draft_tokens,
+rows)``: one launch of ``ShardedMarkovSample`` (``sharded_kernel.py``: the
+arithmetic, the work split and the memory ordering) that writes
+``draft_tokens`` and ``logits_cache`` in place (fixed pointers, so the call
+can be captured in a CUDA graph); ``state() -> {"launches"}`` reports the
+launch counter. The harness's generic ``launch(call_inputs, call_params)``
+lives in ``harness/families/markov_sharded_kernel.py`` and calls this API.
 
 Construction is collective over the fabric's ranks: the configuration and
 the static weights are checked (``sharded_checks.py``), the kernel variant
@@ -56,7 +62,7 @@ Cooperative launch guarantees co-residency of one grid, never of several
 ranks' grids; those are co-resident because the host gives each rank its
 share of the SMs, one 512-thread CTA per SM.
 
-Nothing compiles in ``launch``; a call may be captured into a CUDA graph
+Nothing compiles in ``__call__``; a call may be captured into a CUDA graph
 once the instance exists (value checks are skipped under capture, inputs
 must already be on the device).
 """
@@ -64,24 +70,33 @@ must already be on the device).
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
 from kernels import hostcopy
 from kernels.compile_clock import compiling
 from kernels.loading import preload
-from kernels.markov.sharded_checks import CallArgs, SamplerConfig, check_call, check_config, check_static
+from kernels.fabric import fabric_of
+from kernels.markov.sharded_checks import (
+    DEFAULT_TIMEOUT_NS,
+    CallArgs,
+    SamplerConfig,
+    argument_label,
+    check_call,
+    check_config,
+    check_static,
+)
 from kernels.markov.sharded_layout import (
     CONTROL_WORDS,
     DTYPE_BYTES,
     LAUNCH_WORD,
+    MAX_ROWS,
     MAX_STEPS,
     default_ctas,
     peer_buffer_bytes,
 )
 
-SYSTEM_CLASS = "ShardedMarkovSampler"
 PEER_BUFFER_NAME = "markov_sharded.peer"
 
 _COMPILED: dict[tuple, Any] = {}
@@ -142,6 +157,13 @@ def compile_variants(arch: str):
     return variants
 
 
+def _describe(value: Any) -> str:
+    """A short description of an argument for an error message: dtype, shape and device, or its type."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {tuple(value.shape)} on {value.device}"
+    return type(value).__name__
+
+
 def _ranks_sharing_device(fabric: Any, cfg: SamplerConfig) -> int:
     """How many ranks' grids share this rank's GPU."""
     if cfg.ranks_per_device is not None:
@@ -155,20 +177,74 @@ def cooperative_launch(fabric: Any, cfg: SamplerConfig) -> bool:
 
 
 class ShardedMarkovSampler:
-    """One rank of the sharded Markov draft chain (seed 000) on CuTe DSL."""
+    """Seed 000's sharded Markov draft chain, one rank of it: launched per speculator step on the caller's tensors.
 
-    def __init__(self, fabric: Any, static: Mapping[str, Any], config: Mapping[str, Any], *, diag: Any = None) -> None:
+    Construction is collective over the TP group: it checks the arguments and
+    the weights, compiles the ``ShardedMarkovSample`` variant ``(steps,
+    base_dtype, cache_dtype)``, allocates the peer buffer and control words
+    and meets the other ranks (module docstring).
+
+    Args:
+        embed_table: [V, 256] BF16 Markov embedding table (full, row-major, 16-byte aligned).
+        head: [V, 256] BF16 Markov head (full; this rank keeps rows
+            [rank * V/world, (rank + 1) * V/world)).
+        steps: draft positions per launch (1..8), compiled in.
+        base_dtype: ``"bfloat16"`` or ``"float32"`` (or the torch dtype): the base logits' type.
+        cache_dtype: the same for the draft-logits cache.
+        max_rows: the most request rows of one launch (<= 8).
+        max_reqs: rows of the request-state tensors (temperature, cache).
+        group: a ``torch.distributed`` process group (torch symmetric memory;
+            None: the default group) or a ``kernels.fabric`` provider.
+        device: this rank's CUDA device (default: the fabric's, or the current one).
+        shard_only_base: documents that the caller passes only its columns of
+            the base logits (both forms are accepted).
+        launch_counter_start: the uint32 launch counter's first value.
+        timeout_ns: a mailbox wait past it writes the ``kernels.diag`` record
+            and traps (0: waits forever; default 60 s).
+        ctas: CTAs per rank (default: an equal share of the SMs among the ranks sharing the GPU).
+        ranks_per_device: ranks sharing this GPU (default: the world for a
+            ``VirtualFabric``, else 1).
+        diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
+    """
+
+    def __init__(
+        self,
+        embed_table: torch.Tensor,
+        head: torch.Tensor,
+        *,
+        steps: int,
+        base_dtype: str | torch.dtype = "bfloat16",
+        cache_dtype: str | torch.dtype = "bfloat16",
+        max_rows: int = MAX_ROWS,
+        max_reqs: int,
+        group: Any = None,
+        device: torch.device | str | None = None,
+        shard_only_base: bool = False,
+        launch_counter_start: int = 0,
+        timeout_ns: int = DEFAULT_TIMEOUT_NS,
+        ctas: int | None = None,
+        ranks_per_device: int | None = None,
+        diag: Any = None,
+    ) -> None:
+        fabric = fabric_of(group, device)
         for attr in ("rank", "world", "device", "alloc", "barrier"):
             if not hasattr(fabric, attr):
                 raise TypeError(f"fabric: expected a kernels.fabric provider (missing {attr!r}), got {type(fabric).__name__}")
-        self.cfg = check_config(config, fabric.world)
+        vocab = embed_table.shape[0] if isinstance(embed_table, torch.Tensor) and embed_table.dim() == 2 else 0
+        options = dict(vocab=vocab, world=fabric.world, steps=steps, base_dtype=base_dtype, cache_dtype=cache_dtype,
+                       max_rows=max_rows, max_reqs=max_reqs, shard_only_base=shard_only_base,
+                       launch_counter_start=launch_counter_start, timeout_ns=timeout_ns, ctas=ctas,
+                       ranks_per_device=ranks_per_device)
+        if vocab == 0:
+            raise ValueError(f"embed_table: expected a BF16 [V, 256] tensor, got {_describe(embed_table)}")
+        self.cfg = check_config({k: v for k, v in options.items() if v is not None}, fabric.world)
         cfg = self.cfg
         self.fabric = fabric
         self.rank = int(fabric.rank)
         self.device = torch.device(fabric.device)
         if self.device.type != "cuda":
             raise ValueError(f"fabric: the device must be CUDA, got {self.device}")
-        self.embed_table, head = check_static(static, cfg, self.device)
+        self.embed_table, head = check_static({"embed_table": embed_table, "head": head}, cfg, self.device)
         first = self.rank * cfg.vocab_local
         self.head_shard = head[first : first + cfg.vocab_local]
         sm_count = torch.cuda.get_device_properties(self.device).multi_processor_count
@@ -201,24 +277,68 @@ class ShardedMarkovSampler:
         self._launches = start
         fabric.barrier()
 
-    def graph_capture_problem(self) -> str | None:
-        """None: a launch can be captured (compiled at construction, the launch counter kept on the device)."""
-        return None
-
     def state(self) -> dict:
         """The uint32 launch counter (read from the device after this stream's work; the host count while capturing)."""
         if _capturing():
             return {"launches": self._launches}
         return {"launches": int(hostcopy.to_host(self.control[LAUNCH_WORD : LAUNCH_WORD + 1])[0]) & 0xFFFFFFFF}
 
-    def launch(self, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None = None) -> dict:
-        """One launch of the chain on this rank: ``{"draft_tokens" int64 [rows, steps], "logits_cache"}``
-        (the cache, on the device, updated in place)."""
-        call = check_call(self.cfg, self.rank, self.device, call_inputs, call_params, _capturing())
-        tokens = torch.empty((call.rows, self.cfg.steps), dtype=torch.int64, device=self.device)
-        self._enqueue(call, tokens)
+    def __call__(
+        self,
+        base_logits: torch.Tensor,
+        input_ids: torch.Tensor,
+        query_per_row: int,
+        idx_mapping: torch.Tensor,
+        temperature: torch.Tensor,
+        noise: torch.Tensor,
+        logits_cache: torch.Tensor,
+        draft_tokens: torch.Tensor,
+        rows: int | None = None,
+    ) -> torch.Tensor:
+        """Draft ``steps`` tokens for ``rows`` request rows: one launch of the chain on this rank.
+
+        Every rank of the group must call it with the same ``rows`` and
+        ``query_per_row``, in the same order (the ranks exchange per step).
+
+        Args:
+            base_logits: [rows, steps, V] or this rank's columns [rows, steps,
+                V/world], of ``base_dtype``, vocabulary stride 1.
+            input_ids: [>= (rows - 1) * query_per_row + 1] int32; row r's anchor
+                token at [r * query_per_row], in [0, V).
+            query_per_row: tokens per row in ``input_ids``.
+            idx_mapping: [rows * steps] int64 request-state row of each row and
+                step, < max_reqs (negative: CUDA-graph padding, inert).
+            temperature: [max_reqs] FP32 (0: greedy).
+            noise: [rows * steps, V] FP32 Gumbel noise (the rank reads its
+                columns) or this rank's columns [rows * steps, V/world].
+            logits_cache: [max_reqs, steps, V] of ``cache_dtype``, 16-byte
+                aligned; the drafted rows are written in place (full vocabulary).
+            draft_tokens: [rows, steps] int64, contiguous; written in place.
+            rows: request rows of this launch (default ``base_logits.shape[0]``).
+
+        Returns:
+            ``draft_tokens``.
+
+        Every tensor must be on this rank's device. A bad argument raises
+        ``ValueError`` (``TypeError`` for a value of the wrong kind) before the
+        launch; the values (anchors, request rows) are read outside CUDA-graph
+        capture only. Nothing compiles here, so a launch can be captured.
+        """
+        params = {"query_per_row": query_per_row} if rows is None else {"query_per_row": query_per_row, "rows": rows}
+        inputs = dict(base_logits=base_logits, input_ids=input_ids, idx_mapping=idx_mapping, temperature=temperature,
+                      noise=noise, logits_cache=logits_cache)
+        call = check_call(self.cfg, self.rank, self.device, inputs, params, _capturing(), label=argument_label,
+                          param_label=argument_label, public=True)
+        shape = (call.rows, self.cfg.steps)
+        if not isinstance(draft_tokens, torch.Tensor):
+            raise TypeError(f"draft_tokens: expected an int64 tensor of shape {shape}, got {_describe(draft_tokens)}")
+        if draft_tokens.dtype != torch.int64 or tuple(draft_tokens.shape) != shape \
+                or draft_tokens.device != self.device or not draft_tokens.is_contiguous():
+            raise ValueError(f"draft_tokens: expected a contiguous int64 tensor of shape {shape} on {self.device}, "
+                             f"got {_describe(draft_tokens)}")
+        self._enqueue(call, draft_tokens)
         self._launches = (self._launches + 1) & 0xFFFFFFFF
-        return {"draft_tokens": tokens, "logits_cache": call.logits_cache}
+        return draft_tokens
 
     def _enqueue(self, call: CallArgs, tokens: torch.Tensor) -> None:
         """Launch the kernel for ``call`` on the current stream."""
@@ -246,7 +366,8 @@ def kernel_arguments(
         base.data_ptr(), base.stride(0), base.stride(1), call.base_column,
         embed_table.data_ptr(), head_shard.data_ptr(), call.input_ids.data_ptr(),
         call.idx_mapping.data_ptr(), call.temperature.data_ptr(),
-        noise.data_ptr() + first * noise.element_size(), noise.stride(0),
+        noise.data_ptr() + (first if call.noise_column is None else call.noise_column) * noise.element_size(),
+        noise.stride(0),
         cache.data_ptr(), cache.stride(0), cache.stride(1), tokens.data_ptr(),
         peer_ptrs.data_ptr(), control.data_ptr(), diag, timeout_ns,
     )
@@ -257,7 +378,6 @@ def kernel_arguments(
 __all__ = [
     "CaptureError",
     "PEER_BUFFER_NAME",
-    "SYSTEM_CLASS",
     "ShardedMarkovSampler",
     "compile_variants",
     "compiled_kernel",

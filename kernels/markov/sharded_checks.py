@@ -92,6 +92,23 @@ class CallArgs:
     logits_cache: torch.Tensor
     # The column of this rank's first vocabulary entry in base_logits.
     base_column: int
+    # The same in noise (None: rank * V/world, the full-vocabulary noise).
+    noise_column: int | None = None
+
+
+def input_label(name: str) -> str:
+    """How an error names call input ``name``: ``call_inputs['<name>']``."""
+    return f"call_inputs[{name!r}]"
+
+
+def param_label(name: str) -> str:
+    """How an error names call parameter ``name``: ``call_params['<name>']``."""
+    return f"call_params[{name!r}]"
+
+
+def argument_label(name: str) -> str:
+    """How an error of the public ``ShardedMarkovSampler.__call__`` names an argument: by its name."""
+    return name
 
 
 def _int(where: str, value: Any, low: int, high: int | None = None) -> int:
@@ -159,11 +176,12 @@ def check_config(config: Any, world: int) -> SamplerConfig:
     )
 
 
-def _on_device(where: str, tensor: torch.Tensor, device: torch.device, capturing: bool) -> torch.Tensor:
-    """``tensor`` on ``device``: as is, or copied from the CPU (refused under capture)."""
+def _on_device(where: str, tensor: torch.Tensor, device: torch.device, capturing: bool,
+               allow_host: bool = True) -> torch.Tensor:
+    """``tensor`` on ``device``: as is, or copied from the CPU (with ``allow_host``; refused under capture)."""
     if tensor.device == device:
         return tensor
-    if tensor.device.type == "cpu" and not capturing:
+    if tensor.device.type == "cpu" and allow_host and not capturing:
         return hostcopy.to_device(tensor, device)
     raise ValueError(
         f"{where}: expected a tensor on {device}"
@@ -174,10 +192,10 @@ def _on_device(where: str, tensor: torch.Tensor, device: torch.device, capturing
 
 def check_tensor(
     where: str, value: Any, dtype: torch.dtype, shapes: tuple[tuple[int, ...], ...], device: torch.device,
-    capturing: bool,
+    capturing: bool, allow_host: bool = True,
 ) -> torch.Tensor:
     """``value`` checked for dtype, one of ``shapes``, vocabulary stride 1 and
-    non-negative strides, and put on ``device``."""
+    non-negative strides, and put on ``device`` (a CPU tensor copied only with ``allow_host``)."""
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{where}: expected a {dtype} tensor of shape {shapes[0]}, got {type(value).__name__}")
     if value.dtype != dtype:
@@ -189,7 +207,7 @@ def check_tensor(
         raise ValueError(f"{where}: expected stride 1 in the last dimension, got strides {value.stride()}")
     if any(s < 0 for s in value.stride()):
         raise ValueError(f"{where}: negative strides {value.stride()}")
-    return _on_device(where, value, device, capturing)
+    return _on_device(where, value, device, capturing, allow_host)
 
 
 def check_static(static: Any, cfg: SamplerConfig, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -209,29 +227,31 @@ def check_static(static: Any, cfg: SamplerConfig, device: torch.device) -> tuple
     return out[0], out[1]
 
 
-def _check_params(cfg: SamplerConfig, call_params: Any, base: Any) -> tuple[int, int]:
+def _check_params(cfg: SamplerConfig, call_params: Any, base: Any, label=input_label,
+                  param_label=param_label) -> tuple[int, int]:
     """``(rows, query_per_row)`` of one call's parameters."""
     params = {} if call_params is None else call_params
     if not isinstance(params, Mapping):
         raise TypeError(f"call_params: expected a mapping, got {type(params).__name__}")
     unknown = sorted(set(params) - set(CALL_PARAMS))
     if unknown:
-        raise ValueError(f"call_params[{unknown[0]!r}]: unknown parameter (known: {', '.join(CALL_PARAMS)})")
+        raise ValueError(f"{param_label(unknown[0])}: unknown parameter (known: {', '.join(CALL_PARAMS)})")
     if "query_per_row" not in params:
-        raise ValueError("call_params['query_per_row']: missing")
-    query_per_row = _int("call_params['query_per_row']", params["query_per_row"], 1)
+        raise ValueError(f"{param_label('query_per_row')}: missing")
+    query_per_row = _int(param_label('query_per_row'), params["query_per_row"], 1)
     if "steps" in params and params["steps"] != cfg.steps:
         raise ValueError(
-            f"call_params['steps']: the sampler is compiled for config steps {cfg.steps}, got {params['steps']!r}"
+            f"{param_label('steps')}: the sampler is compiled for config steps {cfg.steps}, got {params['steps']!r}"
         )
     if not isinstance(base, torch.Tensor) or base.dim() != 3:
         got = tuple(base.shape) if isinstance(base, torch.Tensor) else type(base).__name__
-        raise ValueError(f"call_inputs['base_logits']: expected a 3-d [rows, steps, vocab] tensor, got {got}")
-    rows = _int("call_params['rows']", params.get("rows", base.shape[0]), 1, cfg.max_rows)
+        raise ValueError(f"{label('base_logits')}: expected a 3-d [rows, steps, vocab] tensor, got {got}")
+    rows = _int(param_label('rows'), params.get("rows", base.shape[0]), 1, cfg.max_rows)
     return rows, query_per_row
 
 
-def _check_values(cfg: SamplerConfig, rows: int, query_per_row: int, ids: torch.Tensor, idx: torch.Tensor) -> None:
+def _check_values(cfg: SamplerConfig, rows: int, query_per_row: int, ids: torch.Tensor, idx: torch.Tensor,
+                  label=input_label) -> None:
     """Anchors inside the vocabulary, request rows below max_reqs, no request twice in one step.
 
     Reads host copies made by ``kernels.hostcopy`` (pinned memory, only this
@@ -242,7 +262,7 @@ def _check_values(cfg: SamplerConfig, rows: int, query_per_row: int, ids: torch.
     bad = ((anchors < 0) | (anchors >= cfg.vocab)).nonzero().flatten().tolist()
     if bad:
         raise ValueError(
-            f"call_inputs['input_ids']: anchor of row {bad[0]} is {int(anchors[bad[0]])}, "
+            f"{label('input_ids')}: anchor of row {bad[0]} is {int(anchors[bad[0]])}, "
             f"expected a token id in [0, {cfg.vocab})"
         )
     states = hostcopy.to_host(idx).view(rows, cfg.steps)
@@ -250,71 +270,76 @@ def _check_values(cfg: SamplerConfig, rows: int, query_per_row: int, ids: torch.
     if len(over):
         r, i = over[0].tolist()
         raise ValueError(
-            f"call_inputs['idx_mapping']: row {r} step {i} maps to request {int(states[r, i])}, "
+            f"{label('idx_mapping')}: row {r} step {i} maps to request {int(states[r, i])}, "
             f"expected < max_reqs {cfg.max_reqs} (or negative for padding)"
         )
     for step in range(cfg.steps):
         used = [s for s in states[:, step].tolist() if s >= 0]
         if len(used) != len(set(used)):
             raise ValueError(
-                f"call_inputs['idx_mapping']: step {step} maps two rows to one request "
+                f"{label('idx_mapping')}: step {step} maps two rows to one request "
                 f"({states[:, step].tolist()}); their cache writes would race"
             )
 
 
 def check_call(
-    cfg: SamplerConfig, rank: int, device: torch.device, call_inputs: Any, call_params: Any, capturing: bool
+    cfg: SamplerConfig, rank: int, device: torch.device, call_inputs: Any, call_params: Any, capturing: bool,
+    *, label=input_label, param_label=param_label, public: bool = False,
 ) -> CallArgs:
-    """Every argument of one call checked (raises before anything changes), on ``device``."""
+    """Every argument of one call checked (raises before anything changes), on ``device``.
+
+    ``public``: the form of ``ShardedMarkovSampler.__call__``: tensors must
+    already be on ``device`` (the cache and tokens are written in place) and
+    ``noise`` may hold only this rank's columns ``[rows * steps, V/world]``."""
     if not isinstance(call_inputs, Mapping):
         raise TypeError(f"call_inputs: expected a mapping, got {type(call_inputs).__name__}")
     for name in CALL_INPUTS:
         if name not in call_inputs:
-            raise ValueError(f"call_inputs[{name!r}]: missing")
-    rows, query_per_row = _check_params(cfg, call_params, call_inputs["base_logits"])
+            raise ValueError(f"{label(name)}: missing")
+    rows, query_per_row = _check_params(cfg, call_params, call_inputs["base_logits"], label, param_label)
     steps, vocab = cfg.steps, cfg.vocab
     base_shapes = ((rows, steps, vocab),)
-    if cfg.shard_only_base:
+    if cfg.shard_only_base or public:
         base_shapes += ((rows, steps, cfg.vocab_local),)
     base = check_tensor(
-        "call_inputs['base_logits']", call_inputs["base_logits"], DTYPES[cfg.base_dtype], base_shapes, device,
-        capturing,
+        label('base_logits'), call_inputs["base_logits"], DTYPES[cfg.base_dtype], base_shapes, device,
+        capturing, not public,
     )
     idx = check_tensor(
-        "call_inputs['idx_mapping']", call_inputs["idx_mapping"], torch.int64, ((rows * steps,),), device, capturing
+        label('idx_mapping'), call_inputs["idx_mapping"], torch.int64, ((rows * steps,),), device, capturing, not public
     )
     temperature = check_tensor(
-        "call_inputs['temperature']", call_inputs["temperature"], torch.float32, ((cfg.max_reqs,),), device,
-        capturing,
+        label('temperature'), call_inputs["temperature"], torch.float32, ((cfg.max_reqs,),), device,
+        capturing, not public,
     )
-    noise = check_tensor(
-        "call_inputs['noise']", call_inputs["noise"], torch.float32, ((rows * steps, vocab),), device, capturing
-    )
+    noise_shapes = ((rows * steps, vocab),) + (((rows * steps, cfg.vocab_local),) if public else ())
+    noise = check_tensor(label('noise'), call_inputs["noise"], torch.float32, noise_shapes, device, capturing, not public)
     cache = check_tensor(
-        "call_inputs['logits_cache']", call_inputs["logits_cache"], DTYPES[cfg.cache_dtype],
-        ((cfg.max_reqs, steps, vocab),), device, capturing,
+        label('logits_cache'), call_inputs["logits_cache"], DTYPES[cfg.cache_dtype],
+        ((cfg.max_reqs, steps, vocab),), device, capturing, not public,
     )
     vector = VECTOR_BYTES // cfg.cache_bytes
     if cache.data_ptr() % VECTOR_BYTES or cache.stride(0) % vector or cache.stride(1) % vector:
         raise ValueError(
-            f"call_inputs['logits_cache']: the kernel stores 16-byte vectors: expected a 16-byte aligned tensor "
+            f"{label('logits_cache')}: the kernel stores 16-byte vectors: expected a 16-byte aligned tensor "
             f"with strides multiple of {vector} elements, got address {cache.data_ptr():#x}, strides {cache.stride()}"
         )
     ids = call_inputs["input_ids"]
     if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.dim() != 1:
         got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise ValueError(f"call_inputs['input_ids']: expected a 1-d int32 tensor, got {got}")
+        raise ValueError(f"{label('input_ids')}: expected a 1-d int32 tensor, got {got}")
     needed = (rows - 1) * query_per_row + 1
     if ids.shape[0] < needed:
         raise ValueError(
-            f"call_inputs['input_ids']: {rows} rows at query_per_row {query_per_row} need "
+            f"{label('input_ids')}: {rows} rows at query_per_row {query_per_row} need "
             f"at least {needed} ids, got {ids.shape[0]}"
         )
-    ids = check_tensor("call_inputs['input_ids']", ids, torch.int32, ((ids.shape[0],),), device, capturing)
+    ids = check_tensor(label('input_ids'), ids, torch.int32, ((ids.shape[0],),), device, capturing, not public)
     if not capturing:
-        _check_values(cfg, rows, query_per_row, ids, idx)
+        _check_values(cfg, rows, query_per_row, ids, idx, label)
     first = rank * cfg.vocab_local
     base_column = first if base.shape[2] == vocab else 0
+    noise_column = first if noise.shape[1] == vocab else 0
     return CallArgs(
         rows=rows,
         query_per_row=query_per_row,
@@ -325,12 +350,16 @@ def check_call(
         base_logits=base,
         logits_cache=cache,
         base_column=base_column,
+        noise_column=noise_column,
     )
 
 
 __all__ = [
     "CallArgs",
     "DEFAULT_TIMEOUT_NS",
+    "argument_label",
+    "input_label",
+    "param_label",
     "SamplerConfig",
     "check_call",
     "check_config",

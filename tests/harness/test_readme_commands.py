@@ -52,6 +52,7 @@ NEEDS_GPU = {
     "python3 -m harness golden --measure-rcp",
     "make bench NO_VENV=1 PYTHON=python3",
     "python3 -m harness golden --probe",
+    "python3 -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_step.py",
 }
 # Only these programs are started from README; anything else must have a row in RUN_ELSEWHERE.
 RUNNABLE = ("python", "python3", "make")

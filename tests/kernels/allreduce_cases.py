@@ -2,7 +2,7 @@
 
 Inputs are built on the CPU from a seed (identical for every rank, as the
 harness builds them); every rank copies them to the device and takes its
-shard inside ``AllReduceMHC.launch``. The expected bits always come from
+shard inside ``AllReduceMHCSystem.launch`` (harness/families/allreduce_mhc_kernel.py). The expected bits always come from
 ``golden.allreduce.reference`` on the CPU.
 """
 
@@ -72,14 +72,14 @@ def run_virtual(
     barrier, so no rank runs a call ahead of a rank still on the previous one
     (on one GPU their spinning grids share the SMs).
     """
-    from kernels.allreduce import AllReduceMHC
+    from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
     from kernels.fabric import VirtualFabric
 
     device = torch.device("cuda", torch.cuda.current_device())
 
     def default_body(fabric):
         """One rank: build the system, run every call (synchronized per call), return outputs and state."""
-        system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=timeout_ms)
+        system = AllReduceMHCSystem(fabric, to_device(static, device), config, timeout_ms=timeout_ms)
         results = []
         for inputs, params in calls:
             outputs = system.launch(to_device(inputs, device), params)

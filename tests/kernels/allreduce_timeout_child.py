@@ -17,7 +17,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from allreduce_cases import make_call, make_config, make_static, to_device  # noqa: E402
-from kernels.allreduce import AllReduceMHC  # noqa: E402
+from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: E402
 from kernels.fabric import VirtualFabric  # noqa: E402
 
 
@@ -30,7 +30,7 @@ def main(path: str) -> None:
 
     def body(fabric):
         """One rank: rank 1 builds the system and skips the call; rank 0 launches and reads its record."""
-        system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=300)
+        system = AllReduceMHCSystem(fabric, to_device(static, device), config, timeout_ms=300)
         if fabric.rank == 1:
             return None  # skips the call
         system.launch(to_device(call, device), {})

@@ -141,9 +141,9 @@ def test_graph_capture_and_replay():
     device = torch.device("cuda", torch.cuda.current_device())
 
     def body(fabric):
-        from kernels.allreduce import AllReduceMHC
+        from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
 
-        system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=TIMEOUT_MS)
+        system = AllReduceMHCSystem(fabric, to_device(static, device), config, timeout_ms=TIMEOUT_MS)
         static_inputs = [to_device(inputs, device) for inputs, _ in captured]
         # One eager call first: construction compiled everything, so capture compiles nothing.
         system.launch(static_inputs[0], {})
@@ -195,9 +195,9 @@ def test_bad_inputs_raise_before_launch_then_valid_call_is_golden():
     device = torch.device("cuda", torch.cuda.current_device())
 
     def body(fabric):
-        from kernels.allreduce import AllReduceMHC
+        from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
 
-        system = AllReduceMHC(fabric, to_device(static, device), config, timeout_ms=TIMEOUT_MS)
+        system = AllReduceMHCSystem(fabric, to_device(static, device), config, timeout_ms=TIMEOUT_MS)
         before = system.state()
         inputs = to_device(good, device)
         bad_cases = [

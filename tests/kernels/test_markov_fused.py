@@ -12,6 +12,7 @@ import torch
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
+from harness.families import markov_fused_kernel as driver  # noqa: E402
 from kernels.markov import fused  # noqa: E402
 
 CONFIG = dict(vocab=4096, dim=64, tp=1, max_reqs=4, has_cap=False, mult=1.0, cap=30.0, inv_cap=1 / 30, block=512)
@@ -63,14 +64,14 @@ def test_finish_warps_and_copy_chunk():
 )
 def test_config_errors_name_the_key(change, exc, message):
     with pytest.raises(exc, match=message):
-        fused.FusedMarkovLoop(None, {}, {**CONFIG, **change})
+        driver.FusedMarkovLoop(None, {}, {**CONFIG, **change})
 
 
 def test_missing_config_and_bad_world():
     with pytest.raises(ValueError, match=r"config: missing keys \['block'\]"):
-        fused.FusedMarkovLoop(None, {}, {k: v for k, v in CONFIG.items() if k != "block"})
+        driver.FusedMarkovLoop(None, {}, {k: v for k, v in CONFIG.items() if k != "block"})
     with pytest.raises(TypeError, match="comm_or_fabric"):
-        fused.FusedMarkovLoop(object(), {}, CONFIG)
+        driver.FusedMarkovLoop(object(), {}, CONFIG)
 
     class Two:
         rank, world = 0, 2
@@ -79,13 +80,13 @@ def test_missing_config_and_bad_world():
             return t
 
     with pytest.raises(ValueError, match="world 2 != config.tp 1"):
-        fused.FusedMarkovLoop(Two(), {}, CONFIG)
+        driver.FusedMarkovLoop(Two(), {}, CONFIG)
 
 
 def test_cpu_weights_rejected():
     w = torch.zeros(4096, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="static.w1: expected a CUDA tensor"):
-        fused.FusedMarkovLoop(None, {"w1": w, "w2": w}, CONFIG)
+        driver.FusedMarkovLoop(None, {"w1": w, "w2": w}, CONFIG)
 
 
 def test_step_ptx_orders_and_instructions():

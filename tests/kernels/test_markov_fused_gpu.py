@@ -103,7 +103,7 @@ def to_gpu(inputs: dict) -> dict:
 
 def run_kernels(static, config, inputs, *, tp=1, pdl=False, sharded=None, bias_fn=grid_bias):
     """Every rank's FusedMarkovLoop outputs for one call (virtual ranks as threads)."""
-    from kernels.markov.fused import FusedMarkovLoop
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
 
     cfg = {**config, "tp": tp, "pdl": pdl}
     if sharded is not None:
@@ -215,6 +215,7 @@ def test_soft_cap_approximate_range_within_declared_ulps():
 
 
 def test_misaligned_strides_take_the_scalar_path():
+    from harness.families import markov_fused_kernel as driver
     from kernels.markov import fused
 
     static, inputs = build_case(vocab=4096, seed=41, nan=True, padding=True, wrap=True)
@@ -229,7 +230,7 @@ def test_misaligned_strides_take_the_scalar_path():
     gpu["base"], gpu["cache"] = base_big[:, :, 1:vocab + 1], cache_big[:, :, 3:vocab + 3]
     base = gpu["base"]
     assert not fused.step_vectorized(1024, vocab, ((base.data_ptr(), base.stride(0)),))
-    system = fused.FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()}, {**config, "pdl": True},
+    system = driver.FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()}, {**config, "pdl": True},
                                    bias_fn=grid_bias)
     out = system.launch(gpu, {})
     torch.cuda.synchronize()
@@ -239,7 +240,7 @@ def test_misaligned_strides_take_the_scalar_path():
 
 @pytest.mark.parametrize("sharded, pdl", [(False, False), (True, True)])
 def test_cuda_graph_captured_once_replayed_with_new_inputs(sharded, pdl):
-    from kernels.markov.fused import FusedMarkovLoop
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
 
     vocab = 4096
     config = config_of(vocab, block=512)
@@ -276,7 +277,7 @@ def test_compile_under_capture_raises():
 
 
 def test_bad_input_raises_before_launch_and_changes_nothing():
-    from kernels.markov.fused import FusedMarkovLoop
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
 
     static, inputs = build_case(vocab=1024, seed=60)
     config = config_of(1024)

@@ -137,13 +137,13 @@ def run_world(world: int, static: dict, config: dict, calls: list, *, graph: boo
     count's first call captures a CUDA graph that later calls of that row count replay."""
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from harness.families.markov_sharded_kernel import ShardedMarkovSystem
 
     device = torch.device("cuda", torch.cuda.current_device())
     fabrics = VirtualFabric.create(world, device, timeout_s=FABRIC_TIMEOUT_S)
 
     def body(fabric):
-        sampler = ShardedMarkovSampler(fabric, {k: v.to(device) for k, v in static.items()}, {**config, "world": world})
+        sampler = ShardedMarkovSystem(fabric, {k: v.to(device) for k, v in static.items()}, {**config, "world": world})
         outputs, buffers, graphs = [], {}, {}
         for inputs, params in calls:
             if not graph:
@@ -260,17 +260,17 @@ def case_launch_kind(cooperative: bool) -> None:
     from kernels.markov import sharded
 
     sharded.cooperative_launch = lambda fabric, cfg: cooperative
-    original = sharded.ShardedMarkovSampler.launch
+    original = sharded.ShardedMarkovSampler.__call__
 
     def timed_launch(self, *args, **kwargs):
         began = time.monotonic()
         try:
             return original(self, *args, **kwargs)
         finally:
-            print(f"rank {self.rank} cooperative={self.cooperative} launch call took {time.monotonic() - began:.3f} s",
+            print(f"rank {self.rank} cooperative={self.cooperative} call took {time.monotonic() - began:.3f} s",
                   flush=True)
 
-    sharded.ShardedMarkovSampler.launch = timed_launch
+    sharded.ShardedMarkovSampler.__call__ = timed_launch
     config = base_config(vocab=2048, steps=2)
     static = make_static(config["vocab"], 15)
     calls = [make_call(config, rows, 500 + i) for i, rows in enumerate((1, 8, 3))]
@@ -328,7 +328,7 @@ def test_graphs_of_several_row_counts_replay_interleaved(tmp_path):
 def skip_child(path: str) -> None:
     """Child of the timeout test: rank 1 of two skips launch 1; rank 0's record is written to ``path``."""
     from kernels.fabric import VirtualFabric
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from harness.families.markov_sharded_kernel import ShardedMarkovSystem
 
     device = torch.device("cuda", torch.cuda.current_device())
     config = {**base_config(vocab=2048, steps=2), "timeout_ns": 300_000_000}
@@ -336,7 +336,7 @@ def skip_child(path: str) -> None:
     calls = [make_call(config, 2, 400 + i) for i in range(2)]
 
     def body(fabric):
-        sampler = ShardedMarkovSampler(fabric, static, {**config, "world": 2})
+        sampler = ShardedMarkovSystem(fabric, static, {**config, "world": 2})
         sampler.launch(*calls[0])
         torch.cuda.current_stream(device).synchronize()
         fabric.barrier()

@@ -180,14 +180,14 @@ def _check_outputs(case: str, outputs: list[dict], inputs: dict, weight: torch.T
 
 def _ranks(device: torch.device, tp: int, hidden: int, bt: bool) -> list:
     """The cached virtual ranks of one (tp, H) instance (built, compiled and loaded once per process)."""
-    from kernels.allreduce import AllReduceMHC
+    from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
 
     key = (device, tp, hidden, bt)
     if key not in _SYSTEMS:
         weight = make_weight(device, hidden)
         config = make_config(tp=tp, hidden=hidden, bt=bt)
         _SYSTEMS[key] = build_ranks(
-            tp, device, lambda fabric: AllReduceMHC(fabric, {"norm_weight": weight}, config, timeout_ms=TIMEOUT_MS)
+            tp, device, lambda fabric: AllReduceMHCSystem(fabric, {"norm_weight": weight}, config, timeout_ms=TIMEOUT_MS)
         )
     return _SYSTEMS[key]
 

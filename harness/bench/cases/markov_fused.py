@@ -1,4 +1,4 @@
-"""Benchmark cases of seed 001's fused Markov draft loop (``kernels.markov.fused.FusedMarkovLoop``).
+"""Benchmark cases of seed 001's fused Markov draft loop (``harness.families.markov_fused_kernel.FusedMarkovLoop`` over ``kernels.markov.fused.MarkovKernels``).
 
 Pairs of cases at rows R and steps S in {1, 8} x {1, 8}, vocab 129280,
 dim 256, tp 1, timed by the runner in the same run (CUDA-graph replays and
@@ -127,7 +127,7 @@ def _clone(inputs: dict) -> dict:
 
 def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int) -> Prepared:
     """The kernel loop (``fused``) or the torch loop at ``rows`` x ``steps``, with a checked call first."""
-    from kernels.markov.fused import FusedMarkovLoop
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
 
     device = ctx.device
     static = make_static(device, vocab=VOCAB, dim=DIM)

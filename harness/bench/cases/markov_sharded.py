@@ -124,11 +124,11 @@ def _chain_check(case: str, static: dict, inputs: dict, out: dict) -> None:
 
 def _kernel_setup(ctx: BenchContext, world: int) -> Prepared:
     """The kernel on ``world`` virtual ranks, with a checked call first."""
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from harness.families.markov_sharded_kernel import ShardedMarkovSystem
 
     device = ctx.device
     static = make_static(device)
-    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSampler(fabric, static, make_config(world)))
+    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSystem(fabric, static, make_config(world)))
     gen = torch.Generator(device=device).manual_seed(4)
     check = make_inputs(device, gen, world)
     case = f"markov_sharded/kernel_w{world}"

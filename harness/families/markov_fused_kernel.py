@@ -1,0 +1,224 @@
+"""The harness's ``markov_fused`` kernel system: seed 001's whole draft loop over the public ``MarkovKernels``.
+
+In the seed the kernels run around the caller's own GEMV and gathers; here
+the harness is that caller. ``FusedMarkovLoop(comm_or_fabric, static,
+config, *, bias_fn=None)`` checks the family's config and weights
+(``docs/interfaces.md``), builds ``kernels.markov.fused.MarkovKernels`` over
+``w1`` with every variant the configuration can launch (the step at the
+config's block and PDL, scalar and, where the block has one, vector; the
+pick and both cache fills when sharded), and runs the bias GEMV once on
+zeros so that its first-use work never happens under capture.
+
+``launch(call_inputs, call_params)`` validates the whole call before any
+launch (dtypes, shapes, devices, strides; outside capture the anchor and
+request-row values), then drives the loop exactly as the seed's speculator
+does: ``anchor_embed``; per step the GEMV ``bias_fn(emb, w2_shard)``, then
+``step``, and sharded the packet gather over ``comm_or_fabric.all_gather``
+and ``pick``; after the loop, sharded, the draft-logits gather and
+``cache_fill``. The cache is written in place and returned with the tokens
+and the last ``emb``. ``bias_fn`` is the harness's exact
+``golden.markov_fused.markov_bias`` (the adapter passes it; the default is a
+plain BF16 matmul, for benchmarks).
+
+Importing this module imports CuTe DSL (the adapter imports it lazily).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from kernels.markov.fused import BLOCK_SIZES, WARP, MarkovKernels, _check_tensor, _require, vector_bytes
+
+SYSTEM_CLASS = "FusedMarkovLoop"
+_CONFIG_KEYS = {"vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block"}
+
+
+def default_bias(emb: torch.Tensor, w2_shard: torch.Tensor) -> torch.Tensor:
+    """The Markov head GEMV as a plain BF16 torch matmul (benchmarks)."""
+    return emb @ w2_shard.t()
+
+
+class _SoloComm:
+    """World of one: the gather is the tensor with a leading 1."""
+
+    rank, world = 0, 1
+
+    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` as a ``[1, *shape]`` stack."""
+        return tensor.unsqueeze(0)
+
+
+class FusedMarkovLoop:
+    """The fused Markov draft loop of one rank (seed 001) for the harness, over ``MarkovKernels``.
+
+    ``comm_or_fabric`` has ``rank``, ``world`` and ``all_gather(t) -> [world,
+    *t.shape]`` (None: a world of one); ``static`` holds ``w1`` and ``w2``
+    (full, BF16 ``[V, R]``, on the GPU); ``config`` the family's keys
+    (``vocab, dim, tp, max_reqs, has_cap, mult, cap, inv_cap, block``) plus
+    optional ``pdl`` (bool) and ``sharded`` (default ``tp > 1``).
+    ``bias_fn(emb, w2_shard) -> [rows, shard]`` BF16 computes the GEMV.
+    """
+
+    def __init__(self, comm_or_fabric, static: dict, config: dict, *, bias_fn: Callable | None = None) -> None:
+        comm = comm_or_fabric if comm_or_fabric is not None else _SoloComm()
+        for attr in ("rank", "world", "all_gather"):
+            _require(hasattr(comm, attr), TypeError, f"comm_or_fabric: expected an object with {attr!r} (a Comm)")
+        _require(isinstance(config, dict), TypeError, f"config: expected a dict, got {type(config).__name__}")
+        missing = sorted(_CONFIG_KEYS - set(config))
+        _require(not missing, ValueError, f"config: missing keys {missing}")
+        vocab, dim, tp = int(config["vocab"]), int(config["dim"]), int(config["tp"])
+        _require(vocab >= 1, ValueError, f"config.vocab: expected >= 1, got {vocab}")
+        _require(dim >= 1, ValueError, f"config.dim: expected >= 1, got {dim}")
+        _require(tp >= 1 and tp <= WARP and tp & (tp - 1) == 0, ValueError, f"config.tp: expected a power of two in [1, 32], got {tp}")
+        _require(comm.world == tp, ValueError, f"comm_or_fabric: world {comm.world} != config.tp {tp}")
+        _require(vocab % tp == 0, ValueError, f"config.vocab: {vocab} is not divisible by tp {tp}")
+        block = int(config["block"])
+        _require(block in BLOCK_SIZES, ValueError, f"config.block: expected one of {BLOCK_SIZES}, got {block}")
+        max_reqs = int(config["max_reqs"])
+        _require(max_reqs >= 1, ValueError, f"config.max_reqs: expected >= 1, got {max_reqs}")
+        for key in ("mult", "cap", "inv_cap"):
+            _require(isinstance(config[key], (int, float)), TypeError, f"config.{key}: expected a float")
+        self.comm = comm
+        self.rank, self.tp = int(comm.rank), tp
+        self.vocab, self.dim, self.block, self.max_reqs = vocab, dim, block, max_reqs
+        self.width = vocab // tp
+        self.vocab_offset = self.rank * self.width
+        self.has_cap = bool(config["has_cap"])
+        self.pdl = bool(config.get("pdl", False))
+        self.sharded = bool(config.get("sharded", tp > 1))
+        _require(self.sharded or tp == 1, ValueError, "config.sharded: must be true when tp > 1")
+        # FP32 scalars as the kernels see them (round to nearest once here).
+        self.mult, self.cap, self.inv_cap = (float(torch.tensor(float(config[k]), dtype=torch.float32)) for k in ("mult", "cap", "inv_cap"))
+        _require(isinstance(static, dict), TypeError, f"static: expected a dict, got {type(static).__name__}")
+        for key in ("w1", "w2"):
+            _require(key in static, ValueError, f"static: missing {key!r}")
+        w1, w2 = static["w1"], static["w2"]
+        _require(isinstance(w1, torch.Tensor) and w1.is_cuda, ValueError, "static.w1: expected a CUDA tensor")
+        self.device = w1.device
+        _check_tensor("static.w1", w1, torch.bfloat16, (vocab, dim), self.device)
+        _check_tensor("static.w2", w2, torch.bfloat16, (vocab, dim), self.device)
+        _require(w1.is_contiguous(), ValueError, "static.w1: expected a contiguous (row-major) tensor")
+        self.w1 = w1
+        self.w2_shard = w2[self.vocab_offset : self.vocab_offset + self.width]
+        self.bias_fn = bias_fn if bias_fn is not None else default_bias
+        self.blocks = -(-self.width // block)
+        self._launches = 0
+        # Every call's emb is a fresh allocation, aligned as this one.
+        embeds = torch.empty(max_reqs, dim, dtype=torch.bfloat16, device=self.device)
+        vectors = (False, True) if vector_bytes(block) else (False,)
+        self.kernels = MarkovKernels(
+            w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
+            steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
+        )
+        # The bias GEMV runs once here, on zeros, so its own first-use work (library
+        # handles, workspaces, lazily loaded kernels) never happens under capture.
+        self.bias_fn(torch.zeros(1, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
+
+    # -- validation --------------------------------------------------------
+
+    def _validate(self, call_inputs: dict) -> tuple[int, int]:
+        """Check every call input (before any launch); returns (rows, steps)."""
+        _require(isinstance(call_inputs, dict), TypeError, f"call_inputs: expected a dict, got {type(call_inputs).__name__}")
+        need = ("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature", "cache")
+        missing = [k for k in need if k not in call_inputs]
+        _require(not missing, ValueError, f"call_inputs: missing {missing}")
+        base = call_inputs["base"]
+        _require(isinstance(base, torch.Tensor) and base.dim() == 3, ValueError,
+                 f"call_inputs.base: expected a [rows, steps, {self.vocab}] tensor")
+        rows, steps, vocab = base.shape
+        _require(rows >= 1 and steps >= 1, ValueError, f"call_inputs.base: rows and steps must be >= 1, got {tuple(base.shape)}")
+        dev = self.device
+        ids = call_inputs["input_ids"]
+        _require(isinstance(ids, torch.Tensor) and ids.dim() == 1 and ids.numel() >= 1, ValueError,
+                 "call_inputs.input_ids: expected a non-empty 1-D tensor")
+        _check_tensor("call_inputs.input_ids", ids, torch.int32, (ids.shape[0],), dev)
+        _check_tensor("call_inputs.anchor_idx", call_inputs["anchor_idx"], torch.int64, (rows,), dev)
+        _check_tensor("call_inputs.base", base, torch.bfloat16, (rows, steps, self.vocab), dev)
+        _check_tensor("call_inputs.idx_map", call_inputs["idx_map"], torch.int64, (rows, steps), dev)
+        _check_tensor("call_inputs.pos", call_inputs["pos"], torch.int64, (rows, steps), dev)
+        _check_tensor("call_inputs.seeds", call_inputs["seeds"], torch.int64, (self.max_reqs,), dev)
+        _check_tensor("call_inputs.temperature", call_inputs["temperature"], torch.float32, (self.max_reqs,), dev)
+        _check_tensor("call_inputs.cache", call_inputs["cache"], torch.bfloat16, (self.max_reqs, steps, self.vocab), dev)
+        for name, stride in (("input_ids", ids.stride(0)), ("anchor_idx", call_inputs["anchor_idx"].stride(0)),
+                             ("seeds", call_inputs["seeds"].stride(0)), ("temperature", call_inputs["temperature"].stride(0)),
+                             ("base", base.stride(2)), ("cache", call_inputs["cache"].stride(2))):
+            _require(stride == 1, ValueError, f"call_inputs.{name}: expected stride 1 in its last dimension, got {stride}")
+        for name in ("base", "cache", "idx_map", "pos"):
+            _require(all(s >= 0 for s in call_inputs[name].stride()), ValueError, f"call_inputs.{name}: negative strides")
+        if not torch.cuda.is_current_stream_capturing():
+            # Values (not capturable: they need the host); under capture the
+            # kernels clamp instead (kernels/markov/fused.py).
+            anchor = call_inputs["anchor_idx"]
+            lo, hi = int(anchor.min()), int(anchor.max())
+            _require(lo >= 0 and hi < ids.shape[0], ValueError,
+                     f"call_inputs.anchor_idx: values must lie in [0, {ids.shape[0]}), got [{lo}, {hi}]")
+            hi = int(call_inputs["idx_map"].max())
+            _require(hi < self.max_reqs, ValueError,
+                     f"call_inputs.idx_map: request rows must be < max_reqs {self.max_reqs} (negative = padding), got {hi}")
+        return rows, steps
+
+    def _check_bias(self, bias, rows: int) -> None:
+        """The bias callable's output for one step."""
+        _check_tensor("bias_fn output", bias, torch.bfloat16, (rows, self.width), self.device)
+        _require(bias.stride(1) == 1, ValueError, f"bias_fn output: expected stride 1 in its last dimension, got {bias.stride(1)}")
+
+    def _check_gather(self, name: str, gathered, shape: tuple, dtype) -> None:
+        """A gathered tensor from ``comm.all_gather``."""
+        _check_tensor(name, gathered, dtype, shape, self.device)
+        _require(gathered.is_contiguous(), ValueError, f"{name}: expected a contiguous gather")
+
+    # -- the call ----------------------------------------------------------
+
+    def launch(self, call_inputs: dict, call_params: dict | None = None) -> dict:
+        """One call of the draft loop over the public kernels: anchor, per step bias + step (+ gather and
+        pick), then (sharded) gather and cache fill. The cache is written in place and returned with the
+        tokens and the last ``emb``."""
+        rows, steps = self._validate(call_inputs)
+        del call_params  # this family has no per-call parameters
+        dev, kernels = self.device, self.kernels
+        ids, anchor = call_inputs["input_ids"], call_inputs["anchor_idx"]
+        base, cache = call_inputs["base"], call_inputs["cache"]
+        idx_map, pos = call_inputs["idx_map"], call_inputs["pos"]
+        seeds, temperature = call_inputs["seeds"], call_inputs["temperature"]
+        emb = torch.empty(rows, self.dim, dtype=torch.bfloat16, device=dev)
+        arrivals = torch.empty(rows, dtype=torch.int32, device=dev)
+        tokens = torch.empty(rows, steps, dtype=torch.int64, device=dev)
+        block_argmax = torch.empty(rows * self.blocks, dtype=torch.int64, device=dev)
+        block_max = torch.empty(rows * self.blocks, dtype=torch.float32, device=dev)
+        packets = torch.empty(rows, 4, dtype=torch.int32, device=dev)
+        draft = torch.empty(rows, steps, self.width, dtype=torch.bfloat16, device=dev) if self.sharded else None
+        self._launches += 1
+        kernels.anchor_embed(ids, anchor, emb, arrivals)
+        for col in range(steps):
+            bias = self.bias_fn(emb, self.w2_shard)
+            self._check_bias(bias, rows)
+            kernels.step(
+                base[:, col], bias, draft if self.sharded else cache, col, idx_map[:, col], pos[:, col], seeds,
+                temperature, block_argmax, block_max, arrivals, tokens, emb, packets, self.vocab_offset,
+                self.mult, self.inv_cap, self.cap, block=self.block, pdl=self.pdl,
+            )
+            if self.sharded:
+                gathered = self.comm.all_gather(packets)
+                self._check_gather("comm_or_fabric.all_gather(packets)", gathered, (self.tp, rows, 4), torch.int32)
+                kernels.pick(gathered, rows, tokens, col, emb)
+        if self.sharded:
+            shards = self.comm.all_gather(draft)
+            self._check_gather("comm_or_fabric.all_gather(draft)", shards, (self.tp, rows, steps, self.width), torch.bfloat16)
+            kernels.cache_fill(shards, rows * steps * self.width, cache, idx_map, rows, steps, self.width, self.vocab)
+        return {"tokens": tokens, "cache": cache, "emb": emb}
+
+    def state(self) -> dict:
+        """Plain ints for progress records: the number of calls launched."""
+        return {"launches": self._launches}
+
+    def graph_capture_problem(self) -> str | None:
+        """Why a launch cannot be captured into a CUDA graph (None at tp 1: every kernel compiled, inputs on the device)."""
+        if self.comm.world > 1:
+            return (f"tp {self.comm.world}: the vocab-parallel gather goes through comm.all_gather on the host, "
+                    "which a CUDA graph cannot capture")
+        return None
+
+
+__all__ = ["FusedMarkovLoop", "SYSTEM_CLASS", "default_bias"]

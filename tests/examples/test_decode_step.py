@@ -1,0 +1,61 @@
+"""examples/decode_step.py on the CPU: its options, and its refusal (exit 2, in words) on a machine without a GPU.
+
+The GPU run (eager vs CUDA-graph bits of every family over torchrun) is the
+lead's command in README "Using the kernels"; its output is kept under
+docs/results/.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "decode_step.py"
+sys.path.insert(0, str(EXAMPLE.parent))
+
+import decode_step  # noqa: E402
+
+
+def test_options_default_and_bounds():
+    args = decode_step.parse_args([])
+    assert (args.family, args.rows, args.replays, args.json) == ("all", 4, 3, None)
+    assert decode_step.parse_args(["--family", "markov_fused", "--rows", "8"]).rows == 8
+    for bad in (["--rows", "9"], ["--replays", "0"], ["--family", "nope"]):
+        with pytest.raises(SystemExit) as exc:
+            decode_step.parse_args(bad)
+        assert exc.value.code == 2
+
+
+def test_multicast_stays_off_and_ranks_may_share_a_gpu():
+    # Importing the example set these unless the environment had (the test runs without them set).
+    for name, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                        ("NVSHMEM_DISABLE_NVLS", "1"), ("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")):
+        assert os.environ.get(name) is not None, name
+        assert f'("{name}", "{value}")' in EXAMPLE.read_text(), name
+
+
+def test_without_a_gpu_it_exits_2_and_says_why():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run([sys.executable, str(EXAMPLE)], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "needs a CUDA GPU" in done.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("ranks", [1, 2])
+def test_the_example_runs_and_replays_match_eager(ranks, tmp_path):
+    table = tmp_path / "decode_step.json"
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
+            str(EXAMPLE), "--json", str(table)]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 mismatching output(s) over all ranks" in done.stdout
+    import json
+
+    report = json.loads(table.read_text())
+    assert report["world"] == ranks and report["mismatches_all_ranks"] == 0
+    assert {row["family"] for row in report["rank0"]} == {"allreduce_mhc", "markov_sharded", "markov_fused"}
