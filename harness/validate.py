@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from harness.case_files import stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.injected import checked_injections, split_target, write_injected_copy
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
@@ -63,7 +64,6 @@ from harness.refpool import ReferencePool, queue_items
 from harness import provenance
 from harness.arch_facts import describe_choice
 from harness.report import Report
-from harness.worker import stored_case
 
 
 @dataclass
