@@ -46,14 +46,14 @@ UNSET: Any = _Unset()
 class RankResult:
     """One rank's record of one case (``status``: ``ok``, ``error`` or ``not-available``)."""
 
-    rank: int = 0
+    job: int | None = None
     group: int | None = None
+    family: str = ""
+    name: str = ""
+    rank: int = 0
     group_rank: int = 0
     tp: int = 1
     impl: str = "golden"
-    job: int | None = None
-    family: str = ""
-    name: str = ""
     status: str = "ok"
     launches_done: int = 0
     comparison: dict | None = None
