@@ -30,18 +30,25 @@ class FamilyFacts:
     anchor_input: str | None  # the call input naming each row's anchor position in input_ids (None: query_per_row)
     tolerance_flag: str | None  # the config flag under which a tolerance may be declared (None: never)
     routes_experts: bool  # tokens are routed to MoE experts (the ``experts`` builder option, config ``top_k``)
+    call_inputs: tuple[str, ...]  # every call input the family's calls may take (docs/interfaces.md)
 
 
 MARKOV_FUSED = FamilyFacts("markov_fused", tp_key="tp", stepped=True, default_steps=1, shape_input="idx_map",
                            base_logits_input="base", request_map_input="idx_map", request_map_flat=False,
-                           anchor_input="anchor_idx", tolerance_flag="has_cap", routes_experts=False)
+                           anchor_input="anchor_idx", tolerance_flag="has_cap", routes_experts=False,
+                           call_inputs=("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature",
+                                        "cache"))
 MARKOV_SHARDED = FamilyFacts("markov_sharded", tp_key="world", stepped=True, default_steps=None,
                              shape_input="base_logits", base_logits_input="base_logits",
                              request_map_input="idx_mapping", request_map_flat=True, anchor_input=None,
-                             tolerance_flag=None, routes_experts=False)
+                             tolerance_flag=None, routes_experts=False,
+                             call_inputs=("input_ids", "idx_mapping", "temperature", "noise", "base_logits",
+                                          "logits_cache"))
 ALLREDUCE_MHC = FamilyFacts("allreduce_mhc", tp_key="tp", stepped=False, default_steps=None,
                             shape_input="residual", base_logits_input=None, request_map_input=None,
-                            request_map_flat=False, anchor_input=None, tolerance_flag=None, routes_experts=True)
+                            request_map_flat=False, anchor_input=None, tolerance_flag=None, routes_experts=True,
+                            call_inputs=("x", "residual", "post", "comb", "pre", "gemm2_permuted", "expert_weights",
+                                         "expanded_idx_to_permuted_idx", "shared_output"))
 
 FAMILY_FACTS = {f.name: f for f in (MARKOV_FUSED, MARKOV_SHARDED, ALLREDUCE_MHC)}
 FAMILIES = tuple(FAMILY_FACTS)
