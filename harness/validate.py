@@ -57,7 +57,8 @@ from harness.case_files import stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.injected import checked_injections, split_target, write_injected_copy
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
-from harness.launchers.jobs import JobRunner, JobSequence, Rendezvous
+from harness.launchers.jobs import JobRunner, JobSequence
+from harness.launchers.rendezvous import Rendezvous
 from harness.launchers.schedule import DevicePool, default_lanes, job_units, run_units
 from harness.refcache import cache_root, kernel_cache_env
 from harness.refpool import ReferencePool, queue_items

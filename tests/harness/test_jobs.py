@@ -114,7 +114,7 @@ def test_a_case_judged_after_its_job_ended_keeps_the_time_its_ranks_measured():
 def test_a_node_clears_only_its_own_ranks_files(tmp_path):
     from types import SimpleNamespace
 
-    from harness.launchers.jobs import Rendezvous
+    from harness.launchers.rendezvous import Rendezvous
     from harness.launchers.records import clear_rank_files
     from harness.progress import progress_path
     from harness.case_files import case_dir, result_path
