@@ -49,6 +49,7 @@ from harness.phases import PhaseClock
 from harness.rank_faults import InjectedCrash, act_before_launch, expected_of, launch_attempts, refusal
 from harness.rank_result import RankResult, error_of
 from harness.refcache import REFERENCE_WAIT_S, ReferenceCache
+from kernels.hostcopy import outputs_to_host  # torch only, no CuTe DSL
 
 
 def _safe_state(system: Any) -> dict:
@@ -207,8 +208,6 @@ class CaseRun:
 
     def _launched(self, launch: Any) -> dict:
         """Launch the call (a graph replay where it was captured) and copy its outputs to the host."""
-        from kernels.hostcopy import outputs_to_host  # noqa: PLC0415 - torch only, no CuTe DSL
-
         # Host copies now, through pinned memory: a pageable copy later (the
         # comparison's) could wait behind a virtual peer's (kernels.hostcopy).
         with self.clock.phase("kernel"):
@@ -307,6 +306,9 @@ class CaseRun:
         return self.result
 
 
-def run_case(spec: dict, **rank: Any) -> RankResult:
-    """Run one case as one rank (keyword arguments: those of ``CaseRun``) and write its result; return it."""
-    return CaseRun(spec, **rank).run()
+def run_case(spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str, run_dir: str,
+             make_handle: Callable[[Any], Any], store: str | None = None, cache_dir: str | None = None,
+             job_index: int | None = None) -> RankResult:
+    """Run one case as one rank (``group_rank`` of a TP group of size ``tp``) of job ``job_index``; write and return its result."""
+    return CaseRun(spec, rank=rank, group_rank=group_rank, tp=tp, group=group, impl=impl, run_dir=run_dir,
+                   make_handle=make_handle, store=store, cache_dir=cache_dir, job_index=job_index).run()
