@@ -46,9 +46,10 @@ from typing import Iterator, Mapping
 
 import torch
 
+from golden.families import FAMILIES
+
 FORMAT = 1
 DEFAULT_ROOT = Path(__file__).resolve().parent / "data"
-FAMILIES = ("markov_fused", "markov_sharded", "allreduce_mhc")
 
 
 class GoldenError(Exception):

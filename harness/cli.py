@@ -182,7 +182,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run ``validate``."""
-    from harness.launchers.jobs import Rendezvous  # noqa: PLC0415
+    from harness.launchers.rendezvous import Rendezvous  # noqa: PLC0415
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
 
     req = ValidateRequest(launcher=args.launcher, family=args.family, scenarios=args.scenario, worlds=args.world,

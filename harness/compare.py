@@ -209,17 +209,9 @@ def compare_tensor(
     return result
 
 
-def compare_outputs(
-    actual: Mapping[str, torch.Tensor],
-    expected: Mapping[str, torch.Tensor],
-    *,
-    rank: int,
-    axes: Mapping[str, Sequence[str]] | None = None,
-    names: Sequence[str] | None = None,
-    tolerance_ulps: int | None = None,
-    keep: int = 8,
-    launch: int | None = None,
-) -> Comparison:
+def compare_outputs(actual: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], *, rank: int,
+                    axes: Mapping[str, Sequence[str]] | None = None, names: Sequence[str] | None = None,
+                    tolerance_ulps: int | None = None, keep: int = 8, launch: int | None = None) -> Comparison:
     """Compare the named outputs (default: every expected output) of one rank with the reference."""
     total = Comparison(tolerance_ulps=tolerance_ulps)
     for name in names if names is not None else sorted(expected):

@@ -19,12 +19,12 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from harness.case_files import CaseId
 from harness.families.catalog import discover, select
 from harness.injected import checked_injections, write_injected_copy
 from harness.launchers import records
 from harness.validate import ValidateRequest, default_run_dir, run_validate
 from harness.watchdog import diagnose, kernel_diag_records
-from harness.worker import case_dir
 
 
 def _cell(record: dict) -> str:
@@ -77,24 +77,25 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
                                         run_dir=str(out), deadline=deadline, impl=impl, scenario_root=root,
                                         store=False, allow_unavailable=allow_unavailable))
     console = Console()
-    progress = records.read_group_progress(out, case.family, case.name, world, None, world)
+    case_id = CaseId(case.family, case.name, world, None, world)
+    progress = records.read_group_progress(out, case_id)
     console.print(side_by_side(progress))
-    results = records.read_results(out, case.family, case.name, world, None, world)
+    results = records.read_results(out, case_id)
     for rank in range(world):
         res = results.get(rank)
         if res is None:
             console.print(f"rank {rank}: no result (ended before writing it)", markup=False)
             continue
-        comp = res.get("comparison") or {}
-        line = f"rank {rank}: {res['status']}, {res.get('launches_done', 0)} launches, " \
+        comp = res.comparison or {}
+        line = f"rank {rank}: {res.status}, {res.launches_done} launches, " \
                f"{comp.get('mismatch_count', 0)} mismatching elements"
-        if res.get("error"):
-            line += f"; {res['error']['type']}: {res['error']['message'][:300]}"
+        if res.error:
+            line += f"; {res.error['type']}: {res.error['message'][:300]}"
         console.print(line, markup=False)
         for m in comp.get("first", [])[:4]:
             console.print(f"    {m['output']} {m['where']} got {m['actual_hex']} ({m['actual']}) "
                           f"expected {m['expected_hex']} ({m['expected']})", markup=False)
-    kernel = kernel_diag_records(case_dir(out, case.family, case.name, world, None))
+    kernel = kernel_diag_records(case_id.directory(out))
     console.print("diagnosis: " + diagnose(progress, kernel_records=kernel).text, markup=False)
     for rec in kernel:
         console.print(f"kernel record: {rec}", markup=False)

@@ -53,11 +53,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from harness.case_files import stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.injected import checked_injections, split_target, write_injected_copy
 from harness.launchers import argv_builder, gpu_count, resolve, settings_for
 from harness.evidence import stacks_dir
-from harness.launchers.jobs import REPO_ROOT, JobRunner, JobSequence, Rendezvous, job_env, python
+from harness.launchers.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
+from harness.launchers.rendezvous import Rendezvous
 from harness.launchers.standby import StandbyPool
 from harness.launchers.schedule import DevicePool, default_lanes, job_units, run_units
 from harness.refcache import cache_root, kernel_cache_env
@@ -65,7 +67,6 @@ from harness.refpool import ReferencePool, queue_items
 from harness import provenance
 from harness.arch_facts import describe_choice
 from harness.report import Report
-from harness.worker import stored_case
 
 
 @dataclass

@@ -2,11 +2,11 @@
 
 torchrun has no per-worker timeout (its agent only notices exits), and a
 rank that waits for a peer that never arrives waits forever, so the harness
-keeps its own clock:
+keeps its own clock. The budgets are the launchers' (a case's: the
+per-launch deadline times its launches plus a per-case allowance,
+``harness.launchers.groups.case_budget``; a job's: those plus a startup
+allowance, ``harness.launchers.job_clock``); this module enforces them:
 
-- ``deadline_s(launches, per_launch_s, startup_s)``: the budget of one job is
-  the per-launch deadline times the launches it runs plus a startup
-  allowance (interpreter, torch import, rendezvous).
 - ``Supervised`` starts the child with ``start_new_session=True`` and a
   unique token in its environment, after the tokens of the trees it runs
   under (a harness started by a harness: ``harness.scale``'s agents), so
@@ -58,15 +58,6 @@ from typing import Callable, Mapping, Sequence
 from harness.evidence import request_stacks
 
 TOKEN_VAR = "RANKCHECK_RUN_TOKEN"
-
-
-def deadline_s(launches: int, per_launch_s: float, startup_s: float) -> float:
-    """The budget of a job: ``per_launch_s`` for each launch plus ``startup_s``."""
-    if launches < 0 or per_launch_s <= 0 or startup_s < 0:
-        raise ValueError(
-            f"deadline needs launches >= 0, per_launch_s > 0, startup_s >= 0; got {launches}, {per_launch_s}, {startup_s}"
-        )
-    return startup_s + per_launch_s * max(launches, 1)
 
 
 def processes_with_token(token: str) -> dict[int, int]:
@@ -419,43 +410,45 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
     return found
 
 
+def _fault_marker(recs: list[dict]) -> dict | None:
+    """The rank's injected-fault record (hang, crash, skip, repeat; delay while still delayed), if any."""
+    for rec in reversed(recs):
+        if rec.get("event") in ("hang", "crash", "skip", "repeat"):
+            return rec
+    if recs and recs[-1].get("event") == "delay":
+        return recs[-1]
+    return None
+
+
+def _next_launch(recs: list[dict]) -> int:
+    """The launch a rank was in or was about to begin."""
+    mark = _fault_marker(recs)
+    if mark is not None:
+        return int(mark["launch"])
+    begun = _last(recs, "begin")
+    ended = _last(recs, "end")
+    if begun is None:
+        return 0
+    if ended is not None and ended["launch"] == begun["launch"]:
+        return int(begun["launch"]) + 1
+    return int(begun["launch"])
+
+
+def _begun_count(recs: list[dict]) -> int:
+    """How many launches a rank began."""
+    return sum(1 for r in recs if r.get("event") == "begin")
+
+
 def _who_fell_behind(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | None,
                      kernel_records: Sequence[dict]) -> Diagnosis:
     """The diagnosis from the progress records and kernel records alone."""
     exited = dict(exited or {})
     beliefs = {r: _belief(recs) for r, recs in progress.items()}
-
-    def marker(recs: list[dict]) -> dict | None:
-        """The rank's injected-fault record (hang, crash, skip, repeat; delay while still delayed), if any."""
-        for rec in reversed(recs):
-            if rec.get("event") in ("hang", "crash", "skip", "repeat"):
-                return rec
-        if recs and recs[-1].get("event") == "delay":
-            return recs[-1]
-        return None
-
-    def next_launch(recs: list[dict]) -> int:
-        """The launch a rank was in or was about to begin."""
-        mark = marker(recs)
-        if mark is not None:
-            return int(mark["launch"])
-        begun = _last(recs, "begin")
-        ended = _last(recs, "end")
-        if begun is None:
-            return 0
-        if ended is not None and ended["launch"] == begun["launch"]:
-            return int(begun["launch"]) + 1
-        return int(begun["launch"])
-
-    def begun_count(recs: list[dict]) -> int:
-        """How many launches a rank began."""
-        return sum(1 for r in recs if r.get("event") == "begin")
-
     if not progress:
         return Diagnosis(None, None, None, "no progress records", beliefs, list(kernel_records))
-    counts = {r: begun_count(recs) for r, recs in progress.items()}
+    counts = {r: _begun_count(recs) for r, recs in progress.items()}
     bad_exit = {r: c for r, c in exited.items() if c != 0}
-    marked = {r: marker(recs) for r, recs in progress.items() if marker(recs) is not None}
+    marked = {r: mark for r, recs in progress.items() if (mark := _fault_marker(recs)) is not None}
     # ranks whose last launch began with other parameters than the call's (their ``begin`` says so): the
     # cause, ahead of a rank merely behind (kernels given disagreeing calls may all wait inside the launch,
     # or one may trap and end the process before a peer wrote its ``begin``)
@@ -477,13 +470,13 @@ def _who_fell_behind(progress: Mapping[int, list[dict]], *, exited: Mapping[int,
         if laggard is None and first.get("awaited_rank") is not None:
             laggard = int(first["awaited_rank"])
     if laggard is None:
-        launches = {r: next_launch(recs) for r, recs in progress.items()}
+        launches = {r: _next_launch(recs) for r, recs in progress.items()}
         common = sorted(set(launches.values()))
         return Diagnosis(None, common[0] if len(common) == 1 else None, step,
                          "every rank stopped at the same point (launches " + ", ".join(
                              f"rank {r}: {l}" for r, l in sorted(launches.items())) + "); no single rank fell behind",
                          beliefs, list(kernel_records))
-    launch = next_launch(progress.get(laggard, []))
+    launch = _next_launch(progress.get(laggard, []))
     how = "did not begin"
     if laggard in marked:
         how = {"hang": "hung before", "crash": "crashed before", "skip": "skipped", "repeat": "repeated",

@@ -39,6 +39,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from golden.families import facts
 from scenarios.schema import ExpectedError, Injection, Scenario, ScenarioError
 
 LOGIT_STD = 2.0
@@ -104,7 +105,7 @@ def family_config(scenario: Scenario, world: int) -> dict[str, Any]:
     if world not in scenario.worlds:
         raise ValueError(f"world: {scenario.full_name} runs at {list(scenario.worlds)}, got {world}")
     cfg = dict(scenario.config)
-    cfg["world" if scenario.family == "markov_sharded" else "tp"] = world
+    cfg[facts(scenario.family).tp_key] = world
     return cfg
 
 
@@ -370,15 +371,16 @@ def _inject_padding(s: Scenario, inj: Injection, t: dict, rows: int, steps: int)
     for r in inj.get("rows"):
         if r >= rows:
             continue
-        if s.family == "markov_fused":
-            t["idx_map"][r, :] = -1
+        request_map = facts(s.family).request_map_input
+        if facts(s.family).request_map_flat:
+            t[request_map][r * steps:(r + 1) * steps] = -1
         else:
-            t["idx_mapping"][r * steps:(r + 1) * steps] = -1
+            t[request_map][r, :] = -1
 
 
 def _inject_nan_logits(s: Scenario, inj: Injection, t: dict, rows: int, steps: int, world: int) -> None:
     """NaN base logits at the injection's positions (symbols resolved at ``world``)."""
-    base = t["base" if s.family == "markov_fused" else "base_logits"]
+    base = t[facts(s.family).base_logits_input]
     for pos in inj.get("positions"):
         if pos["row"] < rows and pos["step"] < steps:
             for col in resolve_vocab(pos["vocab"], s.config["vocab"], world):
@@ -387,10 +389,11 @@ def _inject_nan_logits(s: Scenario, inj: Injection, t: dict, rows: int, steps: i
 
 def _inject_corrupt_ids(s: Scenario, inj: Injection, t: dict, rows: int, params: Mapping) -> None:
     """Replace the anchor token id of the injection's rows."""
+    anchor = facts(s.family).anchor_input
     for r, value in zip(inj.get("rows"), inj.get("values")):
         if r >= rows:
             continue
-        where = int(t["anchor_idx"][r]) if s.family == "markov_fused" else r * params["query_per_row"]
+        where = int(t[anchor][r]) if anchor is not None else r * params["query_per_row"]
         t["input_ids"][where] = resolve_token(value, s.config["vocab"])
 
 
@@ -526,6 +529,19 @@ def expected_call_error(scenario: Scenario, call_index: int) -> ExpectedError | 
 
 
 # --------------------------------------------------------------------------
+# Each family's builders
+
+_STATIC_BUILDERS = {"markov_fused": _fused_static, "markov_sharded": _sharded_static,
+                    "allreduce_mhc": _allreduce_static}
+# (scenario, call index, rows, steps, params, world) -> the call's inputs before injections
+_CALL_BUILDERS = {
+    "markov_fused": lambda s, i, rows, steps, params, world: _fused_call(s, i, rows, steps, world),
+    "markov_sharded": _sharded_call,
+    "allreduce_mhc": lambda s, i, rows, steps, params, world: _allreduce_call(s, i, rows, params, world),
+}
+
+
+# --------------------------------------------------------------------------
 # Public entry points
 
 
@@ -534,9 +550,7 @@ def build_static(scenario: Scenario) -> dict[str, torch.Tensor]:
     recorded = getattr(scenario, "recorded_static", None)
     if recorded is not None:
         return recorded()
-    build = {"markov_fused": _fused_static, "markov_sharded": _sharded_static,
-             "allreduce_mhc": _allreduce_static}[scenario.family]
-    return build(scenario)
+    return _STATIC_BUILDERS[scenario.family](scenario)
 
 
 def build_call(scenario: Scenario, call_index: int, world: int, *, rank: int | None = None,
@@ -554,12 +568,7 @@ def build_call(scenario: Scenario, call_index: int, world: int, *, rank: int | N
     if world < 1:
         raise ValueError(f"world: expected >= 1, got {world}")
     rows, steps, params = _call_shape(scenario, call_index, rank)
-    if scenario.family == "markov_fused":
-        t = _fused_call(scenario, call_index, rows, steps, world)
-    elif scenario.family == "markov_sharded":
-        t = _sharded_call(scenario, call_index, rows, steps, params, world)
-    else:
-        t = _allreduce_call(scenario, call_index, rows, params, world)
+    t = _CALL_BUILDERS[scenario.family](scenario, call_index, rows, steps, params, world)
     t = _apply_data_injections(scenario, call_index, t, rows, steps, params, world)
     if break_inputs:
         for inj in scenario.injections("bad_input"):

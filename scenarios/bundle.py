@@ -35,6 +35,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
+from golden.families import FAMILIES, facts
 from golden.store import provenance as golden_provenance
 from golden.store import raw_sha256
 from scenarios.schema import Scenario, ScenarioError, validate
@@ -56,13 +57,9 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def _call_shape(family: str, inputs: Mapping[str, torch.Tensor]) -> tuple[int, int | None]:
     """Rows and steps of a call, read off its inputs."""
-    if family == "markov_fused":
-        rows, steps = inputs["idx_map"].shape
-        return int(rows), int(steps)
-    if family == "markov_sharded":
-        rows, steps = inputs["base_logits"].shape[:2]
-        return int(rows), int(steps)
-    return int(inputs["residual"].shape[0]), None
+    fam = facts(family)
+    shape = inputs[fam.shape_input].shape
+    return (int(shape[0]), int(shape[1])) if fam.stepped else (int(shape[0]), None)
 
 
 def _plain(value: Any) -> Any:
@@ -278,7 +275,8 @@ def load_bundle(path: str | Path) -> RecordedScenario:
         "calls": [{k: v for k, v in c.items() if k in ("rows", "steps", "params")} for c in raw_calls],
         "expect": {"outcome": "golden"},
     }
-    if manifest["family"] == "allreduce_mhc" and isinstance(manifest["config"], dict):
+    if manifest["family"] in FAMILIES and facts(manifest["family"]).routes_experts \
+            and isinstance(manifest["config"], dict):
         # The builder option is unused on replay; any count that every world divides will do.
         top_k = manifest["config"].get("top_k", 8)
         if isinstance(top_k, int) and isinstance(manifest["world"], int):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+from golden.families import facts
 from scenarios.fields import Checker, check_error, describe
 from scenarios.model import DATA_KINDS, HARNESS_KINDS, Call, Injection
 
@@ -216,12 +217,6 @@ def _inj_rank_disagree(x: InjectionContext, m: dict, p: str) -> dict:
 
 
 BAD_INPUT_HOWS = ("wrong_dtype", "wrong_shape", "misaligned", "noncontiguous", "missing", "out_of_range")
-CALL_INPUT_NAMES = {
-    "markov_fused": ("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature", "cache"),
-    "markov_sharded": ("input_ids", "idx_mapping", "temperature", "noise", "base_logits", "logits_cache"),
-    "allreduce_mhc": ("x", "residual", "post", "comb", "pre", "gemm2_permuted", "expert_weights",
-                      "expanded_idx_to_permuted_idx", "shared_output"),
-}
 INTEGER_INPUTS = ("input_ids", "anchor_idx", "idx_map", "idx_mapping", "expanded_idx_to_permuted_idx")
 DTYPE_NAMES = ("bfloat16", "float16", "float32", "float64", "int32", "int64", "uint8")
 
@@ -231,7 +226,7 @@ def _inj_bad_input(x: InjectionContext, m: dict, p: str) -> dict:
     c = x.c
     how = c.string(m["how"], f"{p}.how", BAD_INPUT_HOWS)
     out = {"call": x.call(m["call"], f"{p}.call"),
-           "argument": c.string(m["argument"], f"{p}.argument", CALL_INPUT_NAMES[x.family]),
+           "argument": c.string(m["argument"], f"{p}.argument", facts(x.family).call_inputs),
            "how": how, "dtype": None,
            "error": check_error(c, m.get("error", {"type": "ValueError", "match": m["argument"]}),
                                  f"{p}.error")}

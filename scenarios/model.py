@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
-FAMILIES = ("markov_fused", "markov_sharded", "allreduce_mhc")
+from golden.families import FAMILIES  # noqa: F401 - re-exported: the one list of families
+
 SIZES = ("cpu", "gpu")
 OUTCOMES = ("golden", "error", "timeout")
 MAX_STEPS = 8

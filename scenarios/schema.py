@@ -34,7 +34,10 @@ call is a launch index whose call is expected to be refused).
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+from golden.families import facts
 
 from scenarios.fields import Checker, ScenarioError, check_error
 from scenarios.injections import INJECTION_SPECS, InjectionContext, check_injection
@@ -135,13 +138,6 @@ def _check_allreduce_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict
     return cfg
 
 
-CONFIG_CHECKS = {
-    "markov_fused": _check_markov_fused_config,
-    "markov_sharded": _check_markov_sharded_config,
-    "allreduce_mhc": _check_allreduce_config,
-}
-
-
 def _check_temperatures(c: Checker, raw: Any, path: str, size: str) -> list[float]:
     """Per-request temperatures (cycled over requests); powers of two or 0 at cpu size."""
     temps = c.sequence(raw, path, lambda v, p: c.number(v, p, nonneg=True), min_len=1)
@@ -153,25 +149,29 @@ def _check_temperatures(c: Checker, raw: Any, path: str, size: str) -> list[floa
     return temps
 
 
-def _check_inputs(c: Checker, family: str, raw: Any, size: str, cfg: Mapping, worlds: Sequence[int]) -> dict:
-    """Validate the builder options of ``inputs`` and fill defaults."""
-    raw = {} if raw is None else raw
-    if family == "markov_fused":
-        m = c.mapping(raw, "inputs", ("temperatures", "position_start", "position_row_stride",
-                                      "seeds", "query_len"))
-        return {
-            "temperatures": _check_temperatures(c, m.get("temperatures", [0.0, 1.0, 0.5, 2.0]),
-                                                "inputs.temperatures", size),
-            "position_start": (None if m.get("position_start") is None else
-                               c.integer(m["position_start"], "inputs.position_start", 1, 2**62)),
-            "position_row_stride": c.integer(m.get("position_row_stride", 37), "inputs.position_row_stride", 0),
-            "seeds": c.string(m.get("seeds", "positive"), "inputs.seeds", ("positive", "negative", "mixed")),
-            "query_len": c.integer(m.get("query_len", 4), "inputs.query_len", 1, 64),
-        }
-    if family == "markov_sharded":
-        m = c.mapping(raw, "inputs", ("temperatures",))
-        return {"temperatures": _check_temperatures(c, m.get("temperatures", [0.0, 1.0, 0.5, 2.0]),
-                                                    "inputs.temperatures", size)}
+def _fused_inputs(c: Checker, raw: Mapping, size: str, cfg: Mapping, worlds: Sequence[int]) -> dict:
+    """markov_fused's builder options, defaults filled."""
+    m = c.mapping(raw, "inputs", ("temperatures", "position_start", "position_row_stride", "seeds", "query_len"))
+    return {
+        "temperatures": _check_temperatures(c, m.get("temperatures", [0.0, 1.0, 0.5, 2.0]),
+                                            "inputs.temperatures", size),
+        "position_start": (None if m.get("position_start") is None else
+                           c.integer(m["position_start"], "inputs.position_start", 1, 2**62)),
+        "position_row_stride": c.integer(m.get("position_row_stride", 37), "inputs.position_row_stride", 0),
+        "seeds": c.string(m.get("seeds", "positive"), "inputs.seeds", ("positive", "negative", "mixed")),
+        "query_len": c.integer(m.get("query_len", 4), "inputs.query_len", 1, 64),
+    }
+
+
+def _sharded_inputs(c: Checker, raw: Mapping, size: str, cfg: Mapping, worlds: Sequence[int]) -> dict:
+    """markov_sharded's builder options, defaults filled."""
+    m = c.mapping(raw, "inputs", ("temperatures",))
+    return {"temperatures": _check_temperatures(c, m.get("temperatures", [0.0, 1.0, 0.5, 2.0]),
+                                                "inputs.temperatures", size)}
+
+
+def _allreduce_inputs(c: Checker, raw: Mapping, size: str, cfg: Mapping, worlds: Sequence[int]) -> dict:
+    """allreduce_mhc's builder options (MoE experts, every world dividing them), defaults filled."""
     m = c.mapping(raw, "inputs", ("experts", "x_std"))
     experts = c.integer(m.get("experts", 64), "inputs.experts", 1)
     if experts < cfg["top_k"]:
@@ -182,15 +182,20 @@ def _check_inputs(c: Checker, family: str, raw: Any, size: str, cfg: Mapping, wo
     return {"experts": experts, "x_std": c.number(m.get("x_std", 1.0), "inputs.x_std", positive=True)}
 
 
-def _check_params(c: Checker, family: str, raw: Any, path: str) -> dict:
-    """Validate one call's ``params`` for ``family`` and fill defaults."""
-    raw = {} if raw is None else raw
-    if family == "markov_fused":
-        c.mapping(raw, path, ())
-        return {}
-    if family == "markov_sharded":
-        m = c.mapping(raw, path, ("query_per_row",))
-        return {"query_per_row": c.integer(m.get("query_per_row", 1), f"{path}.query_per_row", 1, 64)}
+def _fused_params(c: Checker, raw: Mapping, path: str) -> dict:
+    """markov_fused calls take no params."""
+    c.mapping(raw, path, ())
+    return {}
+
+
+def _sharded_params(c: Checker, raw: Mapping, path: str) -> dict:
+    """markov_sharded's call params (``query_per_row``), defaults filled."""
+    m = c.mapping(raw, path, ("query_per_row",))
+    return {"query_per_row": c.integer(m.get("query_per_row", 1), f"{path}.query_per_row", 1, 64)}
+
+
+def _allreduce_params(c: Checker, raw: Mapping, path: str) -> dict:
+    """allreduce_mhc's call params (``finalize``, ``protocol``), defaults filled."""
     m = c.mapping(raw, path, ("finalize", "protocol"))
     return {
         "finalize": c.boolean(m.get("finalize", False), f"{path}.finalize"),
@@ -198,30 +203,59 @@ def _check_params(c: Checker, family: str, raw: Any, path: str) -> dict:
     }
 
 
-def _check_call(c: Checker, family: str, raw: Any, path: str, cfg: Mapping) -> Call:
+def _fused_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> int | None:
+    """A markov_fused call's steps (default 1); its rows within max_reqs."""
+    steps = c.integer(m.get("steps", 1), f"{path}.steps", 1, MAX_STEPS)
+    if rows > cfg["max_reqs"]:
+        c.fail(f"{path}.rows", f"rows {rows} > max_reqs {cfg['max_reqs']}")
+    return steps
+
+
+def _sharded_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> int | None:
+    """A markov_sharded call's steps (the compiled config.steps); its rows within max_rows and max_reqs."""
+    steps = c.integer(m.get("steps", cfg["steps"]), f"{path}.steps", 1, MAX_STEPS)
+    if steps != cfg["steps"]:
+        c.fail(f"{path}.steps", f"the kernel is compiled for config.steps={cfg['steps']}, got {steps}")
+    if rows > cfg["max_rows"]:
+        c.fail(f"{path}.rows", f"rows {rows} > max_rows {cfg['max_rows']}")
+    if rows > cfg["max_reqs"]:
+        c.fail(f"{path}.rows", f"rows {rows} > max_reqs {cfg['max_reqs']} (each row is a distinct request)")
+    return steps
+
+
+def _allreduce_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> int | None:
+    """allreduce_mhc calls have no steps; their rows (M) within capacity."""
+    if "steps" in m:
+        c.fail(f"{path}.steps", "allreduce_mhc calls have no steps")
+    if rows > cfg["capacity"]:
+        c.fail(f"{path}.rows", f"M={rows} is more than capacity {cfg['capacity']}")
+    return None
+
+
+@dataclass(frozen=True)
+class FamilySchema:
+    """One family's checks: its config, builder options, call params, and a call's steps and row limits."""
+
+    config: Callable[..., dict]
+    inputs: Callable[..., dict]
+    params: Callable[..., dict]
+    steps: Callable[..., int | None]
+
+
+FAMILY_SCHEMAS = {
+    "markov_fused": FamilySchema(_check_markov_fused_config, _fused_inputs, _fused_params, _fused_steps),
+    "markov_sharded": FamilySchema(_check_markov_sharded_config, _sharded_inputs, _sharded_params, _sharded_steps),
+    "allreduce_mhc": FamilySchema(_check_allreduce_config, _allreduce_inputs, _allreduce_params, _allreduce_steps),
+}
+assert tuple(FAMILY_SCHEMAS) == FAMILIES, "every family of golden.families has its checks here"
+
+
+def _check_call(c: Checker, schema: FamilySchema, raw: Any, path: str, cfg: Mapping) -> Call:
     """Validate one entry of ``calls``."""
     m = c.mapping(raw, path, ("rows", "steps", "repeat", "params", "graph"), required=("rows",))
     rows = c.integer(m["rows"], f"{path}.rows", 1)
-    steps: int | None
-    if family == "allreduce_mhc":
-        if "steps" in m:
-            c.fail(f"{path}.steps", "allreduce_mhc calls have no steps")
-        steps = None
-        if rows > cfg["capacity"]:
-            c.fail(f"{path}.rows", f"M={rows} is more than capacity {cfg['capacity']}")
-    elif family == "markov_sharded":
-        steps = c.integer(m.get("steps", cfg["steps"]), f"{path}.steps", 1, MAX_STEPS)
-        if steps != cfg["steps"]:
-            c.fail(f"{path}.steps", f"the kernel is compiled for config.steps={cfg['steps']}, got {steps}")
-        if rows > cfg["max_rows"]:
-            c.fail(f"{path}.rows", f"rows {rows} > max_rows {cfg['max_rows']}")
-        if rows > cfg["max_reqs"]:
-            c.fail(f"{path}.rows", f"rows {rows} > max_reqs {cfg['max_reqs']} (each row is a distinct request)")
-    else:
-        steps = c.integer(m.get("steps", 1), f"{path}.steps", 1, MAX_STEPS)
-        if rows > cfg["max_reqs"]:
-            c.fail(f"{path}.rows", f"rows {rows} > max_reqs {cfg['max_reqs']}")
-    params = _check_params(c, family, m.get("params"), f"{path}.params")
+    steps = schema.steps(c, m, rows, path, cfg)
+    params = schema.params(c, {} if m.get("params") is None else m["params"], f"{path}.params")
     repeat = c.integer(m.get("repeat", 1), f"{path}.repeat", 1, 1000)
     label = m.get("graph")
     if label is None:
@@ -288,9 +322,10 @@ def validate(raw: Any, source: str = "<memory>", *, family_dir: str | None = Non
     size = c.string(m["size"], "size", SIZES)
     if "tp" in (m["config"] or {}) or "world" in (m["config"] or {}):
         c.fail("config.tp" if "tp" in m["config"] else "config.world", "given by worlds, not config")
-    cfg = CONFIG_CHECKS[family](c, m["config"], worlds)
-    inputs = _check_inputs(c, family, m.get("inputs"), size, cfg, worlds)
-    calls = tuple(c.sequence(m["calls"], "calls", lambda v, p: _check_call(c, family, v, p, cfg), min_len=1))
+    schema = FAMILY_SCHEMAS[family]
+    cfg = schema.config(c, m["config"], worlds)
+    inputs = schema.inputs(c, {} if m.get("inputs") is None else m["inputs"], size, cfg, worlds)
+    calls = tuple(c.sequence(m["calls"], "calls", lambda v, p: _check_call(c, schema, v, p, cfg), min_len=1))
     g = c.mapping(m.get("graph", {}) or {}, "graph", ("capture", "replays"))
     graph = Graph(c.boolean(g.get("capture", False), "graph.capture"),
                   c.integer(g.get("replays", 0), "graph.replays", 0, 1000))
@@ -309,7 +344,8 @@ def validate(raw: Any, source: str = "<memory>", *, family_dir: str | None = Non
         t = c.mapping(tol, "tolerance", ("ulps", "reason"), required=("ulps", "reason"))
         tolerance = Tolerance(c.integer(t["ulps"], "tolerance.ulps", 1, 1 << 20),
                               c.string(t["reason"], "tolerance.reason"))
-        if not (family == "markov_fused" and cfg["has_cap"]):
+        flag = facts(family).tolerance_flag
+        if not (flag and cfg[flag]):
             c.fail("tolerance", "bits are compared exactly; a tolerance exists only where a contract names an "
                                 "approximate instruction (markov_fused with has_cap: libdevice tanhf)")
     deadline = m.get("deadline_s")

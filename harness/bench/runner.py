@@ -104,6 +104,20 @@ def measure_copy_bandwidth(device: torch.device, stream: torch.cuda.Stream, *, c
     return 2 * copy_bytes / median_s
 
 
+def _captured(stream: torch.cuda.Stream, body: Callable[[], None], *, warmup: int) -> torch.cuda.CUDAGraph:
+    """``body`` run once eagerly on ``stream`` (its lazy set-up out of the capture), captured, and replayed ``warmup`` times."""
+    with torch.cuda.stream(stream):
+        body()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        body()
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            graph.replay()
+    return graph
+
+
 def measure_launch_us(stream: torch.cuda.Stream, *, launches: int, reps: int) -> tuple[float, float]:
     """Per-launch microseconds of an empty kernel: (inside a CUDA graph, eagerly)."""
 
@@ -112,15 +126,7 @@ def measure_launch_us(stream: torch.cuda.Stream, *, launches: int, reps: int) ->
         for _ in range(launches):
             torch.cuda._sleep(0)
 
-    with torch.cuda.stream(stream):
-        burst()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        burst()
-    for _ in range(3):
-        with torch.cuda.stream(stream):
-            graph.replay()
+    graph = _captured(stream, burst, warmup=3)
     graph_ms = _time_each(stream, graph.replay, reps)
     eager_ms = _time_each(stream, burst, reps)
     per = 1e3 / launches
@@ -148,15 +154,7 @@ def time_prepared(
             prepared.launch(inputs)
 
     torch.cuda.synchronize()
-    with torch.cuda.stream(stream):
-        loop()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        loop()
-    with torch.cuda.stream(stream):
-        for _ in range(warmup):
-            graph.replay()
+    graph = _captured(stream, loop, warmup=warmup)
     graph_ms = _time_each(stream, graph.replay, reps)
     with torch.cuda.stream(stream):
         for _ in range(warmup):

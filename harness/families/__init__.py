@@ -174,6 +174,9 @@ class FamilyAdapter:
     # Why this family's kernel system, as the harness builds it, cannot be captured into a CUDA
     # graph (None: the system's own graph_capture_problem() decides).
     graph_capture_problem: str | None = None
+    # What a torchrun rank makes the kernel system over: "fabric" (kernels.fabric.SymmetricFabric over its
+    # TP group's process group) or "comm" (the group's golden.comm.Comm: the seed exchanges through it).
+    kernel_world_handle: str = "fabric"
 
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""

@@ -43,6 +43,7 @@ ADAPTER = FamilyAdapter(
     arch_facts={"rcp_table": "reciprocals"},
     kernel_kwargs={"bias_fn": "golden.markov_fused:markov_bias"},
     kernel_inputs_on_device=True,
+    kernel_world_handle="comm",  # seed 001's packet gather goes through the process group
     graph_capture_problem="the bias GEMV handed to the kernel (golden.markov_fused.markov_bias, exact sums) "
     "synchronizes with the host",
 )

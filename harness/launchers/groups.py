@@ -28,8 +28,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.case_files import CaseId
 from harness.families.catalog import Case
 from harness.launchers import records
+from harness.rank_result import RankResult
 
 # A reference heartbeat older than this no longer stops the case clock (the worker beats every 5 s).
 HEARTBEAT_STALE_S = 30.0
@@ -48,6 +50,8 @@ class GroupRun:
     members: tuple[int, ...]  # every global rank of the group
     ranks: tuple[int, ...]  # the members whose files this node reads (its own)
     cases: list[Case]  # the job's cases this group runs, in job order
+    tp: int  # the TP size (ranks per group)
+    world: int  # the job's rank count
     position: int = 0
     started: float | None = None  # time.monotonic() when the current case began (None: the first has not)
     paused: float = 0.0  # seconds of the current case spent on references
@@ -69,30 +73,33 @@ class GroupRun:
         self.position += 1
         self.started, self.paused = now, 0.0
 
-    def results(self, run_dir: Path, world: int, tp: int, case: Case | None = None) -> dict[int, dict]:
+    def case_id(self, case: Case | None = None) -> CaseId:
+        """The identity of ``case`` (default the current one) as this group runs it."""
+        case = case or self.current
+        return CaseId(case.family, case.name, self.tp, self.group, self.world)
+
+    def results(self, run_dir: Path, case: Case | None = None) -> dict[int, RankResult]:
         """The result files of this node's ranks of the group for ``case`` (default the current one), by group rank."""
-        case = case or self.current
-        return records.read_results(run_dir, case.family, case.name, tp, self.group, world, self.ranks)
+        return records.read_results(run_dir, self.case_id(case), self.ranks)
 
-    def complete(self, run_dir: Path, world: int, tp: int) -> bool:
+    def complete(self, run_dir: Path) -> bool:
         """Whether every rank of the group on this node has written its result of the current case."""
-        return len(self.results(run_dir, world, tp)) >= len(self.ranks)
+        return len(self.results(run_dir)) >= len(self.ranks)
 
-    def has_begun(self, run_dir: Path, tp: int, case: Case | None = None) -> bool:
+    def has_begun(self, run_dir: Path, case: Case | None = None) -> bool:
         """Whether any of this node's ranks of the group has a progress record of ``case`` (default the current one)."""
-        case = case or self.current
-        return records.case_started(run_dir, case.family, case.name, tp, self.group, self.ranks)
+        return records.case_started(run_dir, self.case_id(case), self.ranks)
 
-    def time_up(self, run_dir: Path, tp: int, *, now: float, since_poll: float, job_started: float,
+    def time_up(self, run_dir: Path, *, now: float, since_poll: float, job_started: float,
                 startup_s: float, per_launch_s: float | None, case_allowance_s: float) -> tuple[str, bool]:
         """(why the current case's time ran out, "" while it has not; whether a rank is on a reference, pausing the clock)."""
         case = self.current
         if self.started is None:
-            if not self.has_begun(run_dir, tp):
+            if not self.has_begun(run_dir):
                 late = now - job_started > startup_s
                 return (f"no progress record within the {startup_s:g} s startup allowance" if late else ""), False
             self.started = now
-        act = records.latest_activity(run_dir, case.family, case.name, tp, self.group, self.ranks)
+        act = records.latest_activity(run_dir, self.case_id(), self.ranks)
         if act.referencing and act.newest is not None and time.time() - act.newest < HEARTBEAT_STALE_S:
             self.paused += since_poll  # a reference is being computed: not the case's time
             return "", True

@@ -39,7 +39,7 @@ A node whose cases are all settled still has its agent waiting in
 torchrun's exit barrier for every other node's agent (up to 300 s); it ends
 it once every node has said it is done with the job (a counter in the job's
 store; a grace period after the last) or, failing that, once every case of
-the job would have run out of time on any node (``EXIT_BARRIER_MARGIN_S``
+the job would have run out of time on any node (``harness.launchers.job_clock.EXIT_BARRIER_MARGIN_S``
 after the budgets). A node whose group hangs thus costs the job about its
 deadline, not torchrun's 300 s; the next job meets at the endpoint's port
 plus its job number (``Rendezvous.job_endpoint``), in a store of its own.
@@ -57,17 +57,20 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from harness.case_files import CaseId, group_ranks
 from harness.evidence import nccl_dumps, rank_stacks, stacks_dir, torchrun_rank_log
 from harness.families.catalog import Case
 from harness.launchers import records
 from harness.launchers.groups import GroupRun, case_budget
+from harness.launchers.job_clock import JobClock
 from harness.launchers.job_store import HeldStores, NodesDone
+from harness.launchers.rendezvous import Rendezvous
 from harness.launchers.verdict import judge
+from harness.rank_result import RankResult
 from harness.report import CaseResult
 from harness.watchdog import Supervised, diagnose, kernel_diag_records
-from harness.worker import case_dir
 
 if TYPE_CHECKING:
     from harness.launchers.standby import StandbyPool
@@ -75,87 +78,6 @@ if TYPE_CHECKING:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The most a job may run beyond its budget on reference computations (the backstop of every job).
 REFERENCE_ALLOWANCE_S = 3600.0
-# How long past every case's budget a node whose cases are all settled keeps its agent for the other nodes'
-# (the one holding the rendezvous store must outlive them): time for their watchdogs to end theirs first.
-EXIT_BARRIER_MARGIN_S = 10.0
-
-
-@dataclass(frozen=True)
-class Rendezvous:
-    """torchrun's node options, passed through unchanged (defaults: one standalone node)."""
-
-    nnodes: int = 1
-    node_rank: int = 0
-    backend: str | None = None
-    endpoint: str | None = None
-    id: str | None = None
-    nproc_per_node: int | None = None
-
-    def local_ranks(self, world: int) -> range:
-        """The global ranks this node runs (all of them on one node)."""
-        if self.nnodes == 1:
-            return range(world)
-        per_node = self.nproc_per_node or world // self.nnodes
-        return range(self.node_rank * per_node, (self.node_rank + 1) * per_node)
-
-    @property
-    def node_suffix(self) -> str:
-        """``.node<rank>`` for a node of a multi-node run (its files must not collide with the others'), else ``""``."""
-        return f".node{self.node_rank}" if self.nnodes > 1 else ""
-
-    @property
-    def world(self) -> int | None:
-        """The job's rank count the node options imply (``nnodes * nproc_per_node``), or None without ``--nproc-per-node``."""
-        return self.nnodes * self.nproc_per_node if self.nproc_per_node else None
-
-    def node_path(self, path: str | os.PathLike) -> str:
-        """``path`` with ``node_suffix`` before its extension (``X.xml`` -> ``X.node3.xml``); unchanged on one node."""
-        target = Path(path)
-        return str(target.with_name(f"{target.stem}{self.node_suffix}{target.suffix}"))
-
-    def first_rank(self, world: int) -> int | None:
-        """The global rank this node's local rank 0 must take, with several nodes (None on one node).
-
-        torchrun's c10d rendezvous ignores ``--node-rank`` and orders the
-        agents its own way (by host name, then agent pid, anew for every
-        job), while the harness names files, TP groups and logs after node
-        ``k`` holding ranks ``local_ranks``; so the workers number themselves
-        from this (``harness.worker``). The store the workers meet in is the
-        agent's, so no rank's number decides who serves it."""
-        return self.local_ranks(world).start if self.nnodes > 1 else None
-
-    def job_id(self, job_index: int) -> str:
-        """The rendezvous id of job ``job_index`` (every node numbers its jobs alike)."""
-        return f"{self.id or 'rankcheck'}-job{job_index}"
-
-    def job_endpoint(self, job_index: int) -> str:
-        """The rendezvous endpoint of job ``job_index``: ``host:port`` with the port moved up by the job number.
-
-        The c10d store lives in the agent that bound the port first; a node whose
-        job ended early starts the next job while another node's agent of the
-        last one still holds the port (torchrun's exit barrier), and would join
-        that dying store instead of the next job's. An endpoint without a port
-        is used as given."""
-        host, sep, port = (self.endpoint or "").rpartition(":")
-        if not sep or not port.isdigit():
-            return self.endpoint or ""
-        return f"{host}:{int(port) + job_index}"
-
-    def describe(self) -> dict:
-        """This node in the job, as a report's provenance records it (what ``harness merge-reports`` checks)."""
-        return {"rank": self.node_rank, "nnodes": self.nnodes, "nproc_per_node": self.nproc_per_node,
-                "rdzv_id": self.id, "rdzv_endpoint": self.endpoint}
-
-    def local_groups(self, world: int, tp: int) -> list[int | None]:
-        """The TP groups holding at least one of this node's ranks (``[None]`` when one group spans the world).
-
-        A node reports only these: the other groups' ranks ran elsewhere, and
-        judging them from the results this node cannot see would call a case
-        that ran nowhere here a pass."""
-        if tp >= world:
-            return [None]
-        ranks = self.local_ranks(world)
-        return [g for g in range(world // tp) if g * tp < ranks.stop and ranks.start < (g + 1) * tp]
 
 
 @dataclass
@@ -289,16 +211,16 @@ class JobRunner:
         for g in self._groups(world, tp):
             cases = [p.case for p in pending if g in p.groups]
             if cases:
-                members = tuple(records.group_ranks(world, tp, g))
-                runs.append(GroupRun(g, members, tuple(r for r in members if r in local), cases))
+                members = tuple(group_ranks(world, tp, g))
+                runs.append(GroupRun(g, members, tuple(r for r in members if r in local), cases, tp, world))
         return runs
 
     def _job_env(self, world: int) -> dict:
         """The environment of one job's process tree."""
         return job_env(self.settings, world)
 
-    def _run_job(self, pending: list[Pending], world: int, tp: int) -> list[Pending]:
-        """Run one job over ``pending``; report each group's verdicts as they settle; return what is still to run."""
+    def _start_job(self, pending: list[Pending], world: int, tp: int) -> tuple[list[GroupRun], list[str], Path]:
+        """Number the next job, clear its ranks' old files and write its job file; its group runs, argv and log."""
         s = self.settings
         self.job_index = next(self.job_numbers)
         runs = self._group_runs(pending, world, tp)
@@ -313,75 +235,44 @@ class JobRunner:
                      f"log {log_path}")
         self.job_started_monotonic = time.monotonic()
         self.verdict_times = []
-        # the startup allowance counts from when the other nodes can join (they may still end the last job)
-        clock = {"job_started": max(self.job_started_monotonic, self.job_numbers.others_free_at),
-                 "last_poll": time.monotonic(), "paused": 0.0, "first_case": None, "all_done_at": None}
-        rdzv = s.rendezvous
-        nodes_done = held = None
-        if rdzv.nnodes > 1 and rdzv.endpoint:
-            endpoint, job_id = rdzv.job_endpoint(self.job_index), rdzv.job_id(self.job_index)
-            # this harness, not its agent, serves the job's store when it is this machine's to serve
-            held = self.job_numbers.stores.hold(endpoint, job_id, rdzv.nnodes)
-            nodes_done = NodesDone(endpoint, job_id, rdzv.nnodes)
-        clock["budgets"] = sum(self._case_budget(p.case) for p in pending)
-        cap = s.startup_s + clock["budgets"] + s.case_allowance_s
+        return runs, argv, log_path
 
-        def settle_completed() -> None:
-            """Judge and report, group by group, every leading case whose ranks on this node have all written results."""
-            now = time.monotonic()
-            for run in runs:
-                while run.current is not None and run.complete(s.run_dir, world, tp):
-                    results = run.results(s.run_dir, world, tp)
-                    started = run.started if run.started is not None else self.job_started_monotonic
-                    if clock["first_case"] is None:
-                        clock["first_case"] = run.started if run.started is not None else now
-                    self._report(run.current, world, tp, run, results, records.CaseEnd(True), now - started)
-                    run.abandoned = any(r.get("abandon") for r in results.values())
-                    run.advance(now)
+    def _job_clock(self, pending: list[Pending]) -> JobClock:
+        """The new job's clock (its startup allowance counts from when the other nodes can join)."""
+        s = self.settings
+        budgets = sum(self._case_budget(p.case) for p in pending)
+        return JobClock(job_started=max(self.job_started_monotonic, self.job_numbers.others_free_at),
+                        budgets=budgets, cap=s.startup_s + budgets + s.case_allowance_s, startup_s=s.startup_s)
 
-        def expired() -> bool:
-            """Settle finished cases; True when a group's case has run out of time (or every case is settled and
-            the agent has waited for the other nodes' agents as long as any of them may still run)."""
-            settle_completed()
-            now = time.monotonic()
-            since_poll, clock["last_poll"] = now - clock["last_poll"], now
-            live = [run for run in runs if run.current is not None]
-            if not live:
-                return self._agent_may_go(clock, nodes_done, now)
-            referencing = False
-            for run in live:
-                why, on_reference = run.time_up(s.run_dir, tp, now=now, since_poll=since_poll,
-                                                job_started=clock["job_started"], startup_s=s.startup_s,
-                                                per_launch_s=s.per_launch_s, case_allowance_s=s.case_allowance_s)
-                referencing = referencing or on_reference
-                if run.started is not None and clock["first_case"] is None:
-                    clock["first_case"] = run.started
-                run.expired = run.expired or why
-            if referencing:
-                clock["paused"] += since_poll
-            if now - clock["job_started"] - clock["paused"] > cap:
-                for run in live:
-                    run.expired = run.expired or f"the job's {cap:g} s budget ran out"
-            return any(run.expired for run in live)
+    def _hold_job_store(self) -> tuple[NodesDone | None, Any]:
+        """With several nodes: the job's done-counter, and the job's store when this harness serves it."""
+        rdzv = self.settings.rendezvous
+        if not (rdzv.nnodes > 1 and rdzv.endpoint):
+            return None, None
+        endpoint, job_id = rdzv.job_endpoint(self.job_index), rdzv.job_id(self.job_index)
+        # this harness, not its agent, serves the job's store when it is this machine's to serve
+        held = self.job_numbers.stores.hold(endpoint, job_id, rdzv.nnodes)
+        return NodesDone(endpoint, job_id, rdzv.nnodes), held
 
+    def _run_job(self, pending: list[Pending], world: int, tp: int) -> list[Pending]:
+        """Run one job over ``pending``; report each group's verdicts as they settle; return what is still to run."""
+        s = self.settings
+        runs, argv, log_path = self._start_job(pending, world, tp)
+        clock = self._job_clock(pending)
+        nodes_done, held = self._hold_job_store()
+        watch = _JobWatch(self, runs, world, tp, clock, nodes_done)
         env = self._job_env(world)
         sup = s.standby.take(argv, env, log_path) if s.standby is not None else None
         if sup is None:
             with open(log_path, "ab") as log:
                 sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s,
                                  stacks_dir=stacks_dir(s.run_dir))
-        outcome = sup.wait(cap + REFERENCE_ALLOWANCE_S, poll=expired)
+        outcome = sup.wait(clock.cap + REFERENCE_ALLOWANCE_S, poll=watch.expired)
         if outcome.leftovers:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
-        settle_completed()
+        watch.settle_completed()
         if nodes_done is not None:
-            nodes_done.mark()  # this node needs nothing more from the job's store
-            # ended by itself, every agent passed torchrun's exit barrier: the other nodes are done with the job
-            together = (outcome.returncode == 0 and not outcome.timed_out) or clock["all_done_at"] is not None
-            self.job_numbers.others_free_at = time.monotonic() if together else self._others_done_by(clock)
-            if held is not None:
-                held.deadline = self._others_done_by(clock)
-            self.job_numbers.stores.release_finished()
+            self._leave_job_store(outcome, clock, nodes_done, held)
         if outcome.timed_out and all(run.current is None for run in runs):
             self.on_note(f"job {self.job_index}: every case here settled; this node's torchrun agent waited in "
                          f"torchrun's exit barrier until every node was done with the job (or their cases' time "
@@ -390,27 +281,15 @@ class JobRunner:
         self._write_timing(outcome, world, tp)
         return still
 
-    def _others_done_by(self, clock: dict) -> float:
-        """When every node's cases of the job have ended or run out of time (monotonic; no node's may run longer)."""
-        s = self.settings
-        first = clock["first_case"] if clock["first_case"] is not None else clock["job_started"] + s.startup_s
-        return first + clock["budgets"] + clock["paused"] + EXIT_BARRIER_MARGIN_S
-
-    def _agent_may_go(self, clock: dict, nodes_done: NodesDone | None, now: float) -> bool:
-        """With every case here settled: whether this node's torchrun agent may be ended.
-
-        It waits (up to 300 s) in torchrun's exit barrier for every other
-        node's agent, and the one holding the rendezvous store must outlive
-        them: so not before every node has said it is done (and a grace
-        period to leave by itself has passed), or no node's case may run any
-        longer."""
-        if nodes_done is not None:
-            nodes_done.mark()
-            if clock["all_done_at"] is None and nodes_done.all_done():
-                clock["all_done_at"] = now
-        if clock["all_done_at"] is not None and now - clock["all_done_at"] > self.settings.grace_s:
-            return True
-        return now > self._others_done_by(clock)
+    def _leave_job_store(self, outcome, clock: JobClock, nodes_done: NodesDone, held: Any) -> None:
+        """Say this node is done with the job's store, and when the other nodes can start the next job."""
+        nodes_done.mark()  # this node needs nothing more from the job's store
+        # ended by itself, every agent passed torchrun's exit barrier: the other nodes are done with the job
+        together = (outcome.returncode == 0 and not outcome.timed_out) or clock.all_done_at is not None
+        self.job_numbers.others_free_at = time.monotonic() if together else clock.others_done_by()
+        if held is not None:
+            held.deadline = clock.others_done_by()
+        self.job_numbers.stores.release_finished()
 
     def _after_job(self, pending: list[Pending], runs: list[GroupRun], outcome, world: int,
                    tp: int) -> list[Pending]:
@@ -432,14 +311,14 @@ class JobRunner:
             # every rank exited by itself: judge what this node can see (other nodes' ranks write elsewhere)
             for run in live:
                 for case in run.rest:
-                    results = run.results(s.run_dir, world, tp, case)
-                    self._report(case, world, tp, run, results, records.CaseEnd(bool(results), False, 0),
+                    results = run.results(s.run_dir, case)
+                    self._report(case, run, results, records.CaseEnd(bool(results), False, 0),
                                  _ranks_time({run.group: results}))
             return []
         if outcome.timed_out:
             culprits = [run for run in live if run.expired]
         else:
-            culprits = [run for run in live if run.abandoned or self._failed_itself(run, world, tp)]
+            culprits = [run for run in live if run.abandoned or self._failed_itself(run)]
         culprits = culprits or live
         blamed = ", ".join(self._group_name(run) for run in culprits)
         end = records.CaseEnd(completed=False, timed_out=outcome.timed_out, returncode=outcome.returncode)
@@ -459,12 +338,12 @@ class JobRunner:
                 # its ranks gave the job up after the case just settled: the next one did not run to its end
                 run_again(run, run.rest, f"the job ended when {self._group_name(run)} gave it up")
                 continue
-            began = run.has_begun(s.run_dir, tp)
+            began = run.has_begun(s.run_dir)
             key = (case.key, run.group)
             if run in culprits or (began and self.cut_short.get(key, 0) >= 1):
                 # the group's own fault, or cut short a second time: judged as it stands
                 started = run.started if run.started is not None else self.job_started_monotonic
-                self._report(case, world, tp, run, run.results(s.run_dir, world, tp), end,
+                self._report(case, run, run.results(s.run_dir), end,
                              time.monotonic() - started, cut_by="" if run in culprits else blamed)
                 run_again(run, later, f"the job ended when {blamed} failed, before this case began")
                 continue
@@ -477,13 +356,12 @@ class JobRunner:
         order = [p.case.key for p in pending]
         return [Pending(again[k][0], tuple(again[k][1:])) for k in order if k in again]
 
-    def _failed_itself(self, run: GroupRun, world: int, tp: int) -> bool:
+    def _failed_itself(self, run: GroupRun) -> bool:
         """Whether the group's own ranks ended its case: an error result, or a rank the records blame."""
         s = self.settings
-        case = run.current
-        if any(r.get("status") == "error" for r in run.results(s.run_dir, world, tp).values()):
+        if any(r.failed for r in run.results(s.run_dir).values()):
             return True
-        progress = records.read_group_progress(s.run_dir, case.family, case.name, tp, run.group, world)
+        progress = records.read_group_progress(s.run_dir, run.case_id())
         return diagnose(progress).rank is not None
 
     def _group_name(self, run: GroupRun) -> str:
@@ -499,24 +377,24 @@ class JobRunner:
                           detail=f"not run: {why}; with several nodes a job is never run again (every node "
                                  f"must start the same jobs in the same order)")
 
-    def _report(self, case: Case, world: int, tp: int, run: GroupRun, results: dict, end: records.CaseEnd,
+    def _report(self, case: Case, run: GroupRun, results: dict[int, RankResult], end: records.CaseEnd,
                 time_s: float, cut_by: str = "") -> None:
         """Judge one group's case and hand the verdict (and its stored-bits check) to the report."""
         s = self.settings
+        case_id = run.case_id(case)
         diagnosis = None
-        if not end.completed or any(r.get("status") == "error" for r in results.values()):
-            progress = records.read_group_progress(s.run_dir, case.family, case.name, tp, run.group, world)
-            directory = case_dir(s.run_dir, case.family, case.name, tp, run.group)
-            diagnosis = diagnose(progress, kernel_records=kernel_diag_records(directory),
+        if not end.completed or any(r.failed for r in results.values()):
+            progress = records.read_group_progress(s.run_dir, case_id)
+            diagnosis = diagnose(progress, kernel_records=kernel_diag_records(case_id.directory(s.run_dir)),
                                  stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
-                                 logs=self._rank_logs(world, tp, run.group),
+                                 logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
             if cut_by:
                 diagnosis.text = f"cut short when {cut_by} failed; {diagnosis.text}"
-        stored = (results.get(0) or {}).get("store")
+        stored = results[0].store if 0 in results else None
         if stored:
-            self.on_result(store_result(case, tp, stored))
-        verdict = judge(case.in_group(run.group), world=tp, launcher=s.launcher, impl=s.impl, group=run.group,
+            self.on_result(store_result(case, case_id.tp, stored))
+        verdict = judge(case.in_group(run.group), world=case_id.tp, launcher=s.launcher, impl=s.impl, group=run.group,
                         results=results, end=end, diagnosis=diagnosis, time_s=time_s)
         self.verdict_times.append({"case": case.key, "group": run.group, "status": verdict.status, "at": time.time(),
                                    "expired": run.expired})
@@ -532,13 +410,13 @@ class JobRunner:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")
 
-    def _rank_logs(self, world: int, tp: int, group: int | None) -> dict[int, Path]:
+    def _rank_logs(self, case: CaseId) -> dict[int, Path]:
         """Each group rank's log in the current job: torchrun's per-rank ``stderr.log`` (this node's ranks), or the virtual job's log."""
         s = self.settings
-        ranks = records.group_ranks(world, tp, group)
+        ranks = case.ranks()
         if s.launcher == "virtual":
             return {g_rank: job_log(s, self.job_index) for g_rank in range(len(ranks))}
-        local = s.rendezvous.local_ranks(world)
+        local = s.rendezvous.local_ranks(case.world)
         logs = {}
         for g_rank, rank in enumerate(ranks):
             path = torchrun_rank_log(job_log_dir(s, self.job_index), rank - local.start) if rank in local else None
@@ -560,6 +438,71 @@ def job_env(s: JobSettings, world: int) -> dict:
     return env
 
 
+class _JobWatch:
+    """A job while it runs: settles each group's finished cases and says when a group's (or the job's) time is up."""
+
+    def __init__(self, runner: JobRunner, runs: list[GroupRun], world: int, tp: int, clock: JobClock,
+                 nodes_done: NodesDone | None) -> None:
+        self.runner, self.runs, self.world, self.tp = runner, runs, world, tp
+        self.clock, self.nodes_done = clock, nodes_done
+
+    def settle_completed(self) -> None:
+        """Judge and report, group by group, every leading case whose ranks on this node have all written results."""
+        runner, run_dir = self.runner, self.runner.settings.run_dir
+        now = time.monotonic()
+        for run in self.runs:
+            while run.current is not None and run.complete(run_dir):
+                results = run.results(run_dir)
+                started = run.started if run.started is not None else runner.job_started_monotonic
+                self.clock.case_began(run.started if run.started is not None else now)
+                runner._report(run.current, run, results, records.CaseEnd(True), now - started)
+                run.abandoned = any(r.abandon for r in results.values())
+                run.advance(now)
+
+    def expired(self) -> bool:
+        """Settle finished cases; True when a group's case has run out of time (or every case is settled and
+        the agent has waited for the other nodes' agents as long as any of them may still run)."""
+        s, clock = self.runner.settings, self.clock
+        self.settle_completed()
+        now = time.monotonic()
+        since_poll = clock.poll(now)
+        live = [run for run in self.runs if run.current is not None]
+        if not live:
+            return self.agent_may_go(now)
+        referencing = False
+        for run in live:
+            why, on_reference = run.time_up(s.run_dir, now=now, since_poll=since_poll,
+                                            job_started=clock.job_started, startup_s=s.startup_s,
+                                            per_launch_s=s.per_launch_s, case_allowance_s=s.case_allowance_s)
+            referencing = referencing or on_reference
+            if run.started is not None:
+                clock.case_began(run.started)
+            run.expired = run.expired or why
+        if referencing:
+            clock.paused += since_poll
+        if clock.out_of_budget(now):
+            for run in live:
+                run.expired = run.expired or f"the job's {clock.cap:g} s budget ran out"
+        return any(run.expired for run in live)
+
+    def agent_may_go(self, now: float) -> bool:
+        """With every case here settled: whether this node's torchrun agent may be ended.
+
+        It waits (up to 300 s) in torchrun's exit barrier for every other
+        node's agent, and the one holding the rendezvous store must outlive
+        them: so not before every node has said it is done (and a grace
+        period to leave by itself has passed), or no node's case may run any
+        longer."""
+        clock = self.clock
+        if self.nodes_done is not None:
+            self.nodes_done.mark()
+            if clock.all_done_at is None and self.nodes_done.all_done():
+                clock.all_done_at = now
+        if clock.all_done_at is not None and now - clock.all_done_at > self.runner.settings.grace_s:
+            return True
+        return now > clock.others_done_by()
+
+
 def job_log_dir(settings: JobSettings, job_index: int) -> Path:
     """The directory of one job's per-rank logs (torchrun's ``--log-dir``)."""
     return settings.run_dir / "logs" / f"job{job_index}{settings.rendezvous.node_suffix}"
@@ -578,7 +521,7 @@ def job_log(settings: JobSettings, job_index: int) -> Path:
 
 def _ranks_time(results: dict) -> float:
     """The longest time a rank of a case measured for itself (seconds; 0.0 when no rank reported one)."""
-    return max((float(r.get("time_s", 0.0)) for group in results.values() for r in group.values()), default=0.0)
+    return max((float(r.time_s) for group in results.values() for r in group.values()), default=0.0)
 
 
 def store_result(case: Case, tp: int, stored: dict) -> CaseResult:

@@ -2,8 +2,10 @@
 
 The worker writes, per case and group, ``cases/<family>.<name>/w<tp>[.g<g>]/``
 with ``rank<k>.result.json`` and ``rank<k>.progress.jsonl`` (``k`` the
-global rank). This module reads them back keyed by *group* rank (the rank
-numbering scenarios use) and says whether a group is complete.
+global rank; ``harness.case_files``). This module reads them back for one
+``CaseId`` keyed by *group* rank (the rank numbering scenarios use), the
+results as ``harness.rank_result.RankResult``, and says whether a group is
+complete.
 
 The job runner polls these files several times a second while a job runs,
 so a poll reads only the ranks it names (``ranks``: the group's ranks on
@@ -19,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from harness.case_files import CaseId, case_dir, result_path
 from harness.progress import progress_path, read_progress
-from harness.worker import case_dir, result_path
+from harness.rank_result import RankResult
 
 
 @dataclass
@@ -32,35 +35,25 @@ class CaseEnd:
     returncode: int | None = None
 
 
-def group_ranks(world: int, tp: int, group: int | None) -> list[int]:
-    """The global ranks of a TP group (all ranks when there are no groups)."""
-    first = (group or 0) * tp
-    return list(range(first, first + (tp if group is not None else world)))
-
-
-def read_results(run_dir: str | Path, family: str, name: str, tp: int, group: int | None, world: int,
-                 ranks: Iterable[int] | None = None) -> dict[int, dict]:
+def read_results(run_dir: str | Path, case: CaseId, ranks: Iterable[int] | None = None) -> dict[int, RankResult]:
     """The result files present for the group's ``ranks`` (global; default every rank of the group), keyed by group rank."""
-    directory = case_dir(run_dir, family, name, tp, group)
+    directory = case.directory(run_dir)
     wanted = None if ranks is None else set(ranks)
-    out: dict[int, dict] = {}
-    for g_rank, rank in enumerate(group_ranks(world, tp, group)):
+    out: dict[int, RankResult] = {}
+    for g_rank, rank in enumerate(case.ranks()):
         if wanted is not None and rank not in wanted:
             continue
-        path = result_path(directory, rank)
         try:
-            out[g_rank] = json.loads(path.read_text(encoding="utf-8"))
+            out[g_rank] = RankResult.read(result_path(directory, rank))
         except (FileNotFoundError, json.JSONDecodeError):
             continue
     return out
 
 
-def read_group_progress(run_dir: str | Path, family: str, name: str, tp: int, group: int | None,
-                        world: int) -> dict[int, list[dict]]:
+def read_group_progress(run_dir: str | Path, case: CaseId) -> dict[int, list[dict]]:
     """Every group rank's progress records."""
-    directory = case_dir(run_dir, family, name, tp, group)
-    return {g_rank: read_progress(progress_path(directory, rank))
-            for g_rank, rank in enumerate(group_ranks(world, tp, group))}
+    directory = case.directory(run_dir)
+    return {g_rank: read_progress(progress_path(directory, rank)) for g_rank, rank in enumerate(case.ranks())}
 
 
 def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int | None], ranks) -> int:
@@ -90,10 +83,9 @@ def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int
     return removed
 
 
-def case_started(run_dir: str | Path, family: str, name: str, tp: int, group: int | None,
-                 ranks: Iterable[int]) -> bool:
+def case_started(run_dir: str | Path, case: CaseId, ranks: Iterable[int]) -> bool:
     """Whether any of the group's ``ranks`` (global) has written a progress record of the case."""
-    directory = case_dir(run_dir, family, name, tp, group)
+    directory = case.directory(run_dir)
     return any(progress_path(directory, rank).exists() for rank in ranks)
 
 
@@ -106,12 +98,11 @@ class Activity:
     referencing: bool = False
 
 
-def latest_activity(run_dir: str | Path, family: str, name: str, tp: int, group: int | None,
-                    ranks: Iterable[int]) -> Activity:
+def latest_activity(run_dir: str | Path, case: CaseId, ranks: Iterable[int]) -> Activity:
     """Wall time of the newest progress record (or heartbeat) of the group's ``ranks`` in the case, whether any
     of them has begun a launch, and whether any one's last record is ``reference`` (computing or awaiting a reference)."""
     act = Activity()
-    directory = case_dir(run_dir, family, name, tp, group)
+    directory = case.directory(run_dir)
     for rank in ranks:
         path = progress_path(directory, rank)
         try:

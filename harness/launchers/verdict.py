@@ -32,6 +32,7 @@ from typing import Mapping
 from harness.evidence import short_frame
 from harness.launchers.records import CaseEnd
 from harness.phases import slowest
+from harness.rank_result import RankResult
 from harness.report import CaseResult
 from harness.watchdog import Diagnosis
 
@@ -39,11 +40,11 @@ from harness.watchdog import Diagnosis
 DETAIL_FRAMES = 4
 
 
-def _first_error(results: Mapping[int, dict]) -> tuple[int, dict] | None:
+def _first_error(results: Mapping[int, RankResult]) -> tuple[int, dict] | None:
     """The lowest rank's unexpected error, as (rank, error dict)."""
     for rank in sorted(results):
-        if results[rank].get("status") == "error":
-            return rank, results[rank]["error"]
+        if results[rank].failed:
+            return rank, results[rank].error
     return None
 
 
@@ -79,44 +80,44 @@ def _names_expected(diagnosis: Diagnosis | None, want: dict | None) -> bool:
             and diagnosis.launch == want["launch"])
 
 
-def _expected_error_rank(results: Mapping[int, dict], want: dict | None) -> int | None:
+def _expected_error_rank(results: Mapping[int, RankResult], want: dict | None) -> int | None:
     """The rank whose recorded error is the expected one (the named rank only, when one is named)."""
     if not want:
         return None
     ranks = [want["rank"]] if want.get("rank") is not None else sorted(results)
     for rank in ranks:
         res = results.get(rank)
-        if res is not None and res.get("status") == "error" and _error_matches(res["error"], want):
+        if res is not None and res.failed and _error_matches(res.error, want):
             return rank
     return None
 
 
-def _bits_verdict(results: Mapping[int, dict], world: int) -> tuple[str, str, int, list, int]:
+def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, str, int, list, int]:
     """(status, detail, mismatch count, first mismatches, max ulps) of completed golden results."""
     count, first, max_ulps = 0, [], 0
     problems = []
     for rank in sorted(results):
         res = results[rank]
-        comp = res.get("comparison") or {}
+        comp = res.comparison or {}
         count += int(comp.get("mismatch_count", 0))
         max_ulps = max(max_ulps, int(comp.get("max_ulps", 0)))
         first.extend(comp.get("first", [])[: max(0, 8 - len(first))])
-        for r in res.get("refused", []):
+        for r in res.refused:
             if not r["matched"]:
                 problems.append(f"rank {rank} launch {r['launch']}: refused with {r['type']}: {r['message'][:200]} "
                                 f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
             elif not r["state_unchanged"]:
                 problems.append(f"rank {rank} launch {r['launch']}: refused but state changed "
                                 f"{r['state_before']} -> {r['state_after']}")
-        for r in res.get("not_refused", []):
+        for r in res.not_refused:
             problems.append(f"rank {rank} launch {r['launch']}: accepted a bad input "
                             f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
     if problems:
         return "fail", "; ".join(problems), count, first, max_ulps
     if count:
         return "fail", f"{count} mismatching elements", count, first, max_ulps
-    launches = max((r.get("launches_done", 0) for r in results.values()), default=0)
-    refused = sum(len(r.get("refused", [])) for r in results.values())
+    launches = max((r.launches_done for r in results.values()), default=0)
+    refused = sum(len(r.refused) for r in results.values())
     detail = f"bits equal over {launches} launches on {len(results)} ranks"
     if len(results) < world:
         detail += f" (the {len(results)} of {world} ranks whose results this node holds)"
@@ -130,9 +131,9 @@ def _bits_verdict(results: Mapping[int, dict], world: int) -> tuple[str, str, in
     return "pass", detail, 0, first, max_ulps
 
 
-def _graph_note(results: Mapping[int, dict]) -> str:
+def _graph_note(results: Mapping[int, RankResult]) -> str:
     """How the ranks ran a graph scenario's launches ('' when the scenario captures none)."""
-    notes = [r.get("graph") for r in results.values() if r.get("graph")]
+    notes = [r.graph for r in results.values() if r.graph]
     if not notes:
         return ""
     note = notes[0]
@@ -151,17 +152,17 @@ def _describe_mismatch(m: dict) -> str:
             f"expected {m['expected_hex']} ({m['expected']})")
 
 
-def judge(case, *, world: int, launcher: str, impl: str, group: int | None, results: Mapping[int, dict],
+def judge(case, *, world: int, launcher: str, impl: str, group: int | None, results: Mapping[int, RankResult],
           end: CaseEnd, diagnosis: Diagnosis | None, time_s: float) -> CaseResult:
     """The verdict of one case in one TP group (ranks keyed by group rank)."""
     base = dict(family=case.family, scenario=case.name, world=world, launcher=launcher, impl=impl,
                 expected=case.expected_text, group=group, time_s=time_s,
                 diagnosis=diagnosis.to_json() if diagnosis else None,
-                phases=slowest(r.get("phases") for r in results.values()),
-                facts=next((r["facts"] for r in results.values() if r.get("facts")), None))
-    unavailable = [r for r in results.values() if r.get("status") == "not-available"]
+                phases=slowest(r.phases for r in results.values()),
+                facts=next((r.facts for r in results.values() if r.facts), None))
+    unavailable = [r for r in results.values() if r.status == "not-available"]
     if unavailable:
-        return CaseResult(status="not-available", detail=unavailable[0]["error"]["message"], **base)
+        return CaseResult(status="not-available", detail=unavailable[0].error["message"], **base)
     outcomes = case.outcomes
     verdicts: list[tuple[str, str]] = []
     if not end.completed:
@@ -170,9 +171,9 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
         if ended and diagnosis.rank is not None and diagnosis.rank not in results:
             # a rank that ended without a result (exit, signal) is an error of that rank
             results = dict(results)
-            results[diagnosis.rank] = {"status": "error", "error": {
+            results[diagnosis.rank] = RankResult(status="error", error={
                 "type": "RuntimeError", "types": ["RuntimeError", "Exception"], "phase": "exit",
-                "message": f"rank {diagnosis.rank} ended without a result (exit code {end.returncode}): {what}"}}
+                "message": f"rank {diagnosis.rank} ended without a result (exit code {end.returncode}): {what}"})
         cause = "timed out" if end.timed_out else f"ended early (exit code {end.returncode})"
         if "timeout" in outcomes and case.expect_timeout and diagnosis is not None:
             want = case.expect_timeout
@@ -182,7 +183,7 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
         err = _first_error(results)
         hit = _expected_error_rank(results, case.expect_error) if "error" in outcomes else None
         if hit is not None:
-            e = results[hit]["error"]
+            e = results[hit].error
             return CaseResult(status="pass", detail=f"rank {hit}: {e['type']} as expected: {e['message'][:200]}",
                               **base)
         if verdicts:
@@ -193,7 +194,7 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
         status = "timeout" if end.timed_out else "error"
         return CaseResult(status=status, detail=f"{cause}: {what}", **base)
     if "error" in outcomes:
-        raised = {r: res["error"] for r, res in results.items() if res.get("status") == "error"}
+        raised = {r: res.error for r, res in results.items() if res.failed}
         hit = _expected_error_rank(results, case.expect_error)
         if hit is not None:
             e = raised[hit]

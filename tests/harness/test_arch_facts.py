@@ -25,7 +25,8 @@ from golden.comm import ThreadWorld
 from golden.gumbel import draft_hash, draft_uniform, noised_scores
 from golden.markov_fused import logit_transform
 from golden.markov_sharded import BIAS_FUNCTIONS, hopper_mma_bias
-from harness import arch_facts, cli, probe, probe_fp32, probe_mma, worker
+from harness.rank_result import RankResult
+from harness import arch_facts, case_run, cli, probe, probe_fp32, probe_mma
 from harness.families import NotAvailable, adapter
 from harness.report import CaseResult, junit_xml
 
@@ -61,13 +62,13 @@ expect: {outcome: golden}
 """
 
 
-def run_one_rank(run_dir: Path) -> dict:
+def run_one_rank(run_dir: Path) -> RankResult:
     """The worker's result of a one-launch markov_sharded case at world 1 on the golden implementation."""
     path = run_dir / "scenarios" / "markov_sharded" / "tiny.yaml"
     path.parent.mkdir(parents=True)
     path.write_text(TINY_SCENARIO)
     spec = {"family": "markov_sharded", "name": "tiny", "path": str(path)}
-    return ThreadWorld(1, timeout_s=120).run(lambda comm: worker.run_case(
+    return ThreadWorld(1, timeout_s=120).run(lambda comm: case_run.run_case(
         spec, rank=0, group_rank=0, tp=1, group=None, impl="golden", run_dir=str(run_dir),
         make_handle=lambda fam: comm))[0]
 
@@ -112,17 +113,17 @@ def test_mocked_sm100_makes_the_cases_needing_facts_not_available(gpu, tmp_path)
             adapter(family).golden_config({})  # never a silent fallback to sm_90's facts
     adapter("allreduce_mhc").check_available("golden")  # needs no facts: unaffected
     result = run_one_rank(tmp_path)
-    assert result["status"] == "not-available", result
-    assert "sm_100" in result["error"]["message"] and golden_arch.PROBE_COMMAND in result["error"]["message"]
+    assert result.status == "not-available", result
+    assert "sm_100" in result.error["message"] and golden_arch.PROBE_COMMAND in result.error["message"]
 
 
 def test_a_case_records_the_facts_file_it_used(gpu, tmp_path):
     gpu((9, 0))
     result = run_one_rank(tmp_path)
-    assert result["status"] == "ok" and result["comparison"]["mismatch_count"] == 0, result
-    assert result["facts"] == "golden/data/arch/sm_90.json"
+    assert result.status == "ok" and result.comparison["mismatch_count"] == 0, result
+    assert result.facts == "golden/data/arch/sm_90.json"
     case = CaseResult(family="markov_sharded", scenario="basic", world=1, launcher="cpu", status="pass",
-                      facts=result["facts"])
+                      facts=result.facts)
     assert '<property name="facts" value="golden/data/arch/sm_90.json"' in junit_xml([case], suite="s", header="h")
     assert adapter("allreduce_mhc").arch_facts == {} and arch_facts.facts_file({}) is None
 
@@ -176,7 +177,7 @@ def test_a_corrupt_facts_file_makes_the_case_an_error_not_a_fallback(gpu, tmp_pa
     path.write_text("{")
     monkeypatch.setattr(golden_arch, "DATA_DIR", data)
     result = run_one_rank(tmp_path / "run")
-    assert result["status"] == "error" and str(path) in result["error"]["message"], result
+    assert result.status == "error" and str(path) in result.error["message"], result
 
 
 def test_the_stored_sm90_facts_are_canonical_and_hold_todays_data():

@@ -124,3 +124,13 @@ def test_sharded_reference_uses_the_measured_reciprocals():
         gms.reference(static, config, inputs, params)
     out = adapter("markov_sharded").reference(static, config, inputs, params)
     assert set(out) >= {"draft_tokens", "logits_cache"}
+
+
+def test_every_adapter_agrees_with_the_family_registry():
+    """golden.families is the one list of families; each adapter's TP key is the registry's."""
+    from golden.families import FAMILIES, facts
+    from harness.families import adapter
+
+    for family in FAMILIES:
+        assert adapter(family).family == family
+        assert adapter(family).tp_key == facts(family).tp_key, family

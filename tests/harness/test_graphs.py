@@ -18,7 +18,8 @@ import torch
 from harness import graphs as graphs_mod
 from harness.graphs import GraphLaunches, capture_problem
 from harness.launchers.verdict import _graph_note
-from harness.worker import _graph_launches
+from harness.case_run import _graph_launches
+from harness.rank_result import RankResult
 
 
 class ReplayByCalling:
@@ -130,8 +131,8 @@ def test_worker_captures_only_kernel_systems_that_can_be(cpu_graphs):
 
 
 def test_the_verdict_says_how_graphs_ran():
-    captured = {0: {"graph": {"mode": "captured", "labels": ["a", "b"], "replays": 4}},
-                1: {"graph": {"mode": "captured", "labels": ["a", "b"], "replays": 4}}}
+    captured = {0: RankResult(graph={"mode": "captured", "labels": ["a", "b"], "replays": 4}),
+                1: RankResult(graph={"mode": "captured", "labels": ["a", "b"], "replays": 4})}
     assert _graph_note(captured) == "CUDA graphs captured (2 labels), 8 replays over the ranks"
-    assert _graph_note({0: {"graph": {"mode": "eager", "reason": "why"}}}) == "graphs not captured: why"
-    assert _graph_note({0: {}}) == ""
+    assert _graph_note({0: RankResult(graph={"mode": "eager", "reason": "why"})}) == "graphs not captured: why"
+    assert _graph_note({0: RankResult()}) == ""

@@ -20,14 +20,14 @@ import time
 
 from harness.families.catalog import Case
 from harness.launchers.jobs import JobRunner, JobSequence, JobSettings
-from harness.worker import runs_in_group
+from harness.case_files import runs_in_group
 
 WORLD, TP = 4, 2
 
 WORKER = textwrap.dedent('''
     import json, os, sys, time
     from harness.progress import ProgressWriter
-    from harness.worker import case_dir, result_path, runs_in_group
+    from harness.case_files import case_dir, result_path, runs_in_group
     job = json.load(open(sys.argv[1]))
     tp, world = job["tp"], 4
 
@@ -134,15 +134,16 @@ def test_a_node_polls_only_its_own_ranks_files_of_a_group(tmp_path):
     """On a run directory shared by the nodes, the other node's ranks of a group are not this node's to poll."""
     from harness.launchers import records
     from harness.progress import ProgressWriter
-    from harness.worker import case_dir, result_path
+    from harness.case_files import CaseId, case_dir, result_path
 
     directory = case_dir(tmp_path, "markov_sharded", "basic", 4, None)
     for rank in (2, 3):  # written by the other node
         ProgressWriter(directory, rank).begin(0, {"rows": 2}, {"launches": 0})
         result_path(directory, rank).write_text('{"status": "ok"}')
     mine = (0, 1)
-    assert not records.case_started(tmp_path, "markov_sharded", "basic", 4, None, mine)
-    activity = records.latest_activity(tmp_path, "markov_sharded", "basic", 4, None, mine)
+    case = CaseId("markov_sharded", "basic", 4, None, 4)
+    assert not records.case_started(tmp_path, case, mine)
+    activity = records.latest_activity(tmp_path, case, mine)
     assert (activity.newest, activity.begun) == (None, False)
-    assert records.read_results(tmp_path, "markov_sharded", "basic", 4, None, 4, mine) == {}
-    assert sorted(records.read_results(tmp_path, "markov_sharded", "basic", 4, None, 4)) == [2, 3]
+    assert records.read_results(tmp_path, case, mine) == {}
+    assert sorted(records.read_results(tmp_path, case)) == [2, 3]

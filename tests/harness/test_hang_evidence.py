@@ -9,7 +9,7 @@ process tests run the injected hang of tests/harness/scenarios (rank 1
 hangs before launch 1, at world 2) with the cpu launcher (torchrun + gloo,
 a process per rank) and with the virtual launcher (ranks as threads of one
 process), and check that the report's diagnosis carries rank 1's stack with
-``_sleep_forever`` (the injected hang's frame in harness/worker.py), the
+``_sleep_forever`` (the injected hang's frame in harness/rank_faults.py), the
 other rank's without it, and each rank's log path (files that exist).
 """
 

@@ -9,7 +9,7 @@ unanswered (False), quickly, without raising.
 
 import time
 
-from harness.launchers.jobs import Rendezvous
+from harness.launchers.rendezvous import Rendezvous
 from harness.launchers.job_store import CONNECT_TIMEOUT_S, HeldStore, HeldStores, NodesDone
 from harness.scale.nightly import free_ports
 

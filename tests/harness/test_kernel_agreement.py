@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from golden.comm import ThreadWorld
-from harness import worker
+from harness import case_run
 from harness.families import FamilyAdapter, adapter
 from scenarios.loader import get
 
@@ -29,7 +29,7 @@ class GoldenAsKernel(FamilyAdapter):
         return self.golden_system(world_handle, static, config)
 
 
-def run_world(scenario_name: str, world: int, impl: str, run_dir, monkeypatch) -> list[dict]:
+def run_world(scenario_name: str, world: int, impl: str, run_dir, monkeypatch) -> list:
     """Every rank's result of one case run by ``world`` rank threads with implementation ``impl``."""
     scenario = get(scenario_name)
     fam = adapter(scenario.family)
@@ -38,7 +38,7 @@ def run_world(scenario_name: str, world: int, impl: str, run_dir, monkeypatch) -
     spec = {"family": scenario.family, "name": scenario.name, "path": scenario.source}
 
     def body(comm):
-        return worker.run_case(spec, rank=comm.rank, group_rank=comm.rank, tp=world, group=None, impl=impl,
+        return case_run.run_case(spec, rank=comm.rank, group_rank=comm.rank, tp=world, group=None, impl=impl,
                                run_dir=str(run_dir), make_handle=lambda f, c=comm: c)
 
     return ThreadWorld(world, timeout_s=60).run(body)
@@ -47,15 +47,15 @@ def run_world(scenario_name: str, world: int, impl: str, run_dir, monkeypatch) -
 def test_a_disagreement_the_kernels_complete_is_named_after_the_launch(tmp_path, monkeypatch):
     results = run_world("markov_sharded/rank_disagree", 2, "kernel", tmp_path, monkeypatch)
     for rank, result in enumerate(results):
-        assert result["status"] == "error", result
-        assert result["error"]["type"] == "CallDisagreement"
-        message = result["error"]["message"]
+        assert result.status == "error", result
+        assert result.error["type"] == "CallDisagreement"
+        message = result.error["message"]
         assert "rank 1" in message and "query_per_row" in message, message
-        assert result["launches_done"] == 1  # launch 0 agreed; launch 1 completed, then was named
+        assert result.launches_done == 1  # launch 0 agreed; launch 1 completed, then was named
 
 
 def test_agreeing_ranks_pass_the_check(tmp_path, monkeypatch):
     results = run_world("markov_sharded/basic", 2, "kernel", tmp_path, monkeypatch)
     for result in results:
-        assert result["status"] == "ok", result
-        assert result["comparison"]["mismatch_count"] == 0
+        assert result.status == "ok", result
+        assert result.comparison["mismatch_count"] == 0

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import pytest
 
 from harness.cli import main
-from harness.launchers.jobs import Rendezvous
+from harness.launchers.rendezvous import Rendezvous
 from harness.merge_reports import run_merge
 from harness.report import CaseResult, Report
 from harness.validate import ValidateRequest, plan_worlds

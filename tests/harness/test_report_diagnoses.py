@@ -11,7 +11,7 @@ import io
 import json
 import xml.etree.ElementTree as ET
 
-from harness.launchers.jobs import Rendezvous
+from harness.launchers.rendezvous import Rendezvous
 from harness.merge_reports import run_merge
 from harness.report import CaseResult, Report, diagnoses
 from harness.watchdog import Diagnosis

@@ -6,7 +6,7 @@ import sys
 import time
 
 from harness.progress import ProgressWriter, read_all_progress, read_progress
-from harness.watchdog import Supervised, deadline_s, diagnose, group_alive, processes_with_token
+from harness.watchdog import Supervised, diagnose, group_alive, processes_with_token
 
 
 def records(*events):
@@ -55,10 +55,6 @@ def test_diagnose_uses_kernel_records_when_progress_agrees():
     progress = {0: records(("begin", 0)), 1: records(("begin", 0))}
     d = diagnose(progress, kernel_records=[{"awaited_rank": 1, "step": 3}])
     assert (d.rank, d.step) == (1, 3)
-
-
-def test_deadline_budget():
-    assert deadline_s(4, 2.5, 10) == 20.0
 
 
 CHILD = r"""

@@ -26,34 +26,15 @@ class DiagTrapProbe:
         self.writer_thread = writer_thread
 
     @cute.jit
-    def __call__(
-        self,
-        record: Int64,
-        flag: Int64,
-        rank: Int32,
-        launch: Int32,
-        step: Int32,
-        awaited_rank: Int32,
-        expected: Uint32,
-        timeout_ns: Int64,
-        stream: cuda.CUstream,
-    ):
+    def __call__(self, record: Int64, flag: Int64, rank: Int32, launch: Int32, step: Int32, awaited_rank: Int32,
+                 expected: Uint32, timeout_ns: Int64, stream: cuda.CUstream):
         self.kernel(record, flag, rank, launch, step, awaited_rank, expected, timeout_ns).launch(
             grid=(2, 1, 1), block=(64, 1, 1), stream=stream
         )
 
     @cute.kernel
-    def kernel(
-        self,
-        record: Int64,
-        flag: Int64,
-        rank: Int32,
-        launch: Int32,
-        step: Int32,
-        awaited_rank: Int32,
-        expected: Uint32,
-        timeout_ns: Int64,
-    ):
+    def kernel(self, record: Int64, flag: Int64, rank: Int32, launch: Int32, step: Int32, awaited_rank: Int32,
+               expected: Uint32, timeout_ns: Int64):
         tid, _, _ = cute.arch.thread_idx()
         bid, _, _ = cute.arch.block_idx()
         if tid == self.writer_thread and bid == self.writer_block:
@@ -72,16 +53,5 @@ class DiagTrapProbe:
 
 def compile_probe(probe: DiagTrapProbe, *, keep_ptx: bool = False):
     """Compile ``probe`` with placeholder arguments (no GPU needed with CUTE_DSL_ARCH set)."""
-    return cute.compile(
-        probe,
-        Int64(0),
-        Int64(0),
-        Int32(0),
-        Int32(0),
-        Int32(0),
-        Int32(0),
-        Uint32(0),
-        Int64(0),
-        cute.runtime.make_fake_stream(),
-        options="--keep-ptx" if keep_ptx else None,
-    )
+    return cute.compile(probe, Int64(0), Int64(0), Int32(0), Int32(0), Int32(0), Int32(0), Uint32(0), Int64(0),
+                        cute.runtime.make_fake_stream(), options="--keep-ptx" if keep_ptx else None)

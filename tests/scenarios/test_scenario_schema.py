@@ -188,32 +188,28 @@ def test_file_stem_must_be_the_name(tmp_path):
         load(path)
 
 
+def _write_text(tmp_path: Path, family: str, file_name: str, text: str) -> Path:
+    """Write ``text`` as ``<tmp_path>/<family>/<file_name>`` and return its path."""
+    folder = tmp_path / family
+    folder.mkdir(exist_ok=True)
+    path = folder / file_name
+    path.write_text(text)
+    return path
+
+
 def test_directory_must_be_the_family(tmp_path):
-    folder = tmp_path / "markov_sharded"
-    folder.mkdir()
-    path = folder / "pad.yaml"
-    path.write_text(yaml.safe_dump(FUSED))
+    path = _write_text(tmp_path, "markov_sharded", "pad.yaml", yaml.safe_dump(FUSED))
     with pytest.raises(ScenarioError, match=r"pad.yaml: family: file is under scenarios/markov_sharded/"):
         load(path)
 
 
-def test_not_yaml_and_not_a_mapping(tmp_path):
-    folder = tmp_path / "markov_fused"
-    folder.mkdir()
-    (folder / "a.yaml").write_text("name: [unclosed\n")
-    with pytest.raises(ScenarioError, match="a.yaml: not valid YAML"):
-        load(folder / "a.yaml")
-    (folder / "b.yaml").write_text("- 1\n- 2\n")
-    with pytest.raises(ScenarioError, match="b.yaml: : expected a mapping"):
-        load(folder / "b.yaml")
-
-
-def test_python_tags_are_refused(tmp_path):
-    folder = tmp_path / "markov_fused"
-    folder.mkdir()
-    (folder / "evil.yaml").write_text("name: !!python/object/apply:os.system ['true']\n")
-    with pytest.raises(ScenarioError, match="not valid YAML"):
-        load(folder / "evil.yaml")
+def test_not_yaml_not_a_mapping_and_python_tags_are_refused(tmp_path):
+    for file_name, text, message in (("a.yaml", "name: [unclosed\n", "a.yaml: not valid YAML"),
+                                     ("b.yaml", "- 1\n- 2\n", "b.yaml: : expected a mapping"),
+                                     ("evil.yaml", "name: !!python/object/apply:os.system ['true']\n",
+                                      "evil.yaml: not valid YAML")):
+        with pytest.raises(ScenarioError, match=message):
+            load(_write_text(tmp_path, "markov_fused", file_name, text))
 
 
 def test_duplicate_names_rejected(tmp_path):

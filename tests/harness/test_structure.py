@@ -1,0 +1,71 @@
+"""The harness's shape, checked: short functions, a small worker, and a launcher side that imports no rank side.
+
+Reads the sources with ``ast`` (nothing is imported): every function or
+method in ``harness/**/*.py`` spans at most ``MAX_FUNCTION_LINES`` lines
+(decorators to last line), ``harness/worker.py`` at most
+``MAX_WORKER_LINES``, and the launcher side (``harness/launchers/``,
+``harness/replay.py``, ``harness/validate.py``) imports none of the rank
+side's modules: what both need is in ``harness.case_files`` and
+``harness.rank_result``.
+"""
+
+import ast
+from pathlib import Path
+
+HARNESS = Path(__file__).resolve().parents[2] / "harness"
+MAX_FUNCTION_LINES = 80
+MAX_WORKER_LINES = 400
+RANK_SIDE = {"harness.worker", "harness.case_run", "harness.agreement", "harness.rank_faults",
+             "harness.golden_check"}
+LAUNCHER_SIDE = sorted((HARNESS / "launchers").glob("*.py")) + [HARNESS / "replay.py", HARNESS / "validate.py"]
+
+
+def function_lengths(path: Path) -> list[tuple[str, int]]:
+    """``(name:line, lines)`` of every function and method in ``path``, decorators included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            out.append((f"{node.name}:{node.lineno}", node.end_lineno - first + 1))
+    return out
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (``from a.b import c`` counts ``a.b`` and ``a.b.c``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return out
+
+
+def test_the_checks_can_fail(tmp_path):
+    long = tmp_path / "long.py"
+    long.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
+    assert function_lengths(long) == [("f:1", MAX_FUNCTION_LINES + 1)]
+    rank = tmp_path / "rank.py"
+    rank.write_text("from harness import worker\nfrom harness.case_run import run_case\n")
+    assert {"harness.worker", "harness.case_run"} <= imported_modules(rank)
+
+
+def test_no_harness_function_is_longer_than_80_lines():
+    too_long = [f"{path.relative_to(HARNESS.parent)}:{name} ({n} lines)"
+                for path in sorted(HARNESS.rglob("*.py")) for name, n in function_lengths(path)
+                if n > MAX_FUNCTION_LINES]
+    assert too_long == [], too_long
+
+
+def test_the_worker_is_at_most_400_lines():
+    lines = len((HARNESS / "worker.py").read_text(encoding="utf-8").splitlines())
+    assert lines <= MAX_WORKER_LINES, lines
+
+
+def test_the_launcher_side_imports_no_rank_side_module():
+    found = {str(path.relative_to(HARNESS.parent)): sorted(imported_modules(path) & RANK_SIDE)
+             for path in LAUNCHER_SIDE}
+    assert {k: v for k, v in found.items() if v} == {}
