@@ -17,12 +17,18 @@ Work queue: one JSON file per (scenario file, world) under
 (atomic: exactly one process gets it), so the processes share the queue
 without a coordinator. Each process runs under ``harness.watchdog.Supervised``
 (its own session, ended as a whole with the run or on an interrupt) and logs
-to ``<run>/logs/refpool<i>.log``.
+to ``<run>/logs/refpool<i>.log``. An item whose references are all stored
+leaves a marker ``<cache>/items/<digest>.json`` (its reference keys; the
+digest covers the golden code, the architecture, the scenario file and the
+world): a later run skips the item while every one of those files exists,
+and starts no process when nothing is left, so a warm run's CPU goes to its
+jobs.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -31,7 +37,8 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.arch_facts import ARCH_ENV, choose_arch
-from harness.refcache import ReferenceCache
+from harness.atomic import write_text_atomically
+from harness.refcache import ReferenceCache, code_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -68,6 +75,24 @@ def take(directory: Path) -> dict | None:
     return None
 
 
+def item_marker(item: dict, cache_dir: Path) -> Path:
+    """Where the pool notes that every reference of ``item`` is stored: keyed by the golden code, the architecture,
+    the scenario file's bytes and the world, so a changed scenario or golden is computed again."""
+    h = hashlib.sha256(f"{code_digest()}|{choose_arch().arch}|{item['world']}|".encode())
+    h.update(Path(item["path"]).read_bytes())
+    return Path(cache_dir) / "items" / f"{h.hexdigest()[:40]}.json"
+
+
+def already_stored(item: dict, cache_dir: Path) -> bool:
+    """Whether a past pool stored every reference of ``item`` and each file is still there (its digest is checked
+    when a rank loads it; a rank computes a missing or bad one itself)."""
+    try:
+        keys = json.loads(item_marker(item, cache_dir).read_text(encoding="utf-8"))["keys"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return all((Path(cache_dir) / key[:2] / f"{key}.safetensors").exists() for key in keys)
+
+
 def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
     """Store every reference of one (scenario, world) item in the cache; return (computed, already there)."""
     from harness.families import adapter, catalog  # noqa: PLC0415
@@ -77,15 +102,21 @@ def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
     static, config, calls = catalog.agreed_calls(scenario, int(item["world"]))
     config.update(fam.start_config(scenario.initial_state()))
     refs = ReferenceCache(cache_dir, scenario.family, fam.tp_key, fam.golden_config(config), static)
-    present = 0
+    present, keys, complete = 0, [], True
     for inputs, params in calls:
         key = refs.key(inputs, params)
+        keys.append(key)
         if refs.has(key):
             present += 1
             continue
         if refs.claimed(key):
+            complete = False
             continue  # another pool process computes it (the same reference at another world): the ranks wait
         refs.get(key, lambda inputs=inputs, params=params: fam.reference(static, config, inputs, params))
+    if complete:
+        marker = item_marker(item, cache_dir)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(marker, json.dumps({"keys": keys}))
     return refs.computed, present
 
 
@@ -112,7 +143,9 @@ class ReferencePool:
         self.queue_dir = run_dir / "refpool" / "queue"
         self.log_dir = run_dir / "logs"
         self.cache_dir = cache_dir
-        self.items = list(items)
+        # a warm cache: what a past pool stored needs no process of this one
+        self.items = [item for item in items if not already_stored(item, cache_dir)]
+        self.skipped = len(items) - len(self.items)
         self.processes = max(0, min(processes, len(self.items)))
         self.threads = max(1, threads)
         self.children: list = []
@@ -141,9 +174,10 @@ class ReferencePool:
     def describe(self) -> str:
         """One header line: how many references the pool precomputes, with how many processes."""
         if not self.processes:
-            return "# reference pool: off"
+            return "# reference pool: off" + (f" ({self.skipped} item(s) already stored)" if self.skipped else "")
         return (f"# reference pool: {len(self.items)} (case, world) item(s) precomputed by {self.processes} "
-                f"process(es) x {self.threads} thread(s) into {self.cache_dir}")
+                f"process(es) x {self.threads} thread(s) into {self.cache_dir}"
+                + (f"; {self.skipped} item(s) already stored" if self.skipped else ""))
 
     def join(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for every pool process to drain the queue and exit; True when all did."""

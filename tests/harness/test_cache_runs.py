@@ -71,3 +71,16 @@ def test_the_pool_computes_the_references_the_ranks_then_load(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     counts = reference_counts(tmp_path / "run")
     assert [c["computed"] for c in counts] == [0, 0] and all(c["loaded"] for c in counts)
+
+
+def test_a_warm_cache_needs_no_pool_process_until_a_reference_goes(tmp_path):
+    """What a past pool stored is skipped (no process started); a removed reference brings its item back."""
+    cache = tmp_path / "cache" / "references"
+    (case,) = [c for c in discover(SCENARIOS) if c.name == "tiny"]
+    items = queue_items([(2, [case])])
+    with ReferencePool(tmp_path / "first", cache, items, processes=1, threads=1) as first:
+        assert first.processes == 1 and first.join(120)
+    warm = ReferencePool(tmp_path / "second", cache, items, processes=1, threads=1)
+    assert (warm.processes, warm.skipped) == (0, 1) and "1 item(s) already stored" in warm.describe()
+    next(cache.rglob("*.safetensors")).unlink()
+    assert ReferencePool(tmp_path / "third", cache, items, processes=1, threads=1).processes == 1
