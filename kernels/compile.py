@@ -19,10 +19,11 @@ the kernel objects in it: a kernel object stays alive as long as its compiled
 function, because the DSL keys some tracing state by ``id()``, which a freed
 object's address could otherwise hand to the next kernel traced.
 
-Nothing may compile while the current CUDA stream captures a graph (a
-compile would run host work and module loads the graph cannot hold): a
-variant that is not cached by then raises ``CaptureError``, which names the
-variant and says what compiles it ahead of capture (``remedy``).
+Nothing compiles while the current CUDA stream captures a graph (a graph
+holds launches, not the host work of a compile, so every variant a captured
+call launches must exist before capture): a variant that is not cached by
+then raises ``CaptureError``, which names the variant and says what compiles
+it ahead of capture (``remedy``).
 Every compile's wall time goes to ``kernels.compile_clock``.
 
 ``preload`` (``kernels.loading``) loads a compiled function's code into the
