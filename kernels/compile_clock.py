@@ -1,8 +1,8 @@
 """Seconds this process has spent compiling kernels, for the harness's per-case phase times.
 
-Each kernel family compiles through ``cute.compile`` at its own call site,
-behind its own cache and lock. Wrapping each of those calls in
-``compiling()`` adds its wall time to one process-wide counter, and
+Every kernel family compiles through ``kernels.compile.compiled``, which
+wraps its one ``cute.compile`` call in ``compiling()``: that adds the
+compile's wall time to one process-wide counter.
 ``compile_seconds()`` reads it: the harness reads the counter before and
 after a block of work and attributes the difference to compilation, so a
 run can tell compile time from launch time without the families knowing

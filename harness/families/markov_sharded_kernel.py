@@ -20,7 +20,8 @@ from typing import Any, Mapping
 
 import torch
 
-from kernels.markov.sharded import ShardedMarkovSampler, _capturing
+from kernels.compile import capturing
+from kernels.markov.sharded import ShardedMarkovSampler
 from kernels.markov.sharded_checks import check_call, check_config
 
 SYSTEM_CLASS = "ShardedMarkovSystem"
@@ -59,7 +60,7 @@ class ShardedMarkovSystem:
     def launch(self, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None = None) -> dict:
         """One launch of the chain through the public API: ``{"draft_tokens" int64 [rows, steps], "logits_cache"}``
         (the cache, on the device, updated in place)."""
-        call = check_call(self.cfg, self.rank, self.device, call_inputs, call_params, _capturing())
+        call = check_call(self.cfg, self.rank, self.device, call_inputs, call_params, capturing())
         tokens = torch.empty((call.rows, self.cfg.steps), dtype=torch.int64, device=self.device)
         self.api(call.base_logits, call.input_ids, call.query_per_row, call.idx_mapping, call.temperature,
                  call.noise, call.logits_cache, tokens, call.rows)

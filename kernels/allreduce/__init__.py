@@ -2,8 +2,8 @@
 
 Modules: ``layout`` (buffer shapes, thread maps, constants), ``config``
 (argument validation), ``device`` (DSL building blocks), ``publish``,
-``owner_reduce`` and ``consumer`` (the three kernels), ``variants`` (compile
-cache and ``compile_variants`` for the compile gate), ``host``
+``owner_reduce`` and ``consumer`` (the three kernels), ``variants`` (compiles
+through ``kernels.compile``; ``compile_variants`` for the compile gate), ``host``
 (``AllReduceMHC``, the seed's public API: ``__call__`` and ``finalize``). The compile
 gate finds ``kernels.allreduce.variants.compile_variants``.
 Importing the package does not import CuTe DSL; the kernels are loaded on

@@ -1,11 +1,13 @@
-"""Compiled kernel variants: a process-wide cache keyed by configuration, and the compile gate.
+"""Compiled kernel variants of the all-reduce, and the compile gate's registry.
 
 Every kernel of this family takes raw 64-bit addresses and scalars, so a
 variant compiles from placeholders alone, without a GPU. The rank is a
 runtime argument: the virtual ranks of one process share every compiled
-variant. ``compiled(kernel, arch)`` compiles once per ``(kernel.key(), arch)``
-under a lock (virtual ranks construct concurrently) and refuses to compile
-while the current CUDA stream is being captured into a graph.
+variant. ``compiled(kernel, arch)`` adds ``--gpu-arch`` to the options and
+compiles through ``kernels.compile`` (the one process-wide cache and lock of
+every family, example arguments derived from the kernel's ``__call__``,
+``CaptureError`` instead of a compile while the current CUDA stream is being
+captured into a graph).
 
 ``preload`` (``kernels.loading``, re-exported here) loads a compiled
 variant into the current context at construction (no lazy load at launch).
@@ -16,67 +18,28 @@ variant into the current context at construction (no lazy load at launch).
 (LL and BT publish, plain and finalize, multicast and unicast fan-out; the
 owner reduce with both fan-outs; the consumer for LL and BT with plain,
 MXFP8 and residual-only outputs) at the seed's preset shape. A thunk goes
-through the same ``compiled`` cache as the host class, with the gate's
-options (which carry ``--gpu-arch``) passed through unchanged.
+through the same cache as the host class, with the gate's options (which
+carry ``--gpu-arch``) passed through unchanged.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable
-
-import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
 
 from kernels.allreduce.consumer import OUTPUTS, LamportMHCConsumer
 from kernels.allreduce.owner_reduce import OwnerReduceKernel
 from kernels.allreduce.publish import FANOUTS, PROTOCOLS, SOURCES, PublishKernel
-from kernels.compile_clock import compiling
-from kernels.loading import preload  # noqa: F401 - kernels.allreduce.host calls variants.preload
+from kernels.compile import CaptureError, compiled as compiled_once
+from kernels.compile import preload  # noqa: F401 - kernels.allreduce.host calls variants.preload
 
 GATE_SHAPE = {"hidden": 5120, "hc": 4, "tp": 8, "capacity": 128, "top_k": 8}
-
-_CACHE: dict[tuple, Any] = {}
-_LOCK = threading.Lock()
-
-
-def placeholder_args(kernel: Any) -> tuple:
-    """Compile-time stand-ins for the arguments of ``kernel.__call__`` (addresses 0, one row, one CTA)."""
-    stream = cute.runtime.make_fake_stream()
-    if isinstance(kernel, PublishKernel):
-        return (*[Int64(0)] * 6, Int32(0), Int32(1), stream)
-    if isinstance(kernel, OwnerReduceKernel):
-        return (*[Int64(0)] * 5, Int32(0), Int32(0), Int32(1), Int32(1), stream)
-    if isinstance(kernel, LamportMHCConsumer):
-        return (*[Int64(0)] * 11, Float32(0.0), Int64(0), Int64(0), Int32(0), Int32(0), Int32(1), Int32(1), stream)
-    raise TypeError(f"not an all-reduce kernel: {type(kernel).__name__}")
-
-
-def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph (False without CUDA)."""
-    try:
-        import torch
-
-        return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
-    except Exception:  # noqa: BLE001 - no usable CUDA means no capture
-        return False
 
 
 def compiled(kernel: Any, arch: str, options: str = "", *, with_arch: bool = True) -> Any:
     """The compiled ``kernel`` for ``arch`` (``sm_90a``/``sm_100a``), compiled on first use only;
     ``with_arch`` adds ``--gpu-arch`` to ``options`` (the compile gate passes its own)."""
-    key = (kernel.key(), arch, options)
-    with _LOCK:
-        if key not in _CACHE:
-            if _capturing():
-                raise RuntimeError(
-                    f"allreduce kernel {kernel.key()} is not compiled and the stream is capturing a CUDA graph: "
-                    "construct the instance (which compiles every variant it uses) before capture"
-                )
-            full = f"--gpu-arch {arch} {options}".strip() if with_arch else options
-            with compiling():
-                _CACHE[key] = cute.compile(kernel, *placeholder_args(kernel), options=full)
-        return _CACHE[key]
+    full = f"--gpu-arch {arch} {options}".strip() if with_arch else options
+    return compiled_once(kernel, full, remedy="construct the AllReduceMHC (which compiles every variant it uses)")
 
 
 def gate_kernels(arch: str, shape: dict | None = None) -> dict[str, Any]:
@@ -113,3 +76,6 @@ def compile_variants(arch: str) -> list[tuple[str, Callable[[str], Any], bool]]:
         return lambda options: compiled(kernel, arch, options, with_arch=False)
 
     return [(f"allreduce.{name}", thunk_of(kernel), True) for name, kernel in gate_kernels(arch).items()]
+
+
+__all__ = ["CaptureError", "GATE_SHAPE", "compile_variants", "compiled", "gate_kernels", "preload"]

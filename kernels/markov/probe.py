@@ -39,11 +39,11 @@ import torch
 from cutlass import Float32, Int32, Int64, Uint32, const_expr
 
 from kernels import ptx
+from kernels.compile import compiled
 from kernels.variant import KernelVariant
 
 PROBE_THREADS = 256
 OPS = ("logf_ftz", "tanhf", "div_full", "murmur", "uniform", "gumbel", "logit", "logit_cap")
-_COMPILED: dict[str, object] = {}
 
 
 def _word(address, i):
@@ -123,14 +123,8 @@ class ProbeKernel(KernelVariant):
 
 
 def compile_probe(op: str, options: str | None = None):
-    """The compiled probe of ``op`` (cached per op)."""
-    key = f"{op}|{options}"
-    if key not in _COMPILED:
-        args = [Int64(0)] * 8 + [Int32(1), Int32(1), cute.runtime.make_fake_stream()]
-        kernel = ProbeKernel(op)
-        compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
-        _COMPILED[key] = (kernel, compiled)  # the kernel object outlives its compile (fused.compile_kernel)
-    return _COMPILED[key][1]
+    """The compiled probe of ``op`` (``kernels.compile``: cached per op and options)."""
+    return compiled(ProbeKernel(op), options, remedy="run the probe once")
 
 
 def compile_variants(arch: str):

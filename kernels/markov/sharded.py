@@ -16,7 +16,7 @@ lives in ``harness/families/markov_sharded_kernel.py`` and calls this API.
 Construction is collective over the fabric's ranks: the configuration and
 the static weights are checked (``sharded_checks.py``), the kernel variant
 ``(steps, base_dtype, cache_dtype)`` is compiled (or taken from the
-process-wide cache), then every rank allocates its peer buffer
+process-wide cache of ``kernels.compile``), then every rank allocates its peer buffer
 ``markov_sharded.peer`` (``uint8``, ``sharded_layout.peer_buffer_bytes``:
 mailbox, then both parities of staging) through ``fabric.alloc`` (zero
 filled: no record carries a tag), loads the variant's code into the context
@@ -75,8 +75,7 @@ from typing import Any
 import torch
 
 from kernels import hostcopy
-from kernels.compile_clock import compiling
-from kernels.loading import preload
+from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.fabric import fabric_of
 from kernels.markov.sharded_checks import (
     DEFAULT_TIMEOUT_NS,
@@ -99,46 +98,19 @@ from kernels.markov.sharded_layout import (
 
 PEER_BUFFER_NAME = "markov_sharded.peer"
 
-_COMPILED: dict[tuple, Any] = {}
-_COMPILE_LOCK = threading.Lock()
 # Virtual ranks launch from several threads; enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()
-
-
-class CaptureError(RuntimeError):
-    """A kernel variant would have to compile while a CUDA graph is being captured."""
-
-
-def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph."""
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def compiled_kernel(
     steps: int, base_dtype: str, cache_dtype: str, options: str | None = None, *, cooperative: bool = True
 ):
-    """The compiled ``ShardedMarkovSample`` variant (cached by configuration,
-    launch kind and options); ``CaptureError`` instead of compiling under capture."""
-    key = (steps, base_dtype, cache_dtype, cooperative, options)
-    with _COMPILE_LOCK:
-        compiled = _COMPILED.get(key)
-        if compiled is None:
-            if _capturing():
-                raise CaptureError(
-                    f"ShardedMarkovSample{key[:3]} is not compiled and cannot compile under CUDA graph capture: "
-                    "construct the ShardedMarkovSampler before capturing"
-                )
-            import cutlass.cute as cute
-            from cutlass import Int32, Int64
+    """The compiled ``ShardedMarkovSample`` variant (``kernels.compile``: cached by configuration, launch kind
+    and options; ``CaptureError`` instead of compiling under capture)."""
+    from kernels.markov.sharded_kernel import ShardedMarkovSample  # CuTe DSL, imported on first compile
 
-            from kernels.markov.sharded_kernel import ShardedMarkovSample
-
-            args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
-            kernel = ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative)
-            with compiling():
-                compiled = cute.compile(kernel, *args, options=options) if options else cute.compile(kernel, *args)
-            _COMPILED[key] = compiled
-        return compiled
+    return compiled(ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative), options,
+                    remedy="construct the ShardedMarkovSampler")
 
 
 def compile_variants(arch: str):
@@ -279,7 +251,7 @@ class ShardedMarkovSampler:
 
     def state(self) -> dict:
         """The uint32 launch counter (read from the device after this stream's work; the host count while capturing)."""
-        if _capturing():
+        if capturing():
             return {"launches": self._launches}
         return {"launches": int(hostcopy.to_host(self.control[LAUNCH_WORD : LAUNCH_WORD + 1])[0]) & 0xFFFFFFFF}
 
@@ -327,7 +299,7 @@ class ShardedMarkovSampler:
         params = {"query_per_row": query_per_row} if rows is None else {"query_per_row": query_per_row, "rows": rows}
         inputs = dict(base_logits=base_logits, input_ids=input_ids, idx_mapping=idx_mapping, temperature=temperature,
                       noise=noise, logits_cache=logits_cache)
-        call = check_call(self.cfg, self.rank, self.device, inputs, params, _capturing(), label=argument_label,
+        call = check_call(self.cfg, self.rank, self.device, inputs, params, capturing(), label=argument_label,
                           param_label=argument_label, public=True)
         shape = (call.rows, self.cfg.steps)
         if not isinstance(draft_tokens, torch.Tensor):

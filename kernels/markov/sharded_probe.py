@@ -24,12 +24,10 @@ from cutlass import Int32, Int64
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.compile import compiled
 from kernels.variant import KernelVariant
 from kernels.markov.sharded_kernel import _tile_bias
 from kernels.markov.sharded_layout import CHUNKS, HEAD_DIM, MAX_ROWS, ROW_BYTES, TILE_ROWS, WARP
-
-_COMPILED: dict[str, object] = {}
-
 
 class MmaChainProbe(KernelVariant):
     """Grid (tiles, sets), 32 threads: ``out[set, r, v] = chain(embeds[set, r], head[v])``."""
@@ -65,11 +63,8 @@ class MmaChainProbe(KernelVariant):
 
 
 def _compiled():
-    """The probe, compiled once per process."""
-    if "probe" not in _COMPILED:
-        fake = [Int64(0)] * 3 + [Int32(1)] * 2 + [cute.runtime.make_fake_stream()]
-        _COMPILED["probe"] = cute.compile(MmaChainProbe(), *fake)
-    return _COMPILED["probe"]
+    """The probe, compiled once per process (``kernels.compile``)."""
+    return compiled(MmaChainProbe(), remedy="run the probe once")
 
 
 def mma_chain(head: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:

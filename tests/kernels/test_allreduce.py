@@ -246,10 +246,11 @@ def test_compile_variants_follow_the_gate_convention():
 
 
 def test_no_compile_under_capture(monkeypatch):
+    from kernels import compile as compile_mechanism
     from kernels.allreduce import variants
     from kernels.allreduce.publish import PublishKernel
 
-    monkeypatch.setattr(variants, "_capturing", lambda: True)
+    monkeypatch.setattr(compile_mechanism, "capturing", lambda: True)
     kernel = PublishKernel(hidden=64, tp=1, capacity=1, protocol="ll", source="plain", fanout="unicast")
-    with pytest.raises(RuntimeError, match="capturing"):
+    with pytest.raises(compile_mechanism.CaptureError, match="capturing"):
         variants.compiled(kernel, "sm_90a")

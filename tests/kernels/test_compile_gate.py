@@ -194,8 +194,9 @@ def test_gate_fails_on_a_variant_name_registered_twice(capsys):
 def test_allreduce_registry_defers_compiling_and_passes_options_through(monkeypatch):
     """kernels.allreduce.variants follows the convention: yielding compiles nothing; a thunk compiles its
     variant once with exactly the gate's options (the compile itself is stubbed: no DSL work here)."""
-    import types
+    import cutlass.cute
 
+    from kernels import compile as compile_mechanism
     from kernels.allreduce import variants
 
     seen = []
@@ -204,8 +205,8 @@ def test_allreduce_registry_defers_compiling_and_passes_options_through(monkeypa
         seen.append((kernel.key(), options))
         return object()
 
-    monkeypatch.setattr(variants, "cute", types.SimpleNamespace(compile=fake_compile, runtime=variants.cute.runtime))
-    monkeypatch.setattr(variants, "_CACHE", {})
+    monkeypatch.setattr(cutlass.cute, "compile", fake_compile)
+    monkeypatch.setattr(compile_mechanism, "_COMPILED", {})
     registry = list(variants.compile_variants("sm_100a"))
     assert seen == [] and all(isinstance(v, tuple) and len(v) == 3 and callable(v[1]) for v in registry)
     name, thunk, must_not_spill = next(v for v in registry if v[0] == "allreduce.consumer[bt,mxfp8]")
