@@ -8,7 +8,9 @@ second (at world 4); the shrinker must reach the minimal case for that
 fault: one call of exactly 5 rows, world 2, one NaN at an inner shard edge.
 """
 
+import os
 import random
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -134,8 +136,6 @@ def test_bad_arguments_exit_2(argv, tmp_path, capsys):
 
 def run_fuzz(args: list, tmp_path: Path, env_extra: dict | None = None, timeout: int = 1200):
     """``python -m harness fuzz ARGS`` in a subprocess; the completed process."""
-    import os
-
     env = dict(os.environ)
     env.pop(PLANTED_SYSTEM_VAR, None)
     env.update(env_extra or {})
@@ -159,8 +159,15 @@ def test_the_fuzzer_finds_and_shrinks_the_planted_fault(tmp_path):
     assert done.returncode == 1, out
     assert "4 cases tried (seed 3); fuzz_0001 failed" in out
     shrunk = tmp_path / "run" / "fuzz" / "shrunk" / "markov_sharded" / "fuzz_0001_min.yaml"
-    assert f"shrunk in" in out and str(shrunk) in out
+    assert "shrunk in" in out and str(shrunk) in out
     assert_minimal_for_the_fault(yaml.safe_load(shrunk.read_text()))
     assert load(shrunk).worlds == (2,)
     assert (f"replay: python -m harness replay markov_sharded/fuzz_0001_min --world 2 --launcher cpu "
             f"--scenario-root {shrunk.parent.parent}") in out
+    # the printed command reproduces the fault from the shrunk file alone
+    replay = shlex.split(out.split("replay: ", 1)[1].splitlines()[0])
+    again = subprocess.run([sys.executable, *replay[1:], "--run-dir", str(tmp_path / "replay")], cwd=ROOT,
+                           env=dict(os.environ, **{PLANTED_SYSTEM_VAR: PLANTED}), capture_output=True, text=True,
+                           timeout=600)
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert "draft_tokens {'row': 0, 'step': 0}" in again.stdout
