@@ -6,6 +6,8 @@ the real machinery: cpu launcher, torchrun processes, the substitute
 selected by ``$RANKCHECK_TEST_PLANTED_SYSTEM``. Seed 3 draws such a case
 second (at world 4); the shrinker must reach the minimal case for that
 fault: one call of exactly 5 rows, world 2, one NaN at an inner shard edge.
+The same search runs in milliseconds over a model of the fault
+(``fault_shows``, ``ModelRunner``) for the shrinker and the fuzz loop alone.
 """
 
 import os
@@ -13,6 +15,7 @@ import random
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,7 @@ from golden.families import FAMILIES
 from harness.families import PLANTED_SYSTEM_VAR, planted_system
 from harness.fuzz import main
 from harness.fuzz.draw import DEFAULT_WORLDS, draw_scenario
-from harness.fuzz.run import replay_command, signature_of, write_scenario
+from harness.fuzz.run import fuzz, replay_command, signature_of, write_scenario
 from harness.fuzz.shrink import reductions, shrink
 from scenarios.builders import resolve_vocab
 from scenarios.loader import load
@@ -171,3 +174,36 @@ def test_the_fuzzer_finds_and_shrinks_the_planted_fault(tmp_path):
                            timeout=600)
     assert again.returncode == 1, again.stdout + again.stderr
     assert "draft_tokens {'row': 0, 'step': 0}" in again.stdout
+
+
+class ModelRunner:
+    """A stand-in for BatchRunner: the planted fault's condition instead of harness runs (no processes)."""
+
+    def __init__(self, run_dir: Path, fault: bool = True, delay: float = 0.0) -> None:
+        self.run_dir, self.launcher, self.impl, self.fault, self.delay = run_dir, "cpu", None, fault, delay
+        self.details, self.unavailable, self.seen = {}, set(), []
+
+    def run(self, scenarios, tag=None):
+        """Each scenario's signature under the model of the fault."""
+        self.seen.extend(yaml.safe_dump(s) for s in scenarios if tag is None)
+        time.sleep(self.delay)
+        return [("fail",) if self.fault and fault_shows(s) else None for s in scenarios]
+
+
+def test_the_fuzz_loop_shrinks_and_writes_the_minimal_file(tmp_path):
+    result = fuzz("markov_sharded", DEFAULT_WORLDS, 3, 60.0, ModelRunner(tmp_path), log=lambda line: None)
+    assert result.tried == 4 and result.failing["name"] == "fuzz_0001" and result.signature == ("fail",)
+    assert result.shrunk_path == tmp_path / "fuzz" / "shrunk" / "markov_sharded" / "fuzz_0001_min.yaml"
+    assert_minimal_for_the_fault(yaml.safe_load(result.shrunk_path.read_text()))
+    assert load(result.shrunk_path).name == "fuzz_0001_min"
+    assert (tmp_path / "fuzz" / "failing" / "markov_sharded" / "fuzz_0001.yaml").is_file()
+    assert result.replay.endswith(f"--world 2 --launcher cpu --scenario-root {tmp_path / 'fuzz' / 'shrunk'}")
+
+
+def test_the_cases_a_seed_draws_do_not_depend_on_the_batch_size(tmp_path):
+    runs = []
+    for batch in (4, 3):
+        runner = ModelRunner(tmp_path, fault=False, delay=0.3)  # one batch: it outlasts the budget
+        fuzz("markov_fused", DEFAULT_WORLDS, 9, 0.2, runner, batch=batch, log=lambda line: None)
+        runs.append(runner.seen)
+    assert len(runs[0]) == 4 and runs[1] == runs[0][:3]
