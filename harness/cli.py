@@ -13,8 +13,9 @@ Subcommands:
   (``harness.rcp_table``); ``golden --probe`` measures all of a GPU type's
   arithmetic facts (``harness.probe``); ``golden --arch sm_XY`` validates
   with that architecture's facts where no GPU is present.
-- ``record``, ``bench``, ``compile``: dispatched to ``harness.record``,
-  ``harness.bench`` and ``harness.compile_gate`` (imported only when used,
+- ``record``, ``bench``, ``compile``, ``fuzz``: dispatched to ``harness.record``,
+  ``harness.bench``, ``harness.compile_gate`` and ``harness.fuzz`` (random
+  valid scenarios, the first failure shrunk to a minimal file; imported only when used,
   so a missing module is a clear message, not an import error at start).
 
 Bad arguments are reported by argparse (exit 2) or as one line naming the
@@ -35,7 +36,8 @@ from typing import Callable, Sequence
 
 from harness.report import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
 
-DISPATCHED = {"record": "harness.record", "bench": "harness.bench", "compile": "harness.compile_gate"}
+DISPATCHED = {"record": "harness.record", "bench": "harness.bench", "compile": "harness.compile_gate",
+              "fuzz": "harness.fuzz"}
 # Bad arguments run nothing: argparse's code, the same as a selection that plans no case.
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 

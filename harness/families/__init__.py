@@ -34,12 +34,20 @@ do), otherwise as the module's one class that defines both ``launch`` and
 the adapter follows the interface of ``docs/interfaces.md`` rather than a
 spelling. ``kernels/`` itself has no ``launch``: it offers the seeds' public
 API, which those kernel-side systems call.
+
+Tests of the harness itself (the fuzzer must find and shrink a known bug)
+substitute a faulty system for a family's golden one through
+``$RANKCHECK_TEST_PLANTED_SYSTEM`` (``family=tests.module:Class``), which
+every rank inherits; only a class under the ``tests.`` package is accepted,
+so a normal run cannot pick up a substitute by accident (``harness fuzz``
+names it in its header when it is set). The reference is never substituted.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import os
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -89,6 +97,20 @@ def _resolve(dotted: str) -> Any:
         return getattr(obj, attr)
     except AttributeError as exc:
         raise NotAvailable(f"{module} has no {attr}") from exc
+
+
+PLANTED_SYSTEM_VAR = "RANKCHECK_TEST_PLANTED_SYSTEM"
+
+
+def planted_system(family: str) -> type | None:
+    """The test-only class ``$RANKCHECK_TEST_PLANTED_SYSTEM`` names for ``family``'s golden system, or None."""
+    text = os.environ.get(PLANTED_SYSTEM_VAR, "")
+    named, _, dotted = text.partition("=")
+    if named != family:
+        return None
+    if not dotted.startswith("tests."):
+        raise ValueError(f"${PLANTED_SYSTEM_VAR}: a test-only substitute must be a class under tests., got {dotted!r}")
+    return _resolve(dotted)
 
 
 def to_device(value: Any, device: Any) -> Any:
@@ -214,7 +236,7 @@ class FamilyAdapter:
 
     def golden_system(self, comm: Any, static: Mapping, config: Mapping) -> Any:
         """The golden per-rank system over ``comm`` (a ``golden.comm.Comm``)."""
-        cls = system_class(_import(self.golden_module), prefer_prefix="Golden")
+        cls = planted_system(self.family) or system_class(_import(self.golden_module), prefer_prefix="Golden")
         return cls(comm, static, self.golden_config(config))
 
     def kernel_system(self, world_handle: Any, static: Mapping, config: Mapping, *, device: Any = None) -> Any:

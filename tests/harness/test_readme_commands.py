@@ -18,7 +18,7 @@ A shell script block (one starting with ``#!``) is one entry, named by its
 first line after the shebang; what it runs is its own test's business.
 Executed commands run as README writes them except that ``python`` and
 ``python3`` are this interpreter (also as make's ``PYTHON=``) and
-``validate``/``replay`` get a ``--run-dir`` under the test's temporary
+``validate``/``replay``/``fuzz`` get a ``--run-dir`` under the test's temporary
 directory, so nothing is written into the working tree.
 """
 
@@ -103,7 +103,7 @@ def as_argv(command: str, run_dir: Path) -> list[str]:
     argv = [sys.executable if word in ("python", "python3") else
             f"PYTHON={sys.executable}" if word in ("PYTHON=python", "PYTHON=python3") else word
             for word in shlex.split(command)]
-    if argv[1:4] in (["-m", "harness", "validate"], ["-m", "harness", "replay"]):
+    if argv[1:4] in (["-m", "harness", "validate"], ["-m", "harness", "replay"], ["-m", "harness", "fuzz"]):
         argv += ["--run-dir", str(run_dir)]
     return argv
 
