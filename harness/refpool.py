@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.arch_facts import ARCH_ENV, choose_arch
-from harness.atomic import write_text_atomically
+from harness.report import atomic_write
 from harness.refcache import ReferenceCache, code_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -114,9 +114,7 @@ def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
             continue  # another pool process computes it (the same reference at another world): the ranks wait
         refs.get(key, lambda inputs=inputs, params=params: fam.reference(static, config, inputs, params))
     if complete:
-        marker = item_marker(item, cache_dir)
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(marker, json.dumps({"keys": keys}))
+        atomic_write(item_marker(item, cache_dir), json.dumps({"keys": keys}))
     return refs.computed, present
 
 

@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.atomic import write_text_atomically
+from harness.report import atomic_write
 from harness.phases import mark_startup
 
 IDLE_LIMIT_S = 1800.0
@@ -71,7 +71,7 @@ def await_job(handoff: str | os.PathLike) -> tuple[Path, int]:
     handoff = Path(handoff)
     parent = int(os.environ.get(PARENT_VAR) or os.getppid())
     preload()
-    write_text_atomically(handoff.with_name(handoff.name + ".ready"), str(os.getpid()))
+    atomic_write(handoff.with_name(handoff.name + ".ready"), str(os.getpid()))
     waited_from = time.monotonic()
     while not handoff.exists():
         if os.getppid() != parent or time.monotonic() - waited_from > IDLE_LIMIT_S:

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.atomic import write_text_atomically
+from harness.report import atomic_write
 from harness.standby import PARENT_VAR
 from harness.watchdog import Supervised
 
@@ -98,7 +98,7 @@ class StandbyPool:
         if spare is None:
             return None
         sup, handoff = spare
-        write_text_atomically(handoff, json.dumps({"job": job, "virtual": virtual, "log": str(log_path)}))
+        atomic_write(handoff, json.dumps({"job": job, "virtual": virtual, "log": str(log_path)}))
         sup.started = time.monotonic()  # the job's deadline counts from its hand-over
         with self._lock:
             self.handed += 1
