@@ -109,6 +109,7 @@ class CaseRun:
         self.system: Any = None
         self.graphs: Any = None
         self.agreement_comm: Any = None
+        self.reference_keys: list[str] = []  # the key of every launch's reference, in order
         self.phase = "construct"  # where an unexpected error of steps 2-3 happened
 
     def run(self) -> RankResult:
@@ -258,9 +259,11 @@ class CaseRun:
 
         self.result.launches_done += 1
         self.progress.write("reference", launch.index, launch.call_params, self._state())
+        key = self.refs.key(launch.agreed_inputs, launch.agreed_params)
+        self.reference_keys.append(key)
         with self.clock.phase("reference"):
             reference = self.refs.get(
-                self.refs.key(launch.agreed_inputs, launch.agreed_params),
+                key,
                 lambda: self.fam.reference(self.static, self.config, launch.agreed_inputs, launch.agreed_params),
                 wait_s=REFERENCE_WAIT_S, heartbeat=self.progress.touch)
         self.stored.add(launch, reference)
@@ -292,6 +295,16 @@ class CaseRun:
         if self.stored.mode and self.result.status == "ok" and self.stored.outputs:
             with self.clock.phase("store"):
                 self.result.store = self.stored.settle(self.case, self.tp, self.static)
+        self._mark_references_stored()
+
+    def _mark_references_stored(self) -> None:
+        """As rank 0 of a case without TP groups that compared every launch: note in the shared cache that this
+        (scenario, world)'s references are all stored (``harness.refpool``), so the next run's pool skips it."""
+        from harness.refpool import mark_stored  # noqa: PLC0415
+
+        compared = len(self.reference_keys) == len(self.launches) and self.reference_keys
+        if self.cache_dir and self.group_rank == 0 and self.group is None and self.result.status == "ok" and compared:
+            mark_stored({"path": self.spec["path"], "world": self.tp}, self.reference_keys, Path(self.cache_dir))
 
     # -- 5. finish
 

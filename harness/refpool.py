@@ -22,7 +22,12 @@ leaves a marker ``<cache>/items/<digest>.json`` (its reference keys; the
 digest covers the golden code, the architecture, the scenario file and the
 world): a later run skips the item while every one of those files exists,
 and starts no process when nothing is left, so a warm run's CPU goes to its
-jobs.
+jobs. An item some of whose references another process is computing (the
+same unsharded reference at another world, or a rank's) goes back to the
+end of the queue and gets its marker when it comes round complete; rank 0
+of a case that ran without TP groups writes the marker of its (scenario,
+world) too (``harness.case_run``), so an item the ranks computed before the
+pool reached it is not computed again by the next run's pool.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ from harness.report import atomic_write
 from harness.refcache import ReferenceCache, code_digest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+# An item waiting for references another process computes comes back this many times, this far apart at least.
+REQUEUE_LIMIT = 200
+REQUEUE_PAUSE_S = 0.5
 
 
 def needs_reference(case) -> bool:
@@ -83,6 +91,14 @@ def item_marker(item: dict, cache_dir: Path) -> Path:
     return Path(cache_dir) / "items" / f"{h.hexdigest()[:40]}.json"
 
 
+def mark_stored(item: dict, keys: Sequence[str], cache_dir: Path) -> bool:
+    """Write ``item``'s marker with its reference ``keys`` when every one of them is stored; return whether it was."""
+    if not all((Path(cache_dir) / key[:2] / f"{key}.safetensors").exists() for key in keys):
+        return False
+    atomic_write(item_marker(item, cache_dir), json.dumps({"keys": list(keys)}))
+    return True
+
+
 def already_stored(item: dict, cache_dir: Path) -> bool:
     """Whether a past pool stored every reference of ``item`` and each file is still there (its digest is checked
     when a rank loads it; a rank computes a missing or bad one itself)."""
@@ -93,8 +109,9 @@ def already_stored(item: dict, cache_dir: Path) -> bool:
     return all((Path(cache_dir) / key[:2] / f"{key}.safetensors").exists() for key in keys)
 
 
-def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
-    """Store every reference of one (scenario, world) item in the cache; return (computed, already there)."""
+def compute_item(item: dict, cache_dir: Path) -> tuple[int, int, int]:
+    """Store every reference of one (scenario, world) item in the cache that no other process is computing; return
+    (computed, already there, being computed elsewhere); the item's marker is written once nothing is pending."""
     from harness.families import adapter, catalog  # noqa: PLC0415
 
     scenario = catalog.load(item["path"])
@@ -102,7 +119,7 @@ def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
     static, config, calls = catalog.agreed_calls(scenario, int(item["world"]))
     config.update(fam.start_config(scenario.initial_state()))
     refs = ReferenceCache(cache_dir, scenario.family, fam.tp_key, fam.golden_config(config), static)
-    present, keys, complete = 0, [], True
+    present, keys, pending = 0, [], 0
     for inputs, params in calls:
         key = refs.key(inputs, params)
         keys.append(key)
@@ -110,22 +127,37 @@ def compute_item(item: dict, cache_dir: Path) -> tuple[int, int]:
             present += 1
             continue
         if refs.claimed(key):
-            complete = False
-            continue  # another pool process computes it (the same reference at another world): the ranks wait
+            pending += 1
+            continue  # another process computes it (the same reference at another world): the item comes back
         refs.get(key, lambda inputs=inputs, params=params: fam.reference(static, config, inputs, params))
-    if complete:
-        atomic_write(item_marker(item, cache_dir), json.dumps({"keys": keys}))
-    return refs.computed, present
+    if not pending:
+        mark_stored(item, keys, cache_dir)
+    return refs.computed, present, pending
+
+
+def requeue(directory: Path, item: dict) -> bool:
+    """Put an item whose references others are computing back at the end of the queue (at most
+    ``REQUEUE_LIMIT`` times); return whether it was."""
+    attempts = int(item.get("attempts", 0)) + 1
+    if attempts > REQUEUE_LIMIT:
+        return False
+    # "z" sorts after the numbered items, the nanoseconds keep the re-queued ones in order
+    atomic_write(directory / f"z{time.time_ns():020d}.json", json.dumps(dict(item, attempts=attempts)))
+    return True
 
 
 def drain(queue_dir: Path, cache_dir: Path) -> int:
     """Compute queue items until the queue is empty; an item that fails is reported and skipped (exit 1 at the end)."""
     failed = 0
     while (item := take(queue_dir)) is not None:
+        if item.get("attempts"):
+            time.sleep(REQUEUE_PAUSE_S)  # what it waits for takes seconds: no busy loop over the queue's tail
         started = time.monotonic()
         try:
-            computed, present = compute_item(item, cache_dir)
+            computed, present, pending = compute_item(item, cache_dir)
+            again = pending and requeue(queue_dir, item)
             print(f"refpool: {item['key']} world {item['world']}: {computed} computed, {present} cached, "
+                  f"{pending} computed elsewhere{' (back in the queue)' if again else ''}, "
                   f"{time.monotonic() - started:.1f} s", flush=True)
         except Exception as exc:  # noqa: BLE001 - the ranks compute (and report) it themselves
             failed += 1

@@ -61,7 +61,8 @@ from harness.evidence import stacks_dir
 from harness.launchers.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
 from harness.launchers.rendezvous import Rendezvous
 from harness.launchers.standby import StandbyPool
-from harness.launchers.schedule import DevicePool, default_lanes, job_units, run_units
+from harness.launchers.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
+from harness.launchers.schedule import DevicePool, default_lanes, job_units, order_units, run_units
 from harness.refcache import cache_root, kernel_cache_env
 from harness.refpool import ReferencePool, queue_items
 from harness import provenance
@@ -278,14 +279,20 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
     """Run every planned case: the reference pool in the background, job units in lanes (harness.launchers.schedule)."""
     root = cache_root() if req.cache else None
     cache_dir = root / "references" if root else run_dir / "refcache"
-    units = job_units([(w, cs) for w, cs in pairs if cs], req.impl or settings_for(launcher, run_dir, 1, gpus).impl)
+    impl = req.impl or settings_for(launcher, run_dir, 1, gpus).impl
+    units = job_units([(w, cs) for w, cs in pairs if cs], impl)
     shared_devices = launcher != "torchrun" or gpus < max([u.world for u in units] or [1])
-    lanes = req.lanes or default_lanes(nnodes=req.rendezvous.nnodes, tp=req.tp)
     cores = os.cpu_count() or 1
     heavy = [(u.world, u.cases) for u in units if u.heavy]
     workers = req.ref_workers if req.ref_workers is not None else (max(1, cores // 2) if heavy and gpus else 0)
     pool = ReferencePool(run_dir, cache_dir, queue_items(heavy), processes=workers, threads=1)
-    report.note(pool.describe() + f"\n# lanes: {lanes} job unit(s) at once ({len(units)} units)" +
+    lanes = req.lanes or default_lanes(nnodes=req.rendezvous.nnodes, tp=req.tp, pool_busy=pool.processes > 0)
+    durations = UnitDurations(root / DURATIONS_FILE if root else None)
+    keys = {id(u): u.key(launcher, impl) for u in units}
+    if req.rendezvous.nnodes == 1:  # every node must start the same jobs in the same order: no local reordering
+        units = order_units(units, durations, [keys[id(u)] for u in units], pool_busy=pool.processes > 0)
+    report.note(pool.describe() + f"\n# lanes: {lanes} job unit(s) at once ({len(units)} units" +
+                (", longest first as measured before" if durations.past else "") + ")" +
                 ("" if shared_devices else "; one GPU per rank, GPUs handed to units") +
                 f"\n# cache: {root if root else 'off (--no-cache): references in the run directory'}")
     # the cores left by the pool, shared by the lanes' processes (virtual jobs compute on the CPU too)
@@ -302,9 +309,11 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         return settings
 
     def run_unit(settings, unit) -> None:
-        """One unit's cases through a JobRunner of its own (verdicts reported as they settle)."""
+        """One unit's cases through a JobRunner of its own (verdicts reported as they settle); its time noted."""
+        started = time.monotonic()
         JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(list(unit.cases),
                                                                                              unit.world)
+        durations.note(keys[id(unit)], time.monotonic() - started)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
     standby = StandbyPool(python(), 2 * lanes if launcher == "virtual" and req.standby else 0,
@@ -319,8 +328,11 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         return settings
 
     with pool, standby:
-        run_units(units, settings_with_standby, run_unit, lanes=lanes,
-                  devices=None if shared_devices else DevicePool(gpus))
+        try:
+            run_units(units, settings_with_standby, run_unit, lanes=lanes,
+                      devices=None if shared_devices else DevicePool(gpus))
+        finally:
+            durations.save()  # what the finished units took, also when the run was cut short
 
 
 __all__ = ["ValidateRequest", "WorldPlan", "check_fault_groups", "default_run_dir", "plan_worlds", "planned_cases",

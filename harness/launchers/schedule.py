@@ -21,6 +21,15 @@ they cannot spoil each other's verdict:
   the same order, their rendezvous ids are job numbers) and TP groups (the
   case directories are keyed by TP size, which several worlds share).
 
+- Order, once a run has measured its units (``harness.launchers.durations``):
+  longest first (a long unit started last leaves the other lanes idle),
+  among the units that need no reference from the pool; while the pool has
+  work, the gpu-size batches still come after every other unit. Units no run
+  has measured keep the order above.
+- Fault units at once: at most ``MAX_FAULT_UNITS`` (a hung rank's grid spins
+  on its SMs until the deadline; more of them at once would leave a healthy
+  job's cooperative grids waiting for SMs).
+
 A unit's verdicts are reported as its cases settle (``Report.add`` is
 thread-safe); an interrupt reaches the main thread, which ends every live
 process tree (``harness.watchdog.end_every_tree``) and lets the lanes drain.
@@ -34,7 +43,12 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
+from harness.launchers.durations import UnitDurations, unit_key
+
 from harness.families.catalog import Case
+
+# Fault units (hangs, crashes, deviating ranks) at once: as many as runs on one H200 have passed with.
+MAX_FAULT_UNITS = 4
 
 
 @dataclass(frozen=True)
@@ -49,6 +63,10 @@ class JobUnit:
     def heavy(self) -> bool:
         """Whether the unit holds gpu-size cases (their references come from the pool)."""
         return any(c.size == "gpu" for c in self.cases)
+
+    def key(self, launcher: str, impl: str) -> str:
+        """The unit's key in the durations file (``harness.launchers.durations.unit_key``)."""
+        return unit_key(launcher, impl, self.world, [c.key for c in self.cases])
 
 
 def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str) -> list[JobUnit]:
@@ -70,12 +88,61 @@ def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str) -> list[Jo
     return light + heavy
 
 
-def default_lanes(*, nnodes: int, tp: int | None, cores: int | None = None) -> int:
-    """How many units run at once by default: one per three cores (at most six), one where order must hold."""
+def order_units(units: Sequence[JobUnit], durations: UnitDurations, keys: Sequence[str], *,
+                pool_busy: bool) -> list[JobUnit]:
+    """The units longest first by their past durations (``keys``: their duration keys, in order); while the pool
+    computes, the gpu-size batches after every other unit. A unit no run measured counts as longest (it may be),
+    and ties keep ``job_units``' order, so a first run keeps that order."""
+    def rank(indexed: tuple[int, JobUnit]) -> tuple[bool, float, int]:
+        """Sort key: gpu-size batches last while the pool is busy, then longest first, then the planned order."""
+        index, unit = indexed
+        seconds = durations.estimate(keys[index])
+        return (pool_busy and unit.heavy, -(seconds if seconds is not None else float("inf")), index)
+
+    return [unit for _, unit in sorted(enumerate(units), key=rank)]
+
+
+def default_lanes(*, nnodes: int, tp: int | None, cores: int | None = None, pool_busy: bool = True) -> int:
+    """How many units run at once by default: one where order must hold; else one per three cores (at most six)
+    while the reference pool takes cores, one per two (at most eight) when it has nothing to compute."""
     if nnodes > 1 or tp is not None:
         return 1
     cores = cores or os.cpu_count() or 1
-    return max(1, min(6, cores // 3))
+    return max(1, min(6, cores // 3) if pool_busy else min(8, cores // 2))
+
+
+class _UnitQueue:
+    """The units not yet started, handed to lanes in order, at most ``max_faults`` fault units running at once."""
+
+    def __init__(self, units: Sequence[JobUnit], max_faults: int) -> None:
+        self.pending = list(units)
+        self.max_faults = max(1, max_faults)
+        self.faults_running = 0
+        self._cond = threading.Condition()
+
+    def take(self) -> JobUnit | None:
+        """The first pending unit a lane may start now (waiting while only fault units are left and the cap is
+        reached); None when none is left."""
+        with self._cond:
+            while self.pending:
+                for index, unit in enumerate(self.pending):
+                    if not unit.isolated or self.faults_running < self.max_faults:
+                        self.faults_running += unit.isolated
+                        return self.pending.pop(index)
+                self._cond.wait(timeout=1.0)
+            return None
+
+    def finished(self, unit: JobUnit) -> None:
+        """A lane is done with ``unit``: its fault slot (if it held one) is free."""
+        with self._cond:
+            self.faults_running -= unit.isolated
+            self._cond.notify_all()
+
+    def drop(self) -> None:
+        """Start nothing more (a lane failed, or the run is interrupted)."""
+        with self._cond:
+            self.pending.clear()
+            self._cond.notify_all()
 
 
 class DevicePool:
@@ -102,8 +169,9 @@ class DevicePool:
 
 
 def run_units(units: Sequence[JobUnit], settings_for_world: Callable, run_unit: Callable, *, lanes: int,
-              devices: DevicePool | None = None) -> None:
-    """Run every unit, ``lanes`` at a time; ``run_unit(settings, unit)`` runs one (a JobRunner)."""
+              devices: DevicePool | None = None, max_faults: int = MAX_FAULT_UNITS) -> None:
+    """Run every unit in order, ``lanes`` at a time (at most ``max_faults`` fault units); ``run_unit(settings,
+    unit)`` runs one (a JobRunner)."""
 
     def one(unit: JobUnit) -> None:
         """Run a unit on its settings, with its own GPUs when the ranks do not share them."""
@@ -122,13 +190,24 @@ def run_units(units: Sequence[JobUnit], settings_for_world: Callable, run_unit: 
         for unit in units:
             one(unit)
         return
+    queue = _UnitQueue(units, max_faults)
+
+    def lane() -> None:
+        """Run units from the queue until none is left."""
+        while (unit := queue.take()) is not None:
+            try:
+                one(unit)
+            finally:
+                queue.finished(unit)
+
     with ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="lane") as pool:
-        futures = [pool.submit(one, unit) for unit in units]
-        done, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        for future in pending:
-            future.cancel()
+        futures = [pool.submit(lane) for _ in range(lanes)]
+        try:
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+        finally:
+            queue.drop()  # an error in one lane, or an interrupt: the other lanes finish their unit and stop
         for future in done:
             future.result()  # re-raise the first error of a lane
 
 
-__all__ = ["DevicePool", "JobUnit", "default_lanes", "job_units", "run_units"]
+__all__ = ["DevicePool", "JobUnit", "MAX_FAULT_UNITS", "default_lanes", "job_units", "order_units", "run_units"]

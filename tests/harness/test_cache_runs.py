@@ -84,3 +84,43 @@ def test_a_warm_cache_needs_no_pool_process_until_a_reference_goes(tmp_path):
     assert (warm.processes, warm.skipped) == (0, 1) and "1 item(s) already stored" in warm.describe()
     next(cache.rglob("*.safetensors")).unlink()
     assert ReferencePool(tmp_path / "third", cache, items, processes=1, threads=1).processes == 1
+
+
+def test_the_ranks_mark_the_items_they_computed(tmp_path):
+    """References the ranks computed (no pool) leave the item's marker: the next run starts no pool process."""
+    cache = tmp_path / "cache"
+    (case,) = [c for c in discover(SCENARIOS) if c.name == "tiny"]
+    items = queue_items([(2, [case])])
+    assert ReferencePool(tmp_path / "before", cache / "references", items, processes=1, threads=1).processes == 1
+    proc = validate(tmp_path / "run", cache, "--ref-workers", "0")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    after = ReferencePool(tmp_path / "after", cache / "references", items, processes=1, threads=1)
+    assert (after.processes, after.skipped) == (0, 1)
+
+
+def test_an_item_waiting_for_another_process_comes_back_and_is_marked_later(tmp_path, monkeypatch):
+    """While another process computes one of an item's references the item is re-queued, not marked."""
+    from harness import refpool
+
+    queue, cache = tmp_path / "queue", tmp_path / "cache"
+    refpool.write_queue(queue, [{"path": "x.yaml", "key": "f/x", "world": 2}])
+    outcomes = iter([(0, 1, 1), (0, 2, 0)])  # first: one reference elsewhere; then every one present
+    seen = []
+    monkeypatch.setattr(refpool, "compute_item", lambda item, _cache: seen.append(dict(item)) or next(outcomes))
+    monkeypatch.setattr(refpool, "REQUEUE_PAUSE_S", 0.0)
+    assert refpool.drain(queue, cache) == 0
+    assert [item.get("attempts", 0) for item in seen] == [0, 1]
+    assert not list(queue.glob("*.json"))  # nothing left to take
+
+
+def test_a_marker_is_written_only_when_every_reference_is_stored(tmp_path, monkeypatch):
+    from harness import refpool
+
+    monkeypatch.setattr(refpool, "item_marker", lambda item, cache_dir: Path(cache_dir) / "items" / "m.json")
+    key = "ab" + "0" * 38
+    assert not refpool.mark_stored({}, [key], tmp_path)
+    assert not (tmp_path / "items" / "m.json").exists()
+    (tmp_path / "ab").mkdir()
+    (tmp_path / "ab" / f"{key}.safetensors").write_bytes(b"x")
+    assert refpool.mark_stored({}, [key], tmp_path)
+    assert json.loads((tmp_path / "items" / "m.json").read_text())["keys"] == [key]
