@@ -14,10 +14,20 @@ the results document is rewritten after every case (``results.ResultsWriter``),
 and at the end the summary and the plots are written beside it and the
 summary printed (``harness.bench.report``).
 
+torchrun cases (``launcher="torchrun"``, none in the default set; ``--list``
+marks them ``torchrun xN``) run after the others, each in N processes
+(``harness.bench.torchrun``), their entries merged into the same document;
+with only torchrun cases selected the document takes rank 0's device and
+machine figures, and no GPU is needed to start them: their ranks say why
+they cannot run.
+
 Exit status, never green when nothing was measured: 0 every selected case
-ran; 1 a case or a case module failed, or the CUDA context was lost; 2
-nothing to run (no case matches the selection, with what exists; no GPU, with
-why; bad arguments); 130 interrupted (SIGINT or SIGTERM; what finished is
+ran; 1 a case or a case module failed, the CUDA context was lost, or a
+torchrun case was not available while others ran (unless
+``--allow-unavailable``); 2 nothing to run (no case matches the selection,
+with what exists; no GPU for in-process cases, with why; torchrun cases that
+all said not available, with why, unless ``--allow-unavailable``: 0; bad
+arguments); 130 interrupted (SIGINT or SIGTERM; what finished is
 kept, with its summary; a second signal ends the process without writing
 more, as soon as Python runs again: a CUDA synchronize returns first, within
 a kernel's timeout).
@@ -61,6 +71,8 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"graph replays / eager loops before timing (default {DEFAULT_WARMUP})")
     parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,
                         help=f"timed replays per mode, each of 16 to 512 calls (default {DEFAULT_REPS})")
+    parser.add_argument("--allow-unavailable", action="store_true",
+                        help="exit 0 when a torchrun case is not available here (no GPU) and nothing failed")
     parser.add_argument("--list", action="store_true",
                         help="list the selected cases (default or --all) and exit; no GPU needed")
     return parser
@@ -124,34 +136,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_NOTHING_RUN
     if args.list:
         for case in selected:
-            print(f"{case.key}\t{'default' if case.default else '--all'}\t{case.description}")
+            launcher = f"\ttorchrun x{case.world}" if case.launcher == "torchrun" else ""
+            print(f"{case.key}\t{'default' if case.default else '--all'}{launcher}\t{case.description}")
         return EXIT_FAILED if failures else EXIT_OK
     import torch
 
-    if not torch.cuda.is_available():
+    in_process = [case for case in selected if case.launcher != "torchrun"]
+    if in_process and not torch.cuda.is_available():
         print(f"bench: needs a CUDA GPU (torch.cuda.is_available() is False); nothing was run of the "
-              f"{len(selected)} selected cases; --list works without one", file=sys.stderr)
+              f"{len(selected)} selected cases; --list works without one (torchrun cases alone report "
+              "why they are not available)", file=sys.stderr)
         return EXIT_NOTHING_RUN
     with interrupts_raise():
         return _run(selected, failures, args, ["python", "-m", "harness", "bench", *argv])
 
 
 def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespace, command: list[str]) -> int:
-    """Run ``selected`` with live output and incremental results, then write and print the report."""
+    """Run ``selected`` with live output and incremental results (torchrun cases after the others), then report."""
     from harness.bench.console import LiveConsole
     from harness.bench.results import ResultsWriter
     from harness.bench.runner import run_cases
+    from harness.bench.torchrun import run_spawned
 
     started = time.monotonic()
     writer = ResultsWriter(args.out)
     interrupted = False
-    with LiveConsole(len(selected)) as live:
-        try:
-            run_cases(selected, command=command, warmup=args.warmup, reps=args.reps, failed=failures,
-                      listeners=(writer, live))
-        except KeyboardInterrupt:
-            interrupted = True
-    document = writer.document
+    in_process = [case for case in selected if case.launcher != "torchrun"]
+    spawned = [case for case in selected if case.launcher == "torchrun"]
+    settings = {"warmup": args.warmup, "reps": args.reps}
+    try:
+        if in_process:
+            with LiveConsole(len(in_process)) as live:
+                run_cases(in_process, command=command, warmup=args.warmup, reps=args.reps, failed=failures,
+                          listeners=(writer, live))
+            failures = []
+        document, unmerged = writer.document, []
+        if spawned:
+            document, unmerged = run_spawned(
+                spawned, writer.document, command=command,
+                settings=writer.document["settings"] if writer.document else settings,
+                selected=[c.key for c in selected], failed=failures, say=lambda line: print(line, flush=True))
+    except KeyboardInterrupt:
+        interrupted, document = True, writer.document
+    if document is None and not interrupted:
+        return _nothing_measured(spawned, unmerged, args)
     if document is None:
         print(f"bench: INTERRUPTED before the first case (0 of {len(selected)} run); nothing written", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -160,10 +188,10 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
         document["status"] = "interrupted"
         document["not_run"] = [case.key for case in selected if case.key not in finished]
     document["wall_s"] = round(time.monotonic() - started, 1)
-    return _finish(document, writer.out_dir, len(selected), interrupted)
+    return _finish(document, writer.out_dir, len(selected), interrupted, args.allow_unavailable)
 
 
-def _finish(document: dict, out_dir: str, selected: int, interrupted: bool) -> int:
+def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allow_unavailable: bool = False) -> int:
     """Write the final document, its summary and plots, print the summary and the footer; return the exit status."""
     from harness.bench.report import write_report
     from harness.bench.results import write_results
@@ -183,7 +211,22 @@ def _finish(document: dict, out_dir: str, selected: int, interrupted: bool) -> i
     print(f"bench: {measured} of {selected} cases measured in {document['wall_s']:.0f} s, {failed} failed"
           + (f", {len(document['not_run'])} not reached (CUDA context lost)" if document.get("not_run") else ""),
           flush=True)
-    return EXIT_FAILED if failed or document.get("not_run") else EXIT_OK
+    missing = [item for item in document.get("not_available", []) if not item.get("optional")]
+    for item in document.get("not_available", []):
+        print(f"bench: not available: {item['case']}: {item['why']}" + (" (optional peer)" if item.get("optional") else ""))
+    if failed or document.get("not_run"):
+        return EXIT_FAILED
+    return EXIT_FAILED if missing and not allow_unavailable else EXIT_OK
+
+
+def _nothing_measured(spawned: list[BenchCase], failed: list[dict], args: argparse.Namespace) -> int:
+    """The end of a run whose torchrun cases measured nothing (told as they ran): 1 a failure, else 2 (0 if allowed)."""
+    print(f"bench: nothing measured of {len(spawned)} torchrun case(s), {len(failed)} failure(s); nothing written"
+          + ("" if args.allow_unavailable or failed else " (--allow-unavailable: exit 0 when nothing failed)"),
+          file=sys.stderr, flush=True)
+    if failed:
+        return EXIT_FAILED
+    return EXIT_OK if args.allow_unavailable else EXIT_NOTHING_RUN
 
 
 __all__ = ["BenchCase", "BenchContext", "Prepared", "REGISTRY", "bench_case", "discover", "main", "select"]

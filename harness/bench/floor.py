@@ -7,6 +7,12 @@ eagerly). The bandwidth is the device-to-device copy bandwidth measured in
 the same run (bytes read plus bytes written per second), so the floor
 reflects the card and its clocks at that moment rather than a data sheet.
 
+Where a case says what its bytes are (``Prepared.floor_terms``: one
+``FloorTerm`` per part, what it is, how its size follows from the case's
+parameters, and its bytes), the results carry the terms and the formula as
+text (``floor_formula``), so a reader sees what the floor counts, not only
+its sum.
+
 Rotation: a timed loop that reuses one set of inputs measures the L2, not
 DRAM. Inputs are spread over ``input_sets`` distinct allocations, used in
 turn, so that their total footprint is at least ``factor`` times the L2
@@ -18,8 +24,41 @@ below that, the result says the inputs may have been L2-resident.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
+from typing import Mapping, Sequence
 
 H200_L2_BYTES = 60 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FloorTerm:
+    """One part of what a call must move: what it is, how its size follows from the parameters, and its bytes."""
+
+    what: str
+    formula: str
+    bytes: int
+
+    def __post_init__(self) -> None:
+        """Reject a negative or non-integer size."""
+        if not isinstance(self.bytes, int) or self.bytes < 0:
+            raise ValueError(f"FloorTerm {self.what!r}: bytes must be an int >= 0, got {self.bytes!r}")
+
+
+def terms_bytes(terms: Sequence[FloorTerm]) -> int:
+    """The bytes of all ``terms``: a floor's numerator."""
+    return sum(term.bytes for term in terms)
+
+
+def terms_json(terms: Sequence[FloorTerm]) -> list[dict]:
+    """``terms`` as the results document stores them."""
+    return [asdict(term) for term in terms]
+
+
+def floor_formula(terms: Sequence[Mapping | FloorTerm], kernels_per_call: int) -> str:
+    """The floor as text: each term with its formula and bytes, over the copy bandwidth, plus the launches."""
+    rows = [asdict(term) if isinstance(term, FloorTerm) else term for term in terms]
+    parts = " + ".join(f"{row['what']} ({row['formula']} = {row['bytes']:,} B)" for row in rows)
+    return f"floor = [{parts}] / copy bandwidth + {kernels_per_call} x empty launch"
 
 
 def floor_us(bytes_moved: int, bandwidth_bytes_per_s: float, launch_us: float, kernels_per_call: int = 1) -> float:

@@ -29,8 +29,18 @@ current stream to the rank streams and joins back with events inside
 ``bytes_moved`` is the DRAM traffic a call cannot avoid (inputs it must read
 plus outputs it must write), the numerator of the floor; ``input_bytes`` is
 the size of one input set, from which the runner chooses how many sets to
-rotate over. ``references`` may cite published figures for comparison, e.g.
+rotate over. ``floor_terms`` (``harness.bench.floor.FloorTerm``), where
+given, say what those bytes are, term by term with their formulas; their sum
+must equal ``bytes_moved``, and the results carry them with the formula as
+text. ``capturable`` False (a host collective such as gloo's all-reduce)
+times the eager loop only, and says so. ``references`` may cite published figures for comparison, e.g.
 ``({"source": "FlashInfer PR #5178", "value_us": 4.09, "note": "LL TP4 H=5120 M=1"},)``.
+
+A case declared with ``launcher="torchrun"`` and ``world=N`` runs in N
+processes, one rank each (``harness.bench.torchrun``): its setup runs on
+every rank with a ``harness.bench.torchrun_rank.RankContext`` (the rank's
+``SymmetricFabric``, device, SM share) and returns ``RankImpl`` rows, one per
+implementation timed there (the kernel, the unfused baseline, peers).
 
 The default set: ``python -m harness bench`` without ``--all`` runs only the
 cases declared with ``default=True`` (the decorator's default), so that it
@@ -47,6 +57,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+
+from harness.bench.floor import terms_bytes
 
 
 @dataclass(frozen=True)
@@ -66,15 +78,20 @@ class Prepared:
     new_input_set: Callable[[], Any]
     launch: Callable[[Any], None]
     kernels_per_call: int = 1
+    floor_terms: tuple = ()
+    capturable: bool = True
 
     def __post_init__(self) -> None:
-        """Reject sizes the floor and the rotation cannot use."""
+        """Reject sizes the floor and the rotation cannot use, and terms that do not add up to ``bytes_moved``."""
         if not isinstance(self.bytes_moved, int) or self.bytes_moved < 0:
             raise ValueError(f"Prepared.bytes_moved must be an int >= 0, got {self.bytes_moved!r}")
         if not isinstance(self.input_bytes, int) or self.input_bytes <= 0:
             raise ValueError(f"Prepared.input_bytes must be an int > 0, got {self.input_bytes!r}")
         if not isinstance(self.kernels_per_call, int) or self.kernels_per_call < 1:
             raise ValueError(f"Prepared.kernels_per_call must be an int >= 1, got {self.kernels_per_call!r}")
+        if self.floor_terms and terms_bytes(self.floor_terms) != self.bytes_moved:
+            raise ValueError(f"Prepared.floor_terms add up to {terms_bytes(self.floor_terms)} bytes, "
+                             f"not bytes_moved {self.bytes_moved}")
 
 
 @dataclass(frozen=True)
@@ -88,6 +105,8 @@ class BenchCase:
     description: str = ""
     references: Sequence[Mapping[str, Any]] = ()
     default: bool = True
+    launcher: str = "in-process"
+    world: int = 1
 
     @property
     def key(self) -> str:
@@ -131,6 +150,7 @@ class Registry:
 
 
 REGISTRY = Registry()
+LAUNCHERS = ("in-process", "torchrun")
 
 
 def bench_case(
@@ -141,13 +161,17 @@ def bench_case(
     description: str = "",
     references: Sequence[Mapping[str, Any]] = (),
     default: bool = True,
+    launcher: str = "in-process",
+    world: int = 1,
     registry: Registry | None = None,
 ) -> Callable[[Callable[[BenchContext], Prepared]], Callable[[BenchContext], Prepared]]:
     """Decorator: register the decorated setup function as case ``family/name``."""
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"bench case {family}/{name}: launcher must be one of {', '.join(LAUNCHERS)}, got {launcher!r}")
 
     def wrap(setup: Callable[[BenchContext], Prepared]) -> Callable[[BenchContext], Prepared]:
         (registry or REGISTRY).register(
-            BenchCase(family, name, setup, dict(params or {}), description, tuple(references), default)
+            BenchCase(family, name, setup, dict(params or {}), description, tuple(references), default, launcher, world)
         )
         return setup
 

@@ -1,7 +1,8 @@
 """``python -m harness.bench.report``: the summary and plots of a stored result, or two results compared.
 
 - ``python -m harness.bench.report RESULT.json [--out DIR]`` rebuilds
-  ``<stem>.md`` (``harness.bench.summary``) and ``<stem>.<family>.png``
+  ``<stem>.md`` (``harness.bench.summary``), ``<stem>.ratios.json``
+  (``harness.bench.cases.ratios``) and ``<stem>.<family>.png``
   (``harness.bench.plot``) from a stored results document, beside it or in
   ``DIR``, and prints the summary. No GPU and no kernel is needed: it reads
   only the JSON.
@@ -23,6 +24,7 @@ import os
 import sys
 from typing import Mapping, Sequence
 
+from harness.bench.cases.ratios import write_ratios
 from harness.bench.compare import compare, compare_markdown
 from harness.bench.plot import plot_results, plotting_unavailable
 from harness.bench.results import result_stem, validate_result
@@ -46,13 +48,14 @@ def load_result(path: str) -> dict:
 
 
 def write_report(document: Mapping, out_dir: str) -> dict:
-    """Write ``<stem>.md`` and the per-family PNGs of ``document`` into ``out_dir``; return their paths and any note."""
+    """Write ``<stem>.md``, ``<stem>.ratios.json`` and the per-family PNGs of ``document`` into ``out_dir``; return their paths and any note."""
     os.makedirs(out_dir, exist_ok=True)
     stem = os.path.join(out_dir, result_stem(document["date"]))
     text = summary_markdown(document)
     with open(stem + ".md", "w") as fh:
         fh.write(text)
-    return {"summary": stem + ".md", "text": text, "plots": plot_results(document, stem),
+    write_ratios(document, stem + ".ratios.json", os.path.basename(stem) + ".json")
+    return {"summary": stem + ".md", "ratios": stem + ".ratios.json", "text": text, "plots": plot_results(document, stem),
             "plot_note": plotting_unavailable()}
 
 

@@ -27,7 +27,10 @@ context, ``interrupted``), ``selected`` (the keys the run set out to
 measure), ``not_run`` (selected keys never reached), ``wall_s`` (the run's
 wall seconds, machine figures included, written at its end), and per case
 ``setup_s`` and ``timed_s`` (wall seconds of setup, and of everything the
-runner did after it).
+runner did after it); ``not_available`` (``{"case", "why", "optional"}``:
+a torchrun case that could not run here, or a peer implementation that did
+not), and per case ``floor_terms`` and ``floor_formula`` (what the floor
+counts), ``graph_mode`` (timed eagerly: not capturable).
 """
 
 from __future__ import annotations
@@ -115,7 +118,8 @@ def validate_result(document: Mapping) -> None:
                 _expect(_require(case[mode], key, f"{where}.{mode}"), _NUMBER, f"{where}.{mode}.{key}")
             _expect(_require(case["floor_us"], mode, f"{where}.floor_us"), _NUMBER, f"{where}.floor_us.{mode}")
             _expect(_require(case["efficiency"], mode, f"{where}.efficiency"), _NUMBER, f"{where}.efficiency.{mode}")
-    for key, kind in (("status", str), ("selected", list), ("not_run", list), ("wall_s", _NUMBER)):
+    for key, kind in (("status", str), ("selected", list), ("not_run", list), ("wall_s", _NUMBER),
+                      ("not_available", list)):
         if key in document:
             _expect(document[key], kind, key)
     for index, failure in enumerate(document["failed"]):

@@ -17,7 +17,10 @@ Method, per run:
 3. Statistics (``stats.summarize``): median, p10, p90; the floor
    (``floor.floor_us``) for each mode from the case's ``bytes_moved``, the
    measured bandwidth and that mode's empty-launch time; efficiency =
-   floor / median (1.0 means at the floor).
+   floor / median (1.0 means at the floor); where the case gives its floor
+   terms, the entry carries them (``floor_terms``) and the formula as text
+   (``floor_formula``). A case that is not capturable (``Prepared.capturable``
+   False) is timed eagerly only; its entry says so (``graph_mode``).
 
 All timing runs on one side stream; every wait is a stream or event
 synchronize on work this runner enqueued. A case that raises is recorded in
@@ -43,7 +46,7 @@ from typing import Callable, Protocol, Sequence
 import torch
 
 from harness.bench.budget import DEFAULT_REPS, DEFAULT_WARMUP
-from harness.bench.floor import H200_L2_BYTES, floor_us, rotation_sets
+from harness.bench.floor import H200_L2_BYTES, floor_formula, floor_us, rotation_sets, terms_json
 from harness.bench.registry import BenchCase, BenchContext, Prepared
 from harness.bench.results import SCHEMA, utc_now, versions
 from harness.bench.stats import summarize
@@ -154,22 +157,29 @@ def time_prepared(
             prepared.launch(inputs)
 
     torch.cuda.synchronize()
-    graph = _captured(stream, loop, warmup=warmup)
-    graph_ms = _time_each(stream, graph.replay, reps)
+    graph_ms = None
+    if prepared.capturable:
+        graph = _captured(stream, loop, warmup=warmup)
+        graph_ms = _time_each(stream, graph.replay, reps)
+        del graph
     with torch.cuda.stream(stream):
         for _ in range(warmup):
             loop()
     eager_ms = _time_each(stream, loop, reps)
-    del graph, sequence, sets
+    del sequence, sets
     per_call = 1e3 / calls
-    return {
+    eager = summarize([t * per_call for t in eager_ms])
+    timing = {
         "input_sets": sets_count,
         "footprint_bytes": sets_count * prepared.input_bytes,
         "l2_cold": l2_cold,
         "calls_per_replay": calls,
-        "graph": summarize([t * per_call for t in graph_ms]),
-        "eager": summarize([t * per_call for t in eager_ms]),
+        "graph": summarize([t * per_call for t in graph_ms]) if graph_ms else eager,
+        "eager": eager,
     }
+    if graph_ms is None:
+        timing["graph_mode"] = "eager launches: not capturable in a CUDA graph, the graph columns repeat them"
+    return timing
 
 
 def case_result(case: BenchCase, prepared: Prepared, timing: dict, machine: dict) -> dict:
@@ -192,9 +202,35 @@ def case_result(case: BenchCase, prepared: Prepared, timing: dict, machine: dict
         "bytes_moved": prepared.bytes_moved,
         "input_bytes": prepared.input_bytes,
         "kernels_per_call": prepared.kernels_per_call,
+        **({"floor_terms": terms_json(prepared.floor_terms),
+            "floor_formula": floor_formula(prepared.floor_terms, prepared.kernels_per_call)}
+           if prepared.floor_terms else {}),
         **timing,
         "floor_us": floors,
         "efficiency": {mode: floors[mode] / timing[mode]["median_us"] for mode in ("graph", "eager")},
+    }
+
+
+def measure_machine(device: torch.device, stream: torch.cuda.Stream, *, copy_bytes: int, launches: int,
+                    reps: int) -> dict:
+    """The run's machine figures: copy bandwidth (at most a quarter of free memory) and empty-launch times."""
+    copy_bytes = min(copy_bytes, torch.cuda.mem_get_info(device)[0] // 4)
+    graph_launch_us, eager_launch_us = measure_launch_us(stream, launches=launches, reps=max(10, reps // 5))
+    return {
+        "copy_bandwidth_bytes_per_s": measure_copy_bandwidth(device, stream, copy_bytes=copy_bytes, reps=max(10, reps // 5)),
+        "copy_bytes": copy_bytes,
+        "graph_launch_us": graph_launch_us,
+        "eager_launch_us": eager_launch_us,
+    }
+
+
+def new_document(command: Sequence[str], date: str, info: dict, machine: dict, settings: dict,
+                 selected: Sequence[str], failed: Sequence[dict] = ()) -> dict:
+    """A results document (``rankcheck-bench/1``) with no case yet, status ``running``."""
+    return {
+        "schema": SCHEMA, "command": list(command), "date": date, "device": info, "versions": versions(),
+        "settings": dict(settings), "machine": machine, "status": "running", "selected": list(selected),
+        "cases": [], "failed": list(failed),
     }
 
 
@@ -220,27 +256,9 @@ def run_cases(
     info = device_info(device)
     stream = torch.cuda.Stream(device=device)
     date = utc_now()
-    copy_bytes = min(copy_bytes, torch.cuda.mem_get_info(device)[0] // 4)
-    graph_launch_us, eager_launch_us = measure_launch_us(stream, launches=launches, reps=max(10, reps // 5))
-    machine = {
-        "copy_bandwidth_bytes_per_s": measure_copy_bandwidth(device, stream, copy_bytes=copy_bytes, reps=max(10, reps // 5)),
-        "copy_bytes": copy_bytes,
-        "graph_launch_us": graph_launch_us,
-        "eager_launch_us": eager_launch_us,
-    }
-    document = {
-        "schema": SCHEMA,
-        "command": list(command),
-        "date": date,
-        "device": info,
-        "versions": versions(),
-        "settings": {"warmup": warmup, "reps": reps, "rotation_factor": ROTATION_FACTOR, "launches": launches},
-        "machine": machine,
-        "status": "running",
-        "selected": [case.key for case in cases],
-        "cases": [],
-        "failed": list(failed),
-    }
+    machine = measure_machine(device, stream, copy_bytes=copy_bytes, launches=launches, reps=reps)
+    settings = {"warmup": warmup, "reps": reps, "rotation_factor": ROTATION_FACTOR, "launches": launches}
+    document = new_document(command, date, info, machine, settings, [case.key for case in cases], failed)
     context = BenchContext(device=device, l2_bytes=info["l2_bytes"])
 
     def measure(case: BenchCase) -> dict:

@@ -97,11 +97,12 @@ def allreduce_section(document: Mapping, family: str) -> list[str]:
     for source in dict.fromkeys(row["source"] for row in rows):
         body = [
             [str(r["tp"]), str(r["hidden"]), str(r["rows"]), _us(r["ll"]), _us(r["bt"]), _us(r["unfused"]),
-             _us(r["floor"]), _ratio(r["speedup"]), _us(r["flashinfer"])]
+             _us(r["symm_mem"]), _us(r["floor"]), _ratio(r["speedup"]), _us(r["flashinfer"])]
             for r in rows if r["source"] == source
         ]
         lines += [f"{source} source, CUDA-graph median per call (us):", ""]
-        lines += markdown_table(["tp", "H", "M", "LL", "BT", "unfused", "floor", "unfused / best", "FlashInfer"], body)
+        lines += markdown_table(["tp", "H", "M", "LL", "BT", "unfused", "torch symm-mem", "floor", "unfused / best",
+                                 "FlashInfer"], body)
         lines.append("")
     for (tp, hidden, source), found in sorted(tables.crossovers(document).items(), key=lambda kv: kv[0][2] != "plain"):
         verdict = f"BT ahead from M = {found} on" if found is not None else "BT never stays ahead: LL only"
@@ -121,6 +122,7 @@ def loop_section(document: Mapping, family: str) -> list[str]:
              "x floor = kernel / floor:", ""]
     lines += markdown_table(["rows", "steps", "ranks", "kernel", "eager", "speedup", "floor", "x floor", "goals"], body)
     lines += [""] + [f"- not paired: {error}" for error in tables.unpaired_loop_errors(document, family)]
+    lines += [f"- {', '.join(names)}: {formula}" for formula, names in tables.floor_formulas(document, family).items()]
     virtual = sorted({r["ranks"] for r in tables.loop_rows(document, family) if r["virtual"]})
     if virtual:
         lines.append(f"- ranks {', '.join(map(str, virtual))}: virtual ranks on one GPU, not a latency measurement of NVLink")
@@ -169,6 +171,10 @@ def summary_markdown(document: Mapping) -> str:
     if document["failed"]:
         lines += ["## Failed", ""] + [f"- {f.get('case') or f.get('module')}: {f['error']}" for f in document["failed"]]
         lines.append("")
+    if document.get("not_available"):
+        lines += ["## Not available here", ""] + [
+            f"- {item['case']}: {item['why']}" + (" (a peer: optional)" if item.get("optional") else "")
+            for item in document["not_available"]] + [""]
     if document.get("not_run"):
         lines += ["## Not reached", "", ", ".join(document["not_run"]), ""]
     return "\n".join(lines).rstrip() + "\n"

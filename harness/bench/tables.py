@@ -6,7 +6,8 @@ Each family has a layout (``LAYOUTS``; any other family gets ``generic``):
 
 - ``allreduce``: one row per source (plain, finalize), tp, H and M, in the
   nccl-tests spirit: the CUDA-graph medians of LL, BT and the unfused path
-  at that size, the floor, and FlashInfer's published figure where one was
+  at that size (and PyTorch's symmetric-memory one-shot all-reduce, a peer
+  of the torchrun cases), the floor, and FlashInfer's published figure where one was
   published at exactly that tp, H and M, and the speedup of the faster
   protocol over the unfused path. ``crossovers`` gives the LL/BT
   crossover of each (tp, H, source) by the rule that sets the kernels'
@@ -14,7 +15,8 @@ Each family has a layout (``LAYOUTS``; any other family gets ``generic``):
 - ``loop``: one row per kernel case that names a baseline (the eager torch
   loop), from ``harness.bench.cases.ratios.pair_ratios``: rows, steps, ranks,
   the kernel's and the loop's CUDA-graph medians, the speedup, the kernel's
-  floor and its distance to it, the goals.
+  floor and its distance to it, the goals; ``floor_formulas`` gives each
+  distinct floor formula with the cases it applies to.
 - ``copy``: the method's own check, per copy: bytes, median, floor, efficiency.
 - ``generic``: per case, both medians, the floor and the distance to it.
 
@@ -32,7 +34,7 @@ from harness.bench.thresholds import FAMILY as ALLREDUCE_FAMILY
 from harness.bench.thresholds import crossover, measurements
 
 LAYOUTS = {ALLREDUCE_FAMILY: "allreduce", "markov_fused": "loop", "markov_sharded": "loop", "baseline": "copy"}
-ALLREDUCE_IMPLS = ("ll", "bt", "unfused")
+ALLREDUCE_IMPLS = ("ll", "bt", "unfused", "symm_mem")
 # Documents written before references carried tp/hidden/rows said so only in their note.
 _NOTE_SHAPE = re.compile(r"H=(?P<hidden>\d+), M=(?P<rows>\d+), TP(?P<tp>\d+)")
 
@@ -157,3 +159,12 @@ def published(document: Mapping, family: str) -> list[dict]:
         for reference in case["references"]:
             seen.setdefault((reference.get("source"), reference.get("note"), reference.get("value_us")), reference)
     return list(seen.values())
+
+
+def floor_formulas(document: Mapping, family: str) -> dict[str, list[str]]:
+    """``{floor formula: the cases of family that have it}``, for the cases that state their floor terms."""
+    found: dict[str, list[str]] = {}
+    for case in family_cases(document, family):
+        if case.get("floor_formula"):
+            found.setdefault(case["floor_formula"], []).append(case["name"])
+    return found

@@ -71,7 +71,7 @@ def test_default_set_is_a_subset_and_all_reaches_every_case():
     assert 0 < len(default) < len(everything) == len(REGISTRY.cases())
     assert {c.family for c in default} == {c.family for c in everything}
     hidden = [c for c in everything if not c.default]
-    assert hidden and all(c.family == "allreduce_mhc" for c in hidden)
+    assert hidden and all(c.family == "allreduce_mhc" or c.launcher == "torchrun" for c in hidden)
     # An explicit --case reaches a case outside the default set, by name or by family/name.
     assert select(None, hidden[0].name, everything=False)[0] == [hidden[0]]
     assert select(None, hidden[0].key, everything=False)[0] == [hidden[0]]
@@ -128,7 +128,7 @@ def test_complete_run_writes_results_summary_and_says_so(monkeypatch, tmp_path, 
     _fake_gpu(monkeypatch, measure)
     assert main(["--family", "baseline", "--out", str(tmp_path)]) == status
     out = capsys.readouterr().out
-    [stored] = list(tmp_path.glob("bench-*.json"))
+    [stored] = list(tmp_path.glob("bench-*[0-9]Z.json"))
     document = json.loads(stored.read_text())
     assert document["status"] == "complete" and document["selected"] == BASELINE_KEYS
     assert stored.with_suffix(".md").read_text() in out
@@ -154,7 +154,7 @@ def test_interrupt_exits_130_and_keeps_what_finished(monkeypatch, tmp_path, caps
     assert signal.getsignal(signum) is previous, "the bench's handler must not outlive the run"
     out = capsys.readouterr().out
     assert "bench: INTERRUPTED (1 of 3 run)" in out
-    [stored] = list(tmp_path.glob("bench-*.json"))
+    [stored] = list(tmp_path.glob("bench-*[0-9]Z.json"))
     document = json.loads(stored.read_text())
     assert document["status"] == "interrupted"
     assert [c["name"] for c in document["cases"]] == ["copy_64k"]

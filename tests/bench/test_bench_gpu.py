@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 def test_bench_baseline_end_to_end(tmp_path, capsys):
     assert main(["--family", "baseline", "--case", "copy_64m", "--out", str(tmp_path), "--warmup", "2", "--reps", "10"]) == 0
-    [path] = list(tmp_path.glob("bench-*.json"))
+    [path] = list(tmp_path.glob("bench-*[0-9]Z.json"))
     document = json.loads(path.read_text())
     validate_result(document)
     assert document["status"] == "complete" and document["selected"] == ["baseline/copy_64m"]

@@ -60,7 +60,7 @@ def test_sharded_torch_loop_passes_and_sampled_tokens_are_checked_exactly():
     static = markov_sharded.make_static(CPU, vocab=512)
     inputs = markov_sharded.make_inputs(CPU, torch.Generator().manual_seed(8), 1, rows=8, steps=3, vocab=512)
     out = markov_sharded.eager_loop(static, inputs)
-    markov_sharded._chain_check("sharded", static, inputs, out)
+    markov_sharded.chain_check("sharded", static, inputs, out)
     greedy_choice = out["logits_cache"].float().argmax(-1)
     differ = (out["draft_tokens"] != greedy_choice).nonzero().tolist()
     assert differ and all(row >= 4 for row, _ in differ), "only sampled rows may differ from the greedy choice"
@@ -68,7 +68,7 @@ def test_sharded_torch_loop_passes_and_sampled_tokens_are_checked_exactly():
     broken = {k: v.clone() for k, v in out.items()}
     broken["draft_tokens"][row, step] = greedy_choice[row, step]  # the greedy choice, not logits + noise
     with pytest.raises(BenchSanityError, match=f"row {row} step {step} .* logits \\+ noise"):
-        markov_sharded._chain_check("sharded", static, inputs, broken)
+        markov_sharded.chain_check("sharded", static, inputs, broken)
 
 
 def test_rank_inputs_give_each_rank_its_cache():
@@ -83,19 +83,19 @@ def test_allreduce_unfused_passes_and_errors_are_caught():
     weight = allreduce_mhc.make_weight(CPU, hidden)
     inputs = allreduce_mhc.make_inputs(CPU, torch.Generator().manual_seed(2), tp=tp, rows=rows, hidden=hidden)
     outputs = [allreduce_mhc.unfused(inputs, weight) for _ in range(tp)]
-    allreduce_mhc._check_outputs("ar", outputs, inputs, weight)
+    allreduce_mhc.check_outputs("ar", outputs, inputs, weight)
     off = [outputs[0], {k: v.clone() for k, v in outputs[1].items()}]
     off[1]["residual_out"][1, 2, 3] = -off[1]["residual_out"][1, 2, 3] - 1
     with pytest.raises(BenchSanityError, match="rank 1 residual_out differs in 1 of"):
-        allreduce_mhc._check_outputs("ar", off, inputs, weight)
+        allreduce_mhc.check_outputs("ar", off, inputs, weight)
     wrong = {k: v.clone() for k, v in outputs[0].items()}
     wrong["layer_input"][2, 100] *= 1.25
     with pytest.raises(BenchSanityError, match=r"layer_input\[2, 100\]"):
-        allreduce_mhc._check_outputs("ar", [wrong], inputs, weight)
+        allreduce_mhc.check_outputs("ar", [wrong], inputs, weight)
     nan = {k: v.clone() for k, v in outputs[0].items()}
     nan["residual_out"][0, 0, 0] = float("nan")
     with pytest.raises(BenchSanityError, match=r"residual_out\[0, 0, 0\]"):
-        allreduce_mhc._check_outputs("ar", [nan], inputs, weight)
+        allreduce_mhc.check_outputs("ar", [nan], inputs, weight)
 
 
 def test_check_close_tolerance_is_relative_to_operands():

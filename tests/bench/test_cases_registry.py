@@ -68,25 +68,36 @@ def test_bench_list_without_gpu():
     assert "failed to import" not in done.stderr
 
 
-def test_markov_fused_floor_bytes():
-    from harness.bench.cases.markov_fused import floor_bytes, launches_per_call
+def test_markov_fused_floor_terms():
+    from harness.bench.cases.markov_fused import floor_terms, launches_per_call
+    from harness.bench.floor import floor_formula, terms_bytes
 
-    # w2: 129280 x 256 BF16 = 66,191,360; base and cache: 8 x 8 x 129280 BF16 = 16,547,840 each.
-    assert floor_bytes(rows=8, steps=8, vocab=129280, dim=256) == 66_191_360 + 2 * 16_547_840 == 99_287_040
-    # A tp-8 rank moves its eighth of each.
-    assert floor_bytes(rows=8, steps=8, vocab=129280, dim=256, tp=8) == 99_287_040 // 8
-    assert launches_per_call(8) == 17
+    terms = floor_terms(rows=8, steps=8, vocab=129280, dim=256)
+    # w2: 129280 x 256 BF16 = 66,191,360 per step; base, bias and cache: 8 x 8 x 129280 BF16 = 16,547,840 each.
+    assert [t.bytes for t in terms] == [8 * 66_191_360, 16_547_840, 16_547_840, 16_547_840]
+    assert terms_bytes(terms) == 8 * 66_191_360 + 3 * 16_547_840
+    text = floor_formula(terms, launches_per_call(8))
+    assert "8 steps x 129280 x 256 x 2 B = 529,530,880 B" in text and text.endswith("+ 17 x empty launch")
 
 
-def test_markov_sharded_floor_bytes():
-    from harness.bench.cases.markov_sharded import floor_bytes
+def test_markov_sharded_floor_terms():
+    from harness.bench.cases.markov_sharded import floor_terms
+    from harness.bench.floor import terms_bytes
 
     cells = 8 * 8 * 129280  # 8,273,920
-    head = 129280 * 256 * 2  # 66,191,360
-    # head + base (2 B) + noise (4 B) + one cache (2 B) + staging (2 B) per cell.
-    assert floor_bytes(rows=8, steps=8, vocab=129280, world=1) == head + 10 * cells == 148_930_560
-    # Eight ranks: eight caches written, the rest unchanged.
-    assert floor_bytes(rows=8, steps=8, vocab=129280, world=8) == 148_930_560 + 7 * 2 * cells == 264_765_440
+    row = 256 * 2
+    # One rank on 132 SMs: 132 CTAs x 16 warps x 16 rows = 33,792 rows resident, 95,488 streamed per step.
+    one = floor_terms(rows=8, steps=8, vocab=129280, world=1, sm_count=132)
+    assert [t.bytes for t in one] == [33_792 * row, 8 * 95_488 * row, 4 * cells, 2 * cells, 2 * cells]
+    # Eight ranks share the GPU: 16 CTAs each (128 SMs), 4,096 rows resident per rank of its 16,160; eight caches.
+    eight = floor_terms(rows=8, steps=8, vocab=129280, world=8, sm_count=132)
+    assert [t.bytes for t in eight] == [8 * 4_096 * row, 8 * 8 * 12_064 * row, 4 * cells, 2 * cells, 16 * cells]
+    # A rank alone on its GPU: its shard of the noise and the base, its own cache.
+    alone = floor_terms(rows=8, steps=8, vocab=129280, world=8, sm_count=132, sharing=1)
+    assert [t.bytes for t in alone] == [16_160 * row, 0, 4 * cells // 8, 2 * cells // 8, 2 * cells]
+    # A small vocabulary fits in the registers: nothing is read twice.
+    assert floor_terms(rows=1, steps=8, vocab=4096, world=1, sm_count=132)[1].bytes == 0
+    assert terms_bytes(one) == sum(t.bytes for t in one)
 
 
 def test_allreduce_floor_bytes():

@@ -142,7 +142,11 @@ def make_finalize_inputs(device: torch.device, gen: torch.Generator, *, tp: int,
 
 def unfused(inputs: dict, weight: torch.Tensor) -> dict:
     """One rank's unfused path: the all-reduce stand-in, then mHC post/collapse and RMSNorm in torch."""
-    reduced = inputs["x"].sum(dim=0)
+    return mix_and_norm(inputs["x"].sum(dim=0), inputs, weight)
+
+
+def mix_and_norm(reduced: torch.Tensor, inputs: dict, weight: torch.Tensor) -> dict:
+    """mHC post and collapse, then RMSNorm, in eager torch (FP32 math, BF16 results) on the reduced sum."""
     mixed = torch.einsum("mih,mij->mjh", inputs["residual"].float(), inputs["comb"])
     residual_out = (mixed + reduced.float()[:, None, :] * inputs["post"][:, :, None]).to(torch.bfloat16)
     prenorm = (residual_out.float() * inputs["pre"][:, :, None]).sum(dim=1).to(torch.bfloat16).float()
@@ -166,7 +170,7 @@ def reference(inputs: dict, weight: torch.Tensor) -> dict:
     return {"residual_out": (out, out_mag), "layer_input": (layer, layer_mag)}
 
 
-def _check_outputs(case: str, outputs: list[dict], inputs: dict, weight: torch.Tensor, *,
+def check_outputs(case: str, outputs: list[dict], inputs: dict, weight: torch.Tensor, *,
                    recompute: bool = True) -> None:
     """Every rank equals rank 0 (bits), and (with ``recompute``) rank 0 is close to the float64 recomputation."""
     for rank, out in enumerate(outputs[1:], start=1):
@@ -210,7 +214,7 @@ def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protoco
 
     outputs = run(check, protocol)
     torch.cuda.synchronize(device)
-    _check_outputs(case, outputs, check, weight, recompute=not finalize)  # finalize: no plain-x recomputation
+    check_outputs(case, outputs, check, weight, recompute=not finalize)  # finalize: no plain-x recomputation
     if bt:
         other = run(check, "bt" if protocol == "ll" else "ll")
         torch.cuda.synchronize(device)
@@ -246,7 +250,7 @@ def _unfused_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int) -> Pre
 
     outputs = launch(check)
     torch.cuda.synchronize(device)
-    _check_outputs(f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_unfused", outputs, check, weight)
+    check_outputs(f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_unfused", outputs, check, weight)
     return Prepared(
         bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden),
         input_bytes=tensor_bytes(check),

@@ -14,13 +14,14 @@ eager launches, inputs rotated beyond the L2); the goals are judged at rows
   (``index_copy_``), Gumbel noise from ``torch.rand`` (``-log(-log(u))``,
   divided temperature) or the greedy argmax, and the next embedding.
 
-Floor (both cases, the task's, not an implementation's): the bytes that
-must move once, ``w2`` (``V x dim`` BF16) + base logits + cache writes (both
-``rows x steps x V`` BF16), over the copy bandwidth measured in the run,
-plus ``1 + 2 steps`` launches (anchor, then GEMV and step per step). ``w2``
-(66 MB) exceeds the H200's L2 and the steps are sequential, so a loop reads
-it once per step: the floor counts it once, as the benchmark issue defines
-it, which no implementation can reach (``params.w2_reads_per_call`` says so).
+Floor (``floor_terms``, both cases, the task's on one GPU, printed with its
+formula): ``w2`` (``V x dim`` BF16) read once per step, since each step's
+GEMV needs the previous step's token and ``w2`` (66 MB) exceeds the H200's
+L2; the base logits read once; the bias (BF16 ``rows x V`` per step) written
+once (the step reads it back from the L2, where ``rows x V x 2`` bytes fit);
+the cache (``rows x steps x V`` BF16) written once; over the copy bandwidth
+measured in the run, plus ``1 + 2 steps`` launches (anchor, then GEMV and
+step per step).
 
 Sanity, before timing (``checks.py``): rows 0-3 are greedy (temperature 0),
 the others sample at temperature 1. The kernel case runs both loops on one
@@ -39,6 +40,7 @@ from __future__ import annotations
 import torch
 
 from harness.bench.cases.checks import check_equal, check_markov_chain, tensor_bytes
+from harness.bench.floor import FloorTerm, terms_bytes
 from harness.bench.registry import BenchContext, Prepared, bench_case
 
 ROWS, STEPS, VOCAB, DIM, BLOCK = 8, 8, 129280, 256, 1024
@@ -46,10 +48,17 @@ GREEDY_ROWS = 4
 GOAL = {"speedup_vs_eager": 3.0, "floor_ratio": 2.0}
 
 
-def floor_bytes(*, rows: int, steps: int, vocab: int, dim: int, tp: int = 1) -> int:
-    """Bytes one rank's call must move once: its ``w2`` shard, the base logits it reads, the cache it writes."""
-    shard = vocab // tp
-    return shard * dim * 2 + rows * steps * shard * 2 + rows * steps * shard * 2
+def floor_terms(*, rows: int, steps: int, vocab: int, dim: int) -> tuple[FloorTerm, ...]:
+    """What one unsharded call must move (module docstring): ``w2`` per step, base, bias and cache once."""
+    cells = rows * steps * vocab
+    size = f"{rows} x {steps} x {vocab} x 2 B"
+    return (
+        FloorTerm("w2 read once per step (each step's GEMV needs the previous token)",
+                  f"{steps} steps x {vocab} x {dim} x 2 B", steps * vocab * dim * 2),
+        FloorTerm("base logits (BF16) read once", size, cells * 2),
+        FloorTerm("bias (BF16) written once", size, cells * 2),
+        FloorTerm("cache (BF16) written once", size, cells * 2),
+    )
 
 
 def launches_per_call(steps: int) -> int:
@@ -155,8 +164,10 @@ def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int) -> Prepared
             """One call of the torch loop on the current stream."""
             eager_loop(static, inputs)
 
+    terms = floor_terms(rows=rows, steps=steps, vocab=VOCAB, dim=DIM)
     return Prepared(
-        bytes_moved=floor_bytes(rows=rows, steps=steps, vocab=VOCAB, dim=DIM),
+        bytes_moved=terms_bytes(terms),
+        floor_terms=terms,
         input_bytes=tensor_bytes(check),
         new_input_set=lambda: make_inputs(device, gen, rows=rows, steps=steps, vocab=VOCAB),
         launch=launch,
@@ -169,7 +180,7 @@ def _register(rows: int, steps: int) -> None:
     params = {
         "rows": rows, "steps": steps, "vocab": VOCAB, "dim": DIM, "tp": 1, "block": BLOCK,
         "greedy_rows": min(rows, GREEDY_ROWS), "w2_reads_per_call": steps,
-        "floor": "w2 once + base + cache writes (BF16) + (1 + 2 steps) launches",
+        "floor": "w2 once per step + base + bias + cache (BF16) + (1 + 2 steps) launches",
     }
     name = f"r{rows}_s{steps}_v{VOCAB}_tp1"
     goal = {"goal": GOAL} if (rows, steps) == (ROWS, STEPS) else {}

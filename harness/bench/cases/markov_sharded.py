@@ -12,13 +12,14 @@ per row), timed by the runner in the same run:
   base, the cache store (``index_copy_``), ``logits / T + noise`` (noise
   an input) or the greedy argmax, the next embedding.
 
-Floor (the same for all three, the task's): the bytes that must move once:
-the head (every rank's shard, ``V x 256`` BF16 in all), the base logits
-(BF16) and the noise (FP32) read once, every rank's cache rows written
-(BF16 ``rows x steps x V`` per rank, each rank ends with the full rows) and
-the staging writes (each rank's shard of the draft logits, ``rows x steps
-x V`` BF16 in all), over the copy bandwidth measured in the run, plus one
-launch per rank.
+Floor (``floor_terms``, the task's on one GPU, printed with its formula):
+what must move through DRAM when ``world`` ranks share this GPU. The head
+tiles that stay in registers for the whole launch (one 16-row tile per warp,
+16 warps per CTA, ``default_ctas`` CTAs per rank: an equal share of the SMs)
+are read once; the head rows that do not fit are read once per step; the
+noise (FP32) and the base logits (BF16) once; every rank's cache rows
+(BF16, each rank ends with the full rows) written once. Plus one launch per
+rank. The eager case has the one-rank floor: the task's limit, not cuBLAS's.
 
 Sanity, before timing (``checks.py``): rows 0-3 greedy, rows 4-7 sample at
 temperature 1 (exact division), every row a distinct request. Each case's
@@ -37,6 +38,7 @@ import torch
 
 from harness.bench.cases.checks import check_equal, check_markov_chain, tensor_bytes
 from harness.bench.cases.virtual import build_ranks, launch_ranks
+from harness.bench.floor import FloorTerm, terms_bytes
 from harness.bench.registry import BenchContext, Prepared, bench_case
 
 ROWS, STEPS, VOCAB, DIM = 8, 8, 129280, 256
@@ -46,11 +48,34 @@ GOAL = {"speedup_vs_eager": 5.0, "floor_ratio": 1.5}
 PARAMS = {"query_per_row": 1}
 
 
-def floor_bytes(*, rows: int, steps: int, vocab: int, world: int, dim: int = DIM) -> int:
-    """Bytes a call on ``world`` ranks must move once: head shards, base (BF16), noise (FP32), every rank's cache
-    rows (BF16) and the staging of every shard (BF16)."""
-    cells = rows * steps * vocab
-    return vocab * dim * 2 + cells * 2 + cells * 4 + world * cells * 2 + cells * 2
+def floor_terms(*, rows: int, steps: int, vocab: int, world: int, sm_count: int, sharing: int | None = None,
+                dim: int = DIM) -> tuple[FloorTerm, ...]:
+    """What one GPU holding ``sharing`` (default all ``world``) ranks must move per call (module docstring)."""
+    from kernels.markov.sharded_layout import TILE_ROWS, WARPS, default_ctas
+
+    sharing = world if sharing is None else sharing
+    shard = vocab // world
+    ctas = default_ctas(sm_count, sharing, shard)
+    resident = min(shard, ctas * WARPS * TILE_ROWS)
+    streamed = shard - resident
+    cells = rows * steps * shard * sharing
+    size = f"{rows} x {steps} x {shard * sharing}"
+    return (
+        FloorTerm("head tiles resident in registers, read once",
+                  f"{sharing} rank(s) x min({shard}, {ctas} CTAs x {WARPS} warps x {TILE_ROWS} rows) x {dim} x 2 B",
+                  sharing * resident * dim * 2),
+        FloorTerm("head rows that do not fit, read every step",
+                  f"{steps} steps x {sharing} rank(s) x {streamed} rows x {dim} x 2 B", steps * sharing * streamed * dim * 2),
+        FloorTerm("noise (FP32) read once", f"{size} x 4 B", cells * 4),
+        FloorTerm("base logits (BF16) read once", f"{size} x 2 B", cells * 2),
+        FloorTerm("every rank's cache rows (BF16) written", f"{sharing} x {rows} x {steps} x {vocab} x 2 B",
+                  sharing * rows * steps * vocab * 2),
+    )
+
+
+def sm_count(device: torch.device) -> int:
+    """The SM count of ``device``."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def make_config(world: int) -> dict:
@@ -113,7 +138,7 @@ def eager_loop(static: dict, inputs: dict) -> dict:
     return {"draft_tokens": tokens, "logits_cache": cache}
 
 
-def _chain_check(case: str, static: dict, inputs: dict, out: dict) -> None:
+def chain_check(case: str, static: dict, inputs: dict, out: dict) -> None:
     """The teacher-forced chain check of one rank's outputs."""
     check_markov_chain(
         case, tokens=out["draft_tokens"], logits=out["logits_cache"], base=inputs["base_logits"],
@@ -139,16 +164,18 @@ def _kernel_setup(ctx: BenchContext, world: int) -> Prepared:
 
     outputs = launch(check)
     torch.cuda.synchronize(device)
-    _chain_check(case, static, check, outputs[0])
+    chain_check(case, static, check, outputs[0])
     for rank, out in enumerate(outputs[1:], start=1):
         check_equal(case, f"rank {rank} draft_tokens", out["draft_tokens"], outputs[0]["draft_tokens"])
         check_equal(case, f"rank {rank} logits_cache", out["logits_cache"], outputs[0]["logits_cache"])
+    terms = floor_terms(rows=ROWS, steps=STEPS, vocab=VOCAB, world=world, sm_count=sm_count(device))
     return Prepared(
-        bytes_moved=floor_bytes(rows=ROWS, steps=STEPS, vocab=VOCAB, world=world),
+        bytes_moved=terms_bytes(terms),
         input_bytes=tensor_bytes(check),
         new_input_set=lambda: make_inputs(device, gen, world),
         launch=launch,
         kernels_per_call=world,
+        floor_terms=terms,
     )
 
 
@@ -160,13 +187,15 @@ def _eager_setup(ctx: BenchContext) -> Prepared:
     check = make_inputs(device, gen, 1)
     out = eager_loop(static, check)
     torch.cuda.synchronize(device)
-    _chain_check("markov_sharded/eager", static, check, out)
+    chain_check("markov_sharded/eager", static, check, out)
+    terms = floor_terms(rows=ROWS, steps=STEPS, vocab=VOCAB, world=1, sm_count=sm_count(device))
     return Prepared(
-        bytes_moved=floor_bytes(rows=ROWS, steps=STEPS, vocab=VOCAB, world=1),
+        bytes_moved=terms_bytes(terms),
         input_bytes=tensor_bytes(check),
         new_input_set=lambda: make_inputs(device, gen, 1),
         launch=lambda inputs: eager_loop(static, inputs),
         kernels_per_call=1,
+        floor_terms=terms,
     )
 
 

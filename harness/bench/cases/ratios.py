@@ -9,10 +9,12 @@ floor). For each such case, from the CUDA-graph medians:
 - ``speedup`` = baseline median / kernel median,
 - ``floor_ratio`` = kernel median / kernel floor (1.0 = at the floor),
 - ``eager_speedup`` = the same ratio from the runner's eager launches,
-- ``goal_met`` per stated goal (absent goals are not judged).
+- ``goal_met`` per stated goal (absent goals are not judged),
+- ``floor_formula``, where the case gave its floor terms: what the floor counts.
 
 ``python -m harness.bench.cases.ratios RESULT.json...`` prints a table per
-document and writes ``<stem>.ratios.json`` beside it (the pairs, then every
+document (each floor's formula under its row) and writes
+``<stem>.ratios.json`` beside it (as ``python -m harness bench`` does at the end of a run) (the pairs, then every
 ``references`` row the cases carry: published figures, not measured here).
 A baseline missing from the document (failed, or not selected) gives a row
 with ``error`` instead of numbers.
@@ -50,6 +52,8 @@ def pair_ratios(document: Mapping) -> list[dict]:
             eager_speedup=baseline["eager"]["median_us"] / case["eager"]["median_us"],
             l2_cold=case["l2_cold"],
         )
+        if case.get("floor_formula"):
+            row["floor_formula"] = case["floor_formula"]
         goal = case["params"].get("goal") or {}
         met = {}
         if "speedup_vs_eager" in goal:
@@ -85,7 +89,17 @@ def format_rows(rows: Sequence[Mapping]) -> list[str]:
             f"{label:44s} {row['kernel_graph_us']:10.2f} {row['baseline_graph_us']:10.2f} "
             f"{row['speedup']:8.2f} {row['floor_ratio']:8.2f}  {goals}"
         )
+        if row.get("floor_formula"):
+            lines.append(f"    {row['floor_formula']}")
     return lines
+
+
+def write_ratios(document: Mapping, path: str, source: str) -> None:
+    """Write the pairs and references of ``document`` to ``path`` (``<stem>.ratios.json``)."""
+    with open(path, "w") as fh:
+        json.dump({"source": source, "pairs": pair_ratios(document), "references": reference_rows(document)},
+                  fh, indent=1)
+        fh.write("\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -105,10 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             status = 2
             continue
         out = os.path.splitext(path)[0] + ".ratios.json"
-        with open(out, "w") as fh:
-            json.dump({"source": os.path.basename(path), "pairs": rows,
-                       "references": reference_rows(document)}, fh, indent=1)
-            fh.write("\n")
+        write_ratios(document, out, os.path.basename(path))
         print(f"{path} ({document.get('device', {}).get('name', '?')})")
         print("\n".join(format_rows(rows)))
         print(f"ratios: written to {out}")

@@ -1,0 +1,188 @@
+"""One rank of a torchrun bench case: ``python -m harness.bench.torchrun_rank --case F/NAME --dir D``.
+
+torchrun starts one of these per rank (``harness.bench.torchrun`` builds the
+command). Each rank writes ``D/rank<k>.json`` and nothing else, whatever
+happens:
+
+- no GPU: ``{"status": "not_available", "why": ...}`` at once, exit 0 (no
+  process group is made: there is nothing to time);
+- otherwise it takes GPU ``LOCAL_RANK % device_count`` (ranks share GPUs when
+  there are fewer GPUs than ranks), joins the process group (NCCL where
+  every rank has its own GPU, gloo otherwise: the backend the parent chose,
+  ``RANKCHECK_BENCH_BACKEND``) with a deadline, builds a
+  ``kernels.fabric.SymmetricFabric``, and runs the case's setup on every
+  rank (``RankContext``). The setup returns ``RankImpl`` rows: each
+  implementation is timed by ``harness.bench.runner.time_prepared`` (CUDA
+  events around graph replays and eager loops), on every rank in lockstep
+  or, for a single-GPU baseline, on rank 0 alone while the others wait.
+  Rank 0 measures the machine figures alone first and writes the entries
+  (``runner.case_result``): ``{"status": "measured", "device", "machine",
+  "entries", "unavailable"}``; a peer whose setup failed on any rank is
+  listed in ``unavailable`` with why, on every rank alike (they agree first).
+- an error: ``{"status": "failed", "error", "traceback"}``, exit 1.
+
+Every wait has a deadline: the process group's and the fabric's timeouts,
+the kernels' own timeouts, and the parent's clock over the whole tree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+BACKEND_VAR = "RANKCHECK_BENCH_BACKEND"
+RANK_TIMEOUT_S = 120.0
+NO_GPU = "no GPU: torch.cuda.is_available() is False on this rank"
+
+
+@dataclass
+class RankContext:
+    """What a torchrun case's setup may use on its rank."""
+
+    fabric: Any
+    device: Any
+    backend: str
+    sharing: int
+    sm_count: int
+    l2_bytes: int
+
+
+@dataclass
+class RankImpl:
+    """One implementation a torchrun case times: its entry name, params, description and prepared calls.
+
+    ``prepare`` builds it (collective when ``all_ranks``); an exception there
+    makes it unavailable (for a peer, ``optional``) rather than failing the case.
+    """
+
+    name: str
+    params: dict
+    description: str
+    prepare: Callable[[], Any]
+    all_ranks: bool = True
+    optional: bool = False
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write ``payload`` to ``path`` atomically."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def _agree(fabric: Any, ok: bool) -> bool:
+    """Whether every rank says ``ok`` (an all-gather over the fabric)."""
+    import torch
+
+    flags = fabric.all_gather(torch.tensor([1 if ok else 0], dtype=torch.int32, device=fabric.device))
+    return bool(flags.min().item() == 1)
+
+
+def _prepare_all(impls: Sequence[RankImpl], fabric: Any, rank: int) -> tuple[list, list]:
+    """``(prepared rows, unavailable records)``: each impl built, agreed over the ranks, dropped with why if any failed."""
+    ready, unavailable = [], []
+    for impl in impls:
+        prepared, why = None, ""
+        if impl.all_ranks or rank == 0:
+            try:
+                prepared = impl.prepare()
+            except Exception as exc:  # noqa: BLE001 - a peer that does not run here is reported, not fatal
+                if not impl.optional:
+                    raise
+                why = f"{type(exc).__name__}: {exc}"
+        if _agree(fabric, not why):
+            ready.append((impl, prepared))
+        else:
+            unavailable.append({"name": impl.name, "optional": impl.optional,
+                                "why": why or "it failed on another rank (that rank's result says why)"})
+    return ready, unavailable
+
+
+def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict:
+    """Join the group, build the fabric, set up and time every implementation; rank 0's payload."""
+    import torch
+    import torch.distributed as dist
+
+    from harness.bench.registry import BenchCase
+    from harness.bench.runner import case_result, device_info, measure_machine, time_prepared
+    from kernels.fabric import SymmetricFabric
+
+    device = torch.device("cuda", local_rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    backend = os.environ.get(BACKEND_VAR, "gloo")
+    dist.init_process_group(backend, timeout=timedelta(seconds=RANK_TIMEOUT_S))
+    fabric = SymmetricFabric(device=device, timeout_s=RANK_TIMEOUT_S)
+    info = device_info(device)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", fabric.world))
+    sharing = min(fabric.world, -(-local_world // torch.cuda.device_count()))
+    stream = torch.cuda.Stream(device=device)
+    machine = measure_machine(device, stream, copy_bytes=1 << 30, launches=256, reps=args.reps) if rank == 0 else None
+    fabric.barrier()
+    ctx = RankContext(fabric, device, backend, sharing, info["sm_count"], info["l2_bytes"])
+    ready, unavailable = _prepare_all(case.setup(ctx), fabric, rank)
+    entries = []
+    for impl, prepared in ready:
+        fabric.barrier()
+        if not (impl.all_ranks or rank == 0):
+            continue
+        timing = time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps)
+        params = {"world": fabric.world, **impl.params, "launcher": "torchrun", "backend": backend,
+                  "ranks_per_gpu": sharing}
+        if "graph_mode" in timing:
+            params["note"] = "; ".join(filter(None, [params.get("note"), f"{impl.name}: {timing['graph_mode']}"]))
+        named = BenchCase(case.family, impl.name, case.setup, params, impl.description, case.references)
+        if rank == 0:
+            entries.append(case_result(named, prepared, timing, machine))
+    fabric.barrier()
+    return {"device": info, "machine": machine, "entries": entries, "unavailable": unavailable}
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The rank's command line (the parent builds it)."""
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.torchrun_rank")
+    parser.add_argument("--case", required=True, help="FAMILY/NAME of a torchrun bench case")
+    parser.add_argument("--dir", required=True, help="where rank<k>.json goes")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=20)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run this rank of the case; write ``rank<k>.json``; 0 measured or not available, 1 failed."""
+    args = _parser().parse_args(argv)
+    rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
+    path = Path(args.dir) / f"rank{rank}.json"
+    import torch
+
+    if not torch.cuda.is_available():
+        write_json(path, {"rank": rank, "status": "not_available", "why": NO_GPU})
+        return 0
+    try:
+        from harness.bench.registry import REGISTRY, discover
+
+        discover()
+        family, name = args.case.split("/", 1)
+        (case,) = REGISTRY.cases(family=family, name=name)
+        payload = _measure(case, args, rank, local_rank)
+        write_json(path, {"rank": rank, "status": "measured", **payload})
+        return 0
+    except Exception as exc:  # noqa: BLE001 - written for the parent, which reports it
+        write_json(path, {"rank": rank, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
+                          "traceback": traceback.format_exc()[-4000:]})
+        return 1
+    finally:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
