@@ -111,6 +111,15 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
                      timeout_s=deadline_s, rank_configs=configs)
 
 
+def mismatch_line(against: str, rank: int, launch: int, comparison: Any) -> list[str]:
+    """One line for a call whose comparison failed (how many elements, the first of them); none when it passed."""
+    if comparison.ok:
+        return []
+    first = comparison.first[0].describe() if comparison.first else ""
+    return [f"MISMATCH: rank {rank} launch {launch}: replay differs from {against} in {comparison.mismatch_count} "
+            f"elements; first: {first}"]
+
+
 def compare_with_recording(world: WorldRecording, results: list[dict], counters: list[bool]) -> list[str]:
     """Lines naming each rank and launch whose replay differs from the recorded outputs (empty: identical)."""
     from harness.compare import compare_outputs
@@ -125,7 +134,7 @@ def compare_with_recording(world: WorldRecording, results: list[dict], counters:
             recorded = record.bundle.recorded_outputs(record.launches.index(launch))
             names = [k for k in sorted(recorded) if with_counters or not k.startswith(STATE_PREFIX)]
             comparison = compare_outputs(produced, recorded, rank=record.rank, names=names, launch=launch)
-            lines += [f"replay differs from the recording: {m.describe()}" for m in comparison.first[:4]]
+            lines += mismatch_line("the recording", record.rank, launch, comparison)
     return lines
 
 
@@ -144,7 +153,7 @@ def compare_with_golden(world: WorldRecording, results: list[dict], configs: lis
             comparison = compare_outputs(produced, reference, rank=record.rank, launch=launch,
                                          names=fam.compared_outputs(reference), axes=fam.output_axes)
             compared += 1
-            lines += [f"replay differs from the golden: {m.describe()}" for m in comparison.first[:4]]
+            lines += mismatch_line("the golden", record.rank, launch, comparison)
     return lines, compared
 
 
