@@ -44,11 +44,10 @@ from pathlib import Path
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-# Before torch.distributed or symmetric memory are touched (as examples/decode_step.py).
-for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                      ("NVSHMEM_DISABLE_NVLS", "1"), ("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")):
-    os.environ.setdefault(_name, _value)
-
+# Importing decode_step (this directory) sets NVLink multicast off and lets ranks of one GPU map each
+# other's buffers, before torch.distributed or symmetric memory are touched.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import decode_step  # noqa: E402, F401
 import torch  # noqa: E402
 
 FAMILIES = ("allreduce_mhc", "markov_sharded", "markov_fused")

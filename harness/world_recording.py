@@ -25,11 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
-
 from golden.store import raw_sha256
 from harness.recording import WORLD_FORMAT, WORLD_MANIFEST, rank_dir_name, rank_entry_name
-from scenarios.bundle import BundleError, load_bundle
+from scenarios.bundle import BundleError, load_bundle, read_yaml_mapping
 
 SHOWN_FIELDS = 4
 WORLD_KEYS = ("format", "family", "config", "world", "versions", "start")
@@ -89,15 +87,7 @@ class WorldRecording:
 
 def _read_yaml(path: Path) -> dict:
     """A YAML mapping read with ``safe_load`` (BundleError naming the file otherwise)."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BundleError(f"{path}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise BundleError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise BundleError(f"{path}: expected a mapping")
-    return data
+    return read_yaml_mapping(path, str(path))
 
 
 def load_world(directory: str | Path) -> WorldRecording:
