@@ -6,7 +6,9 @@ Subcommands:
   launches, expected outcome).
 - ``validate``: run scenarios through a launcher and report (``harness.validate``).
 - ``replay SCENARIO``: one scenario, verbose: each rank's progress and the
-  diagnostic records side by side (``harness.replay``).
+  diagnostic records side by side (``harness.replay``); ``replay --bundle
+  DIR``: a world recorded by ``rankcheck.recording``, replayed offline
+  (``harness.world_replay``).
 - ``golden [--regenerate]``: check (or record, on purpose) the stored golden
   bits of every cpu scenario through a cpu validation run;
   ``golden --measure-rcp [T...]`` measures the GPU's reciprocal table
@@ -129,8 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
     _add_torchrun(p)
 
-    p = sub.add_parser("replay", help="one scenario, verbose per-rank diagnostics")
-    p.add_argument("scenario", help="name or family/name")
+    p = sub.add_parser("replay", help="one scenario, verbose per-rank diagnostics; or a recorded world (--bundle)")
+    p.add_argument("scenario", nargs="?", help="name or family/name")
+    p.add_argument("--bundle", metavar="DIR", help="replay the world recorded here (rankcheck.recording) instead")
     p.add_argument("--world", type=_positive_int)
     p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto")
     p.add_argument("--inject", nargs="+", default=[], metavar="KIND:key=value,...",
@@ -200,7 +203,15 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    """Run ``replay``."""
+    """Run ``replay`` of a scenario, or of a recorded world with ``--bundle``."""
+    if (args.scenario is None) == (args.bundle is None):
+        print("replay: give a scenario or --bundle DIR (exactly one)", file=sys.stderr)
+        return EXIT_NOTHING_RUN
+    if args.bundle is not None:
+        from harness.world_replay import run_bundle_replay  # noqa: PLC0415
+
+        return run_bundle_replay(args.bundle, impl=args.impl, launcher=args.launcher, deadline=args.deadline,
+                                 run_dir=args.run_dir)
     from harness.replay import run_replay  # noqa: PLC0415
 
     return run_replay(args.scenario, world=args.world, launcher=args.launcher, inject=args.inject,

@@ -76,27 +76,72 @@ def state_tensors(state: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     return out
 
 
-class Recorder:
-    """A system wrapper that keeps every completed call (inputs before, outputs and state after)."""
+def tensor_bytes(tensors: Mapping[str, torch.Tensor]) -> int:
+    """The bytes a mapping of tensors occupies (elements times element size)."""
+    return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def __init__(self, system: Any) -> None:
+
+class Recorder:
+    """A system wrapper that keeps the newest completed calls (inputs before, outputs and state after).
+
+    ``max_calls`` / ``max_bytes`` (inputs plus outputs) bound the window: the
+    oldest calls are dropped first, the newest is always kept, so a recorder
+    can stay on in a long loop. ``indices`` are the job-wide indices of the
+    kept calls (a call that raised and was caught is not kept), ``start_state``
+    the system's state just before the oldest, and ``in_flight`` the newest
+    call if it started and has not returned (its inputs and params, taken
+    before the call; None after a call returned): the call a rank was in when
+    it raised or was killed.
+    """
+
+    def __init__(self, system: Any, *, max_calls: int | None = None, max_bytes: int | None = None) -> None:
         for method in ("launch", "state"):
             if not callable(getattr(system, method, None)):
                 raise TypeError(f"system: expected an object with launch() and state(), {type(system).__name__} has no {method}()")
+        for name, bound in (("max_calls", max_calls), ("max_bytes", max_bytes)):
+            if bound is not None and (isinstance(bound, bool) or not isinstance(bound, int) or bound < 1):
+                raise ValueError(f"{name}: expected None or an int >= 1, got {bound!r}")
         self.system = system
+        self.max_calls, self.max_bytes = max_calls, max_bytes
         self.calls: list[tuple[dict[str, torch.Tensor], dict[str, Any]]] = []
         self.outputs: list[dict[str, torch.Tensor]] = []
+        self.states_before: list[dict] = []
+        self.indices: list[int] = []
+        self.calls_made = 0
+        self.in_flight: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None
+        self._in_flight_state: dict = {}
+        self._sizes: list[int] = []
+
+    @property
+    def start_state(self) -> dict:
+        """The wrapped system's state just before the oldest kept (or the in-flight) call."""
+        return dict(self.states_before[0]) if self.states_before else dict(self._in_flight_state)
 
     def launch(self, call_inputs: Mapping[str, torch.Tensor], call_params: Mapping[str, Any] | None = None) -> Any:
         """Forward one call; on success keep its inputs, params, outputs and resulting state."""
         inputs = _snapshot(call_inputs, "call_inputs")
         params = dict(call_params or {})
+        self._in_flight_state = dict(self.system.state())
+        self.in_flight = (inputs, params)
+        self.calls_made += 1
         outputs = self.system.launch(call_inputs, call_params)
         recorded = _snapshot(outputs, "outputs")
         recorded.update(state_tensors(self.system.state()))
         self.calls.append((inputs, params))
         self.outputs.append(recorded)
+        self.states_before.append(self._in_flight_state)
+        self.indices.append(self.calls_made - 1)
+        self._sizes.append(tensor_bytes(inputs) + tensor_bytes(recorded))
+        self.in_flight = None  # after the call is kept: a signal in between still finds it once
+        self._trim()
         return outputs
+
+    def _trim(self) -> None:
+        """Drop the oldest kept calls until the window fits ``max_calls`` and ``max_bytes`` (keeping the newest)."""
+        while len(self.calls) > 1 and ((self.max_calls is not None and len(self.calls) > self.max_calls)
+                                       or (self.max_bytes is not None and sum(self._sizes) > self.max_bytes)):
+            for kept in (self.calls, self.outputs, self.states_before, self.indices, self._sizes):
+                del kept[0]
 
     def state(self) -> dict:
         """The wrapped system's state."""
@@ -217,8 +262,13 @@ def run_world(
     body: Callable[[Any, int], Any],
     *,
     timeout_s: float = 300.0,
+    rank_configs: Sequence[Mapping[str, Any]] | None = None,
 ) -> list:
-    """Build ``world`` systems of ``impl`` (golden over threads, kernel over a VirtualFabric); return ``body(system, rank)`` by rank."""
+    """Build ``world`` systems of ``impl`` (golden over threads, kernel over a VirtualFabric); return ``body(system, rank)`` by rank.
+
+    ``rank_configs`` (one per rank) replaces ``config`` where ranks start at
+    different counters (a recorded world whose ranks had drifted apart).
+    """
     from harness.families import adapter
 
     fam = adapter(family)
@@ -226,7 +276,8 @@ def run_world(
 
     def per_rank(handle: Any) -> Any:
         """Make this rank's system over ``handle`` and run ``body``."""
-        system = fam.make_system(impl, handle, {k: v.clone() for k, v in static.items()}, dict(config))
+        own = config if rank_configs is None else rank_configs[handle.rank]
+        system = fam.make_system(impl, handle, {k: v.clone() for k, v in static.items()}, dict(own))
         return body(system, handle.rank)
 
     if impl == "kernel":

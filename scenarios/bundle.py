@@ -225,18 +225,24 @@ _MANIFEST_KEYS = ("format", "name", "family", "world", "config", "calls", "state
                   "tensors")
 
 
+def read_yaml_mapping(file: Path, shown: str) -> dict:
+    """The YAML mapping in ``file`` read with ``safe_load``; anything else is a ``BundleError`` starting with ``shown``."""
+    try:
+        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BundleError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise BundleError(f"{shown}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise BundleError(f"{shown}: expected a mapping")
+    return data
+
+
 def load_bundle(path: str | Path) -> RecordedScenario:
     """Read, verify and return the bundle at ``path``."""
     path = Path(path)
     shown = str(path)
-    try:
-        manifest = yaml.safe_load((path / MANIFEST).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise BundleError(f"{shown}: {MANIFEST}: cannot read: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise BundleError(f"{shown}: {MANIFEST}: not valid YAML: {exc}") from exc
-    if not isinstance(manifest, dict):
-        raise BundleError(f"{shown}: {MANIFEST}: expected a mapping")
+    manifest = read_yaml_mapping(path / MANIFEST, f"{shown}: {MANIFEST}")
     for key in manifest:
         if key not in _MANIFEST_KEYS:
             raise BundleError(f"{shown}: {MANIFEST}: {key}: unknown key")
@@ -291,4 +297,4 @@ def load_bundle(path: str | Path) -> RecordedScenario:
                             provenance=dict(manifest["provenance"]), tensors=tensors, layouts=layouts)
 
 
-__all__ = ["BundleError", "RecordedScenario", "load_bundle", "save_bundle"]
+__all__ = ["BundleError", "RecordedScenario", "load_bundle", "read_yaml_mapping", "save_bundle"]

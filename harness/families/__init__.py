@@ -185,6 +185,9 @@ class FamilyAdapter:
     tp_key: str
     output_axes: Mapping[str, Sequence[str]]
     start_keys: Mapping[str, str] = field(default_factory=dict)
+    # Which ``state()`` counter gives each start-state entry when a system resumes after a call
+    # (start-state name -> state() key): a recording that kept only the newest calls starts there.
+    resume_keys: Mapping[str, str] = field(default_factory=dict)
     kernel_only_config: tuple[str, ...] = ()
     golden_only_config: tuple[str, ...] = ()
     golden_config_extras: Mapping[str, Any] = field(default_factory=dict)
@@ -223,6 +226,13 @@ class FamilyAdapter:
                 raise ValueError(f"{self.family}: config[{key!r}] would start at both {out[key]} and {value}")
             out[key] = value
         return out
+
+    def resume_state(self, state: Mapping[str, int]) -> dict:
+        """The start state (``start_config`` vocabulary) of a system resuming where ``state()`` said ``state``."""
+        missing = sorted(key for key in self.resume_keys.values() if key not in state)
+        if missing:
+            raise ValueError(f"{self.family}: state {dict(state)} lacks {missing}, so the system cannot resume there")
+        return {name: int(state[key]) for name, key in self.resume_keys.items()}
 
     def config_for(self, config: Mapping[str, Any], world: int) -> dict:
         """The scenario's config with the TP size of this run filled in."""

@@ -19,6 +19,7 @@ ADAPTER = FamilyAdapter(
     kernel_module="harness.families.allreduce_mhc_kernel",
     tp_key="tp",
     start_keys={"generation_ll": "start_generation", "generation_bt": "start_generation"},
+    resume_keys={"generation_ll": "generation_next", "generation_bt": "bt_generation_next"},
     output_axes={
         "residual_out": ("row", "stream", "hidden"),
         "layer_input": ("row", "hidden"),

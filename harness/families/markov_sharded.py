@@ -29,6 +29,7 @@ ADAPTER = FamilyAdapter(
     kernel_module="harness.families.markov_sharded_kernel",
     tp_key="world",
     start_keys={"launches": "launch_counter_start"},
+    resume_keys={"launches": "launches"},
     output_axes={
         "draft_tokens": ("row", "step"),
         "logits_cache": ("row", "step", "vocab"),

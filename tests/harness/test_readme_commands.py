@@ -43,6 +43,12 @@ RUN_ELSEWHERE = {
                                               "with the venv bypassed)",
     "python3 -m harness compile --arch sm_90a": "make compile; tests/kernels/test_compile_gate.py runs the same main "
                                                 "over a subset of the variants",
+    "python -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_loop.py --impl golden "
+    "--desync-rank 1 --record /tmp/rankcheck-recording":
+        "tests/examples/test_decode_loop.py runs it as written (the recording under its temporary directory), "
+        "then the replay below",
+    "python -m harness replay --bundle /tmp/rankcheck-recording --impl golden":
+        "tests/examples/test_decode_loop.py, on the recording the command above made",
     f"{SCRIPT} #SBATCH --nodes=18 --ntasks-per-node=1 --gpus-per-node=4 --time=01:00:00":
         "tests/harness/test_nightly.py runs the script's commands as 2 agents of 2 processes on one host",
 }

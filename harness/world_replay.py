@@ -1,0 +1,215 @@
+"""``python -m harness replay --bundle DIR``: replay a recorded world offline and say where it went wrong.
+
+``DIR`` is a world recording (``harness.recording``) or a directory of them
+(one per family, as ``examples/decode_loop.py --record`` writes); each is
+replayed in turn. For one recording:
+
+1. ``harness.world_recording.load_world`` reads and checks every file (exit
+   2 on a bad or tampered recording, before anything runs);
+2. ``disagreements`` compares the ranks' recorded calls: the rank, the
+   launch and every field (rows, a parameter, an input's shape or bits)
+   where a rank's call is not its peers', and ranks that made a different
+   number of calls;
+3. every rank replays its own recorded calls, from the newest launch at
+   which every rank's window starts, in one world of ``--impl`` (golden
+   ranks as threads over ``golden.comm.ThreadWorld``, kernels over
+   ``kernels.fabric.VirtualFabric``; ``harness.record.run_world``), each
+   rank's system started at the counters it had before its first replayed
+   call. Every collective has the ``--deadline``: a world whose ranks
+   disagree fails (a mismatched exchange) or times out (a rank that skipped
+   a call leaves its peers waiting) instead of hanging, and the report names
+   where each rank was;
+4. each replayed call that completed in the recording is compared bit for
+   bit with the recorded outputs (and counters, when the system could be
+   started at the recorded ones), and with the golden reference (the
+   unsharded loop on that rank's inputs).
+
+Exit 0 when the ranks agree and every replay equals the recording and the
+golden; 1 on any disagreement, failure or mismatch (each line names the
+rank and launch); 2 on a bad recording or bad arguments. ``--run-dir``
+also writes the report as ``world_replay.json`` there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+from harness.record import STATE_PREFIX, _snapshot, state_tensors
+from harness.world_recording import WorldRecording, disagreements, load_world
+
+DEFAULT_DEADLINE_S = 60.0
+
+
+def recordings_under(directory: str | Path) -> list[Path]:
+    """The world recordings at ``directory``: itself when it is one, else its subdirectories that are."""
+    from harness.recording import WORLD_MANIFEST
+    from scenarios.bundle import BundleError
+
+    root = Path(directory)
+    if (root / WORLD_MANIFEST).exists():
+        return [root]
+    found = sorted(p for p in root.iterdir() if (p / WORLD_MANIFEST).exists()) if root.is_dir() else []
+    if not found:
+        raise BundleError(f"--bundle: {root} holds no {WORLD_MANIFEST} (not a recording, nor a directory of them)")
+    return found
+
+
+def replay_start(world: WorldRecording) -> int:
+    """The first launch every rank replays: the newest first launch among the ranks' windows."""
+    return max(r.launches[0] for r in world.ranks if r.bundle is not None)
+
+
+def rank_config(world: WorldRecording, rank: int, start: int, notes: list[str]) -> tuple[dict, bool]:
+    """(config starting ``rank``'s system at its counters before launch ``start``, whether counters compare)."""
+    from harness.families import adapter
+
+    fam = adapter(world.family)
+    config = fam.config_for(world.manifest["config"], world.world)
+    record = world.ranks[rank]
+    if record.bundle is None or start == 0:
+        return config, True  # the recording began with the job: the recorded config starts it exactly
+    index = record.launches.index(start) if start in record.launches else 0
+    before = record.entry.get("start_state") or {}
+    if index > 0:
+        outputs = record.bundle.recorded_outputs(index - 1)
+        before = {k[len(STATE_PREFIX):]: int(v) for k, v in outputs.items() if k.startswith(STATE_PREFIX)}
+    try:
+        config.update(fam.start_config(fam.resume_state(before)))
+        return config, True
+    except ValueError as exc:
+        notes.append(f"rank {rank}: counters not compared (the system cannot start at {before}: {exc})")
+        return config, False
+
+
+def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int,
+                 configs: list[dict]) -> list[dict]:
+    """Replay every rank's calls from launch ``start`` in one world; per rank ``{launch: outputs}``, ``error``, ``at``."""
+    from harness.record import run_world
+
+    first = next(r for r in world.ranks if r.bundle is not None)
+
+    def body(system: Any, rank: int) -> dict:
+        """Replay this rank's calls; a failure ends the rank's replay and is kept with its launch."""
+        record, done = world.ranks[rank], {"produced": {}, "error": None, "at": None}
+        for launch in [n for n in record.launches if n >= start] if record.bundle is not None else []:
+            done["at"] = launch
+            inputs, params = record.call(launch)
+            try:
+                outputs = {k: v.cpu() for k, v in
+                           _snapshot(system.launch(inputs, params), f"rank {rank} launch {launch} outputs").items()}
+            except Exception as exc:  # noqa: BLE001 - reported with the rank and launch
+                done["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+                return done
+            outputs.update(state_tensors(system.state()))
+            done["produced"][launch] = outputs
+        done["at"] = None
+        return done
+
+    return run_world(world.family, impl, world.world, first.bundle.recorded_static(), configs[0], body,
+                     timeout_s=deadline_s, rank_configs=configs)
+
+
+def mismatch_line(against: str, rank: int, launch: int, comparison: Any) -> list[str]:
+    """One line for a call whose comparison failed (how many elements, the first of them); none when it passed."""
+    if comparison.ok:
+        return []
+    first = comparison.first[0].describe() if comparison.first else ""
+    return [f"MISMATCH: rank {rank} launch {launch}: replay differs from {against} in {comparison.mismatch_count} "
+            f"elements; first: {first}"]
+
+
+def compare_with_recording(world: WorldRecording, results: list[dict], counters: list[bool]) -> list[str]:
+    """Lines naming each rank and launch whose replay differs from the recorded outputs (empty: identical)."""
+    from harness.compare import compare_outputs
+
+    lines = []
+    for record, result, with_counters in zip(world.ranks, results, counters):
+        for launch, produced in sorted(result["produced"].items()):
+            if not record.completed(launch):
+                lines.append(f"rank {record.rank} launch {launch}: completed in the replay, but was in flight when "
+                             f"the recording ended ({record.entry.get('ended')})")
+                continue
+            recorded = record.bundle.recorded_outputs(record.launches.index(launch))
+            names = [k for k in sorted(recorded) if with_counters or not k.startswith(STATE_PREFIX)]
+            comparison = compare_outputs(produced, recorded, rank=record.rank, names=names, launch=launch)
+            lines += mismatch_line("the recording", record.rank, launch, comparison)
+    return lines
+
+
+def compare_with_golden(world: WorldRecording, results: list[dict], configs: list[dict]) -> tuple[list[str], int]:
+    """(lines naming each rank and launch whose replay differs from the golden reference, calls compared)."""
+    from harness.compare import compare_outputs
+    from harness.families import adapter
+
+    fam = adapter(world.family)
+    static = next(r for r in world.ranks if r.bundle is not None).bundle.recorded_static()
+    lines, compared = [], 0
+    for record, result, config in zip(world.ranks, results, configs):
+        for launch, produced in sorted(result["produced"].items()):
+            inputs, params = record.call(launch)
+            reference = fam.reference(static, config, inputs, params)
+            comparison = compare_outputs(produced, reference, rank=record.rank, launch=launch,
+                                         names=fam.compared_outputs(reference), axes=fam.output_axes)
+            compared += 1
+            lines += mismatch_line("the golden", record.rank, launch, comparison)
+    return lines, compared
+
+
+def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
+    """Replay the world recorded at ``directory``; the report: ``findings`` (each names a rank and launch) and ``notes``."""
+    world = load_world(directory)
+    notes = [f"rank {r.rank}: {len(r.launches)} recorded calls (launches {r.launches[0]}..{r.launches[-1]})"
+             f"{', the last in flight' if r.entry.get('in_flight') else ''}; {r.entry.get('calls_made')} made; "
+             f"recording ended: {r.entry.get('ended')}" if r.bundle is not None else
+             f"rank {r.rank}: made no call; recording ended: {r.entry.get('ended')}" for r in world.ranks]
+    findings = [f"DISAGREEMENT: {line}" for line in disagreements(world)]
+    if all(r.bundle is None for r in world.ranks):
+        return {"recording": str(directory), "family": world.family, "findings": findings, "notes": notes}
+    start = replay_start(world)
+    configured = [rank_config(world, r, start, notes) for r in range(world.world)]
+    configs, counters = [c for c, _ in configured], [k for _, k in configured]
+    results = replay_calls(world, impl, deadline_s, start, configs)
+    for record, result in zip(world.ranks, results):
+        if result["error"] is not None:
+            findings.append(f"REPLAY FAILED: rank {record.rank} at launch {result['at']}: {result['error']}")
+    findings += compare_with_recording(world, results, counters)
+    golden, compared = compare_with_golden(world, results, configs)
+    findings += golden
+    replayed = sum(len(r["produced"]) for r in results)
+    notes.append(f"replayed from launch {start} with impl {impl}: {replayed} calls completed over "
+                 f"{world.world} ranks; {compared} compared with the golden reference")
+    return {"recording": str(directory), "family": world.family, "world": world.world, "impl": impl,
+            "findings": findings, "notes": notes}
+
+
+def run_bundle_replay(bundle: str, *, impl: str | None = None, launcher: str = "auto",
+                      deadline: float | None = None, run_dir: str | None = None) -> int:
+    """Replay every recording under ``bundle`` and print the report; return 0 / 1 (findings) / 2 (bad recording)."""
+    from harness.families import NotAvailable
+    from scenarios.bundle import BundleError
+
+    if launcher not in ("auto", "virtual"):
+        print(f"replay: --launcher {launcher}: a recorded world replays in one process (auto or virtual)")
+        return 2
+    try:
+        reports = [replay_one(path, impl or "golden", deadline or DEFAULT_DEADLINE_S)
+                   for path in recordings_under(bundle)]
+    except (BundleError, NotAvailable, ValueError, TypeError) as exc:
+        print(f"replay --bundle: {type(exc).__name__}: {exc}")
+        return 2
+    for report in reports:
+        print(f"recording {report['recording']} ({report['family']}):")
+        for line in report["notes"]:
+            print(f"  {line}")
+        for line in report["findings"]:
+            print(f"  {line}")
+        print(f"  verdict: {'FAILED' if report['findings'] else 'ok'} ({len(report['findings'])} findings)")
+    if run_dir:
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(run_dir) / "world_replay.json").write_text(json.dumps(reports, indent=1), encoding="utf-8")
+    return 1 if any(r["findings"] for r in reports) else 0
+
+
+__all__: Sequence[str] = ("run_bundle_replay", "replay_one", "recordings_under")

@@ -1,0 +1,155 @@
+"""CPU tests of ``rankcheck.recording`` and ``replay --bundle``: the bounded window, the recording written on
+an exception and on SIGTERM, a window resumed mid-stream replaying with identical bits, a tampered
+recording refused, and a recorded disagreement (two ranks that passed different rows) named by rank,
+launch and field."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import rankcheck
+from harness.cli import main as cli_main
+from harness.record import Recorder
+from harness.world_recording import load_world
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+from recording_child import sharded_system  # noqa: E402
+
+
+class _Counter:
+    """A toy system: ``y = x + calls``; its state counts the calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def launch(self, call_inputs, call_params):
+        self.calls += 1
+        return {"y": call_inputs["x"] + self.calls}
+
+    def state(self):
+        return {"calls": self.calls}
+
+
+def test_window_keeps_the_newest_calls_by_count_and_by_bytes():
+    recorder = Recorder(_Counter(), max_calls=3)
+    for i in range(5):
+        recorder.launch({"x": torch.full((4,), i)}, {})
+    assert recorder.indices == [2, 3, 4] and recorder.calls_made == 5
+    assert [int(c[0]["x"][0]) for c in recorder.calls] == [2, 3, 4]
+    assert recorder.start_state == {"calls": 2}, "the state just before the oldest kept call"
+    per_call = 4 * 8 + 4 * 8 + 8  # x, y (int64) and the state.calls counter
+    by_bytes = Recorder(_Counter(), max_bytes=2 * per_call)
+    for i in range(5):
+        by_bytes.launch({"x": torch.full((4,), i)}, {})
+    assert by_bytes.indices == [3, 4]
+    with pytest.raises(ValueError, match="max_calls"):
+        Recorder(_Counter(), max_calls=0)
+
+
+def _replay(directory: Path, capsys, *extra: str) -> tuple[int, str]:
+    """``python -m harness replay --bundle DIR --impl golden``: (exit code, printed output)."""
+    code = cli_main(["replay", "--bundle", str(directory), "--impl", "golden", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_written_on_an_exception_with_the_call_in_flight(tmp_path, capsys):
+    system, static, config, calls = sharded_system()
+    bad_inputs = dict(calls[1][0])
+    bad_inputs["input_ids"] = bad_inputs["input_ids"][:0]  # refused by the system: the call raises in flight
+    with pytest.raises((ValueError, TypeError)):
+        with rankcheck.recording(system, tmp_path, family="markov_sharded", config=config, static=static,
+                                 rank=0, world=1) as recorder:
+            recorder.launch(*calls[0])
+            recorder.launch(bad_inputs, calls[1][1])
+    world = load_world(tmp_path)
+    entry = world.ranks[0].entry
+    assert entry["launches"] == [0, 1] and entry["in_flight"] and entry["ended"].startswith("exception: ")
+    assert world.manifest["family"] == "markov_sharded" and "torch" in world.manifest["versions"]
+    assert "world" not in world.manifest["config"], "the TP size travels as the world"
+    code, out = _replay(tmp_path, capsys)
+    assert code == 1, out
+    assert "REPLAY FAILED: rank 0 at launch 1" in out
+
+
+def test_a_window_started_mid_stream_replays_identical_bits(tmp_path, capsys):
+    system, static, config, calls = sharded_system()
+    with rankcheck.recording(system, tmp_path, family="markov_sharded", config=config, static=static,
+                             max_calls=2, rank=0, world=1) as recorder:
+        for call in calls + calls:
+            recorder.launch(*call)
+    entry = load_world(tmp_path).ranks[0].entry
+    assert entry["launches"] == [4, 5] and entry["start_state"] == {"launches": 4} and entry["ended"] == "exit"
+    code, out = _replay(tmp_path, capsys)
+    assert code == 0, out
+    assert "replayed from launch 4" in out and "verdict: ok" in out
+
+
+def test_a_tampered_recording_is_refused(tmp_path, capsys):
+    system, static, config, calls = sharded_system()
+    with rankcheck.recording(system, tmp_path, family="markov_sharded", config=config, static=static,
+                             rank=0, world=1) as recorder:
+        recorder.launch(*calls[0])
+    payload = tmp_path / "rank0" / "tensors.safetensors"
+    raw = bytearray(payload.read_bytes())
+    raw[-3] ^= 0x40
+    payload.write_bytes(bytes(raw))
+    code, out = _replay(tmp_path, capsys)
+    assert code == 2 and "sha256 differs" in out, out
+
+
+def test_written_on_sigterm(tmp_path, capsys):
+    child = subprocess.Popen([sys.executable, str(HERE / "recording_child.py"), str(tmp_path), "2"], cwd=ROOT,
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGTERM)
+        assert child.wait(timeout=60) == -signal.SIGTERM, "the default handler still ends the process"
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+    entry = load_world(tmp_path).ranks[0].entry
+    assert entry["ended"] == "signal SIGTERM" and entry["launches"] == [0, 1]
+    code, out = _replay(tmp_path, capsys)
+    assert code == 0, out
+
+
+def test_a_recorded_disagreement_names_rank_launch_and_field(tmp_path, capsys):
+    """Two ranks recorded in-process, rank 1 passing call 0's batch again at launch 1: named by rank, launch, rows."""
+    from golden.comm import run_ranks
+    from harness.families import adapter, catalog
+
+    [case] = catalog.select(catalog.discover(), family="markov_sharded", names=["basic"])
+    scenario = catalog.load(case.path)
+    static, config, launches = catalog.plan(scenario, 2, 0)
+
+    def rank_body(comm):
+        """Record this rank's three calls; rank 1 repeats call 0 at launch 1."""
+        system = adapter("markov_sharded").make_system("golden", comm, static, config)
+        order = [0, 0, 2] if comm.rank == 1 else [0, 1, 2]
+        with rankcheck.recording(system, tmp_path, family="markov_sharded", config=config, static=static,
+                                 rank=comm.rank, world=2) as recorder:
+            for index in order:
+                recorder.launch(launches[index].call_inputs, launches[index].call_params)
+
+    try:  # the golden sampler exchanges fixed-size shards: the live world may pair the calls silently
+        run_ranks(2, rank_body, timeout_s=20)
+    except RuntimeError:
+        pass
+    code, out = _replay(tmp_path, capsys, "--deadline", "10")
+    assert code == 1, out
+    assert "rank 1 deviates at launch 1: rows: rank 1 1, rank 0 8" in out, out
+    assert "rank 1 passed launch 0's call again at launch 1" in out
+    assert yaml.safe_load((tmp_path / "rank1.yaml").read_text())["launches"] == [0, 1, 2]
