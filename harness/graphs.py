@@ -1,7 +1,7 @@
 """CUDA-graph capture and replay of a scenario's launches (``graph: {capture: true}``).
 
 A scenario with ``graph.capture`` gives each call a graph label (default
-``rows=R,steps=S``); calls with one label share one CUDA graph
+``rows=R,steps=S`` and the call's params, e.g. ``rows=6,finalize=True``); calls with one label share one CUDA graph
 (docs/interfaces.md). ``GraphLaunches`` does that for one rank's kernel
 system:
 

@@ -258,8 +258,9 @@ def _check_call(c: Checker, schema: FamilySchema, raw: Any, path: str, cfg: Mapp
     params = schema.params(c, {} if m.get("params") is None else m["params"], f"{path}.params")
     repeat = c.integer(m.get("repeat", 1), f"{path}.repeat", 1, 1000)
     label = m.get("graph")
-    if label is None:
-        label = f"rows={rows}" if steps is None else f"rows={rows},steps={steps}"
+    if label is None:  # one graph per call shape and params: a call with other params needs other inputs
+        label = ",".join([f"rows={rows}"] + ([] if steps is None else [f"steps={steps}"]) +
+                         [f"{key}={params[key]}" for key in sorted(params)])
     else:
         label = c.string(label, f"{path}.graph")
     return Call(rows, steps, repeat, params, label)
