@@ -37,11 +37,12 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from contracts import markov_sharded as sharded_contract
 from golden.families import facts
 
 from scenarios.fields import Checker, ScenarioError, check_error
 from scenarios.injections import INJECTION_SPECS, InjectionContext, check_injection
-from scenarios.model import (DATA_KINDS, FAMILIES, HARNESS_KINDS, MAX_STEPS, OUTCOMES, SHARDED_MAX_ROWS, SIZES,
+from scenarios.model import (DATA_KINDS, FAMILIES, HARNESS_KINDS, MAX_STEPS, OUTCOMES, SIZES,
                              Call, Expect, ExpectedError, ExpectedTimeout, Graph, Injection, Launch, Scenario,
                              Tolerance)
 
@@ -89,25 +90,26 @@ def _check_markov_fused_config(c: Checker, raw: Any, worlds: Sequence[int]) -> d
 
 
 def _check_markov_sharded_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict:
-    """Validate the ``markov_sharded`` config and fill its defaults."""
+    """Validate the ``markov_sharded`` config and fill its defaults (limits from ``contracts.markov_sharded``)."""
     keys = ("vocab", "steps", "base_dtype", "cache_dtype", "max_rows", "max_reqs", "shard_only_base")
     m = c.mapping(raw, "config", keys, required=("vocab", "steps", "max_reqs"))
-    dtypes = ("bfloat16", "float32")
+    dtypes = tuple(sharded_contract.DTYPES)
+    max_rows = sharded_contract.MAX_ROWS
     cfg = {
-        "vocab": c.integer(m["vocab"], "config.vocab", 16),
-        "steps": c.integer(m["steps"], "config.steps", 1, MAX_STEPS),
+        "vocab": c.integer(m["vocab"], "config.vocab", sharded_contract.TILE_ROWS, sharded_contract.MAX_VOCAB),
+        "steps": c.integer(m["steps"], "config.steps", 1, sharded_contract.MAX_STEPS),
         "base_dtype": c.string(m.get("base_dtype", "bfloat16"), "config.base_dtype", dtypes),
         "cache_dtype": c.string(m.get("cache_dtype", "bfloat16"), "config.cache_dtype", dtypes),
-        "max_rows": c.integer(m.get("max_rows", SHARDED_MAX_ROWS), "config.max_rows", 1, SHARDED_MAX_ROWS),
+        "max_rows": c.integer(m.get("max_rows", max_rows), "config.max_rows", 1, max_rows),
         "max_reqs": c.integer(m["max_reqs"], "config.max_reqs", 1),
         "shard_only_base": c.boolean(m.get("shard_only_base", False), "config.shard_only_base"),
     }
     for w in worlds:
-        if w > 8:
-            c.fail("worlds", f"markov_sharded's mailbox holds 8 source ranks, got world {w}")
-        if cfg["vocab"] % (16 * w):
-            c.fail("config.vocab", f"{cfg['vocab']} is not divisible by 16 * world {w} "
-                                   f"(16-row head tiles per rank; worlds {list(worlds)})")
+        if w > sharded_contract.MAX_RANKS:
+            c.fail("worlds", f"markov_sharded's mailbox holds {sharded_contract.MAX_RANKS} source ranks, got world {w}")
+        problem = sharded_contract.vocab_problem(cfg["vocab"], w)
+        if problem:
+            c.fail("config.vocab", f"{problem} (worlds {list(worlds)})")
     return cfg
 
 
@@ -213,7 +215,7 @@ def _fused_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> 
 
 def _sharded_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> int | None:
     """A markov_sharded call's steps (the compiled config.steps); its rows within max_rows and max_reqs."""
-    steps = c.integer(m.get("steps", cfg["steps"]), f"{path}.steps", 1, MAX_STEPS)
+    steps = c.integer(m.get("steps", cfg["steps"]), f"{path}.steps", 1, sharded_contract.MAX_STEPS)
     if steps != cfg["steps"]:
         c.fail(f"{path}.steps", f"the kernel is compiled for config.steps={cfg['steps']}, got {steps}")
     if rows > cfg["max_rows"]:
