@@ -117,23 +117,8 @@ from typing import Callable, Mapping
 import torch
 
 from contracts import markov_sharded as contract
-from contracts.markov_sharded import (  # noqa: F401 - the family's limits and key encoding, re-exported
-    COUNTER_MODULUS,
-    DTYPES,
-    HEAD_DIM,
-    INDEX_BITS,
-    INDEX_MASK,
-    MAX_RANKS,
-    MAX_ROWS,
-    MAX_STEPS,
-    MAX_VOCAB,
-    TAG_BITS,
-    TAG_MASK,
-    TAG_PERIOD,
-    TILE_ROWS,
-    key_index,
-    launch_tag,
-)
+from contracts.markov_sharded import COUNTER_MODULUS, DTYPES, HEAD_DIM, INDEX_BITS, INDEX_MASK, MAX_RANKS
+from contracts.markov_sharded import TAG_BITS, TAG_MASK, key_index, launch_tag
 from golden.comm import Comm, SoloComm, shard_bounds
 from golden import fp32
 
@@ -452,16 +437,8 @@ class GoldenMarkovSharded:
                 reciprocals[bits] = fp32.reciprocal_bits(fp32.f32_const(bits), self.rcp_table)
             except ValueError as exc:
                 raise ValueError(f"call_inputs['temperature']: {exc}") from exc
-        return _Call(
-            rows=rows,
-            anchors=anchors,
-            states=states,
-            temps=temps,
-            reciprocals=reciprocals,
-            base=tensors["base_logits"],
-            noise=tensors["noise"],
-            cache=tensors["logits_cache"],
-        )
+        return _Call(rows=rows, anchors=anchors, states=states, temps=temps, reciprocals=reciprocals,
+                     base=tensors["base_logits"], noise=tensors["noise"], cache=tensors["logits_cache"])
 
     def _base_source(self, base: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The base tensor this rank's kernel reads and the column of its first vocab entry in it."""

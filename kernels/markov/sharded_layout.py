@@ -49,22 +49,9 @@ comparisons agree.
 
 from __future__ import annotations
 
-from contracts.markov_sharded import (  # noqa: F401 - the family's limits and key encoding, re-exported
-    COUNTER_MODULUS,
-    HEAD_DIM,
-    INDEX_BITS,
-    INDEX_MASK,
-    MAX_RANKS,
-    MAX_ROWS,
-    MAX_STEPS,
-    MAX_VOCAB,
-    TAG_BITS,
-    TAG_MASK,
-    TAG_PERIOD,
-    TILE_ROWS,
-    key_index,
-    launch_tag,
-)
+from contracts.markov_sharded import COUNTER_MODULUS, HEAD_DIM, INDEX_BITS, INDEX_MASK, MAX_RANKS, MAX_ROWS
+from contracts.markov_sharded import MAX_STEPS, MAX_VOCAB, TAG_BITS, TAG_MASK, TAG_PERIOD, TILE_ROWS
+from contracts.markov_sharded import key_index, launch_tag  # noqa: F401 - the key encoding, re-exported
 
 WARP = 32
 WARPS = 16
