@@ -37,6 +37,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from contracts import allreduce_mhc as allreduce_contract
 from contracts import markov_sharded as sharded_contract
 from golden.families import facts
 
@@ -114,15 +115,15 @@ def _check_markov_sharded_config(c: Checker, raw: Any, worlds: Sequence[int]) ->
 
 
 def _check_allreduce_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict:
-    """Validate the ``allreduce_mhc`` config and fill its defaults."""
+    """Validate the ``allreduce_mhc`` config and fill its defaults (limits from ``contracts.allreduce_mhc``)."""
     keys = ("hidden", "hc", "capacity", "top_k", "eps", "quantize", "residual_only", "bt_min_rows",
             "bt_min_finalize_rows")
     m = c.mapping(raw, "config", keys, required=("hidden", "hc", "capacity"))
     cfg = {
         "hidden": c.integer(m["hidden"], "config.hidden", 8),
-        "hc": c.integer(m["hc"], "config.hc", 1, 16),
+        "hc": c.integer(m["hc"], "config.hc", 1, allreduce_contract.HC_MAX),
         "capacity": c.integer(m["capacity"], "config.capacity", 1),
-        "top_k": c.integer(m.get("top_k", 8), "config.top_k", 1),
+        "top_k": c.integer(m.get("top_k", 8), "config.top_k", 1, allreduce_contract.TOP_K_MAX),
         "eps": c.number(m.get("eps", 1e-6), "config.eps", positive=True),
         "quantize": c.boolean(m.get("quantize", False), "config.quantize"),
         "residual_only": c.boolean(m.get("residual_only", False), "config.residual_only"),
@@ -130,13 +131,11 @@ def _check_allreduce_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict
     cfg["bt_min_rows"] = c.integer(m.get("bt_min_rows", cfg["capacity"] + 1), "config.bt_min_rows", 1)
     cfg["bt_min_finalize_rows"] = c.integer(m.get("bt_min_finalize_rows", cfg["bt_min_rows"]),
                                             "config.bt_min_finalize_rows", 1)
-    if cfg["hidden"] % 8:
-        c.fail("config.hidden", f"expected a multiple of 8 (16-byte rows), got {cfg['hidden']}")
-    if cfg["quantize"] and cfg["hidden"] % 128:
-        c.fail("config.hidden", f"MXFP8 needs a multiple of 128 (32-element blocks, 4 scale columns per "
-                                f"swizzled 128x4 tile), got {cfg['hidden']}")
     if cfg["quantize"] and cfg["residual_only"]:
         c.fail("config.quantize", "quantize needs the layer input, which residual_only does not write")
+    problem = allreduce_contract.hidden_problem(cfg["hidden"], cfg["quantize"], "config.quantize")
+    if problem:
+        c.fail("config.hidden", problem)
     return cfg
 
 
