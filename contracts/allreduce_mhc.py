@@ -115,6 +115,26 @@ class AllReduceConfig:
         return self.bt_min_rows is not None and self.capacity >= self.bt_min_rows
 
 
+@dataclass(frozen=True)
+class CallArgs:
+    """One call's validated tensors: the full call (golden) or this rank's shard of it (kernels).
+    ``x``, or with ``finalize`` the MoE finalize's ``gemm2`` (``gemm2_permuted``), ``expert_weights``,
+    ``routes`` (``expanded_idx_to_permuted_idx``) and ``shared`` (``shared_output``)."""
+
+    rows: int
+    finalize: bool
+    protocol: str
+    residual: torch.Tensor
+    post: torch.Tensor
+    comb: torch.Tensor
+    pre: torch.Tensor | None
+    x: torch.Tensor | None
+    gemm2: torch.Tensor | None
+    expert_weights: torch.Tensor | None
+    routes: torch.Tensor | None
+    shared: torch.Tensor | None
+
+
 def _int(config: Mapping[str, Any], key: str, low: int, high: int | None = None, default: Any = None,
          label: Label = config_label) -> int:
     """``config[key]`` as an int in ``[low, high]``, else a ``ValueError`` naming ``label(key)``."""
@@ -277,7 +297,7 @@ def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
 
 
 __all__ = [name for name in dir() if name.isupper()] + [
-    "AllReduceConfig", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol", "check_rows",
+    "AllReduceConfig", "CallArgs", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol", "check_rows",
     "check_routes", "check_tensor", "config_label", "describe", "hidden_problem", "mxfp8_padded_cols",
     "mxfp8_scale_bytes", "mxfp8_scale_offset", "norm_cluster", "routed_rows", "source_specs",
 ]

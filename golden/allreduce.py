@@ -103,22 +103,8 @@ class LamportGeneration:
         self.next = (self.active + 1) % LAMPORT_GENERATIONS
 
 
-@dataclass(frozen=True)
-class CallInputs:
-    """One call's validated inputs (full, unsharded)."""
-
-    rows: int
-    finalize: bool
-    protocol: str
-    residual: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    pre: torch.Tensor | None
-    x: torch.Tensor | None
-    gemm2_permuted: torch.Tensor | None
-    expert_weights: torch.Tensor | None
-    expanded_idx_to_permuted_idx: torch.Tensor | None
-    shared_output: torch.Tensor | None
+# One call's validated inputs (full, unsharded).
+CallInputs = contract.CallArgs
 
 
 def check_config(config: Mapping[str, Any]) -> FamilyConfig:
@@ -183,7 +169,7 @@ def rank_contribution(call: CallInputs, rank: int) -> torch.Tensor:
     if not call.finalize:
         return call.x[rank]
     return finalize_contribution(
-        call.gemm2_permuted[rank], call.expert_weights, call.expanded_idx_to_permuted_idx[rank], call.shared_output[rank]
+        call.gemm2[rank], call.expert_weights, call.routes[rank], call.shared[rank]
     )
 
 

@@ -18,26 +18,8 @@ from typing import Any, Mapping
 import torch
 
 from contracts import allreduce_mhc as contract
-from contracts.allreduce_mhc import AllReduceConfig, config_label
+from contracts.allreduce_mhc import AllReduceConfig, CallArgs, config_label
 from kernels.allreduce.layout import VEC_BYTES, NormLayout
-
-
-@dataclass(frozen=True)
-class CallArgs:
-    """One call's validated arguments, already this rank's shard, on the device."""
-
-    rows: int
-    finalize: bool
-    protocol: str
-    residual: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    pre: torch.Tensor | None
-    x: torch.Tensor | None
-    gemm2: torch.Tensor | None
-    expert_weights: torch.Tensor | None
-    routes: torch.Tensor | None
-    shared: torch.Tensor | None
 
 
 def arch_of_capability(major: int, minor: int = 0) -> str:
