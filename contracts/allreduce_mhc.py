@@ -273,6 +273,17 @@ class TensorSpec:
     aligned: bool
 
 
+def mix_specs(config: AllReduceConfig, rows: int, with_pre: bool) -> dict[str, TensorSpec]:
+    """The residual streams and mixes of a call, in checking order (``pre`` only ``with_pre``)."""
+    hc, hidden = config.hc, config.hidden
+    specs = {"residual": TensorSpec(torch.bfloat16, (rows, hc, hidden), True),
+             "post": TensorSpec(torch.float32, (rows, hc), False),
+             "comb": TensorSpec(torch.float32, (rows, hc, hc), False)}
+    if with_pre:
+        specs["pre"] = TensorSpec(torch.float32, (rows, hc), False)
+    return specs
+
+
 def source_specs(config: AllReduceConfig, rows: int, finalize: bool, routed: int | None,
                  per_rank: bool) -> dict[str, TensorSpec]:
     """The contribution's tensors (``x``, or the four MoE finalize tensors), in checking order; ``per_rank``:
@@ -288,6 +299,20 @@ def source_specs(config: AllReduceConfig, rows: int, finalize: bool, routed: int
     }
 
 
+def post_as_matrix(post: Any, rows: int, hc: int) -> Any:
+    """``post`` given as ``[M, hc, 1]`` viewed as the ``[M, hc]`` it stands for; anything else as given."""
+    if isinstance(post, torch.Tensor) and tuple(post.shape) == (rows, hc, 1):
+        return post.reshape(rows, hc)
+    return post
+
+
+def check_tensors(values: Mapping[str, Any], specs: Mapping[str, TensorSpec], name: Label,
+                  non_tensor: type[Exception] = ValueError) -> dict[str, torch.Tensor]:
+    """``values[key]`` checked against ``specs[key]`` for every key of ``specs``, in order (errors name ``name(key)``)."""
+    return {key: check_tensor(values.get(key), name(key), spec.dtype, spec.shape, non_tensor)
+            for key, spec in specs.items()}
+
+
 def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
     """Raise ``ValueError`` naming ``name`` unless every route is -1 or a row in ``[0, rows)``."""
     bad = (routes < DROPPED_ROUTE) | (routes >= rows)
@@ -298,6 +323,7 @@ def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
 
 __all__ = [name for name in dir() if name.isupper()] + [
     "AllReduceConfig", "CallArgs", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol", "check_rows",
-    "check_routes", "check_tensor", "config_label", "describe", "hidden_problem", "mxfp8_padded_cols",
-    "mxfp8_scale_bytes", "mxfp8_scale_offset", "norm_cluster", "routed_rows", "source_specs",
+    "check_routes", "check_tensor", "check_tensors", "config_label", "describe", "hidden_problem", "mxfp8_padded_cols",
+    "mix_specs", "mxfp8_scale_bytes", "mxfp8_scale_offset", "norm_cluster", "post_as_matrix", "routed_rows",
+    "source_specs",
 ]

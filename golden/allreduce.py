@@ -132,35 +132,27 @@ def _check_protocol(config: FamilyConfig, protocol: str) -> None:
         )
 
 
+def _input_name(key: str) -> str:
+    """How an error names call input ``key``."""
+    return f"call_inputs[{key!r}]"
+
+
 def check_call(config: FamilyConfig, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None) -> CallInputs:
     """Validate one call's inputs and params; every error names the argument and the expected dtype and shape."""
     finalize, protocol = contract.check_call_params(call_params)
     _check_protocol(config, protocol)
     if not isinstance(call_inputs, Mapping):
         raise ValueError(f"call_inputs must be a mapping, got {type(call_inputs).__name__}")
-
-    def tensor(key: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-        """The checked input ``key``."""
-        return contract.check_tensor(call_inputs.get(key), f"call_inputs[{key!r}]", dtype, shape)
-
-    rows = contract.check_rows(config, call_inputs.get("residual"), "call_inputs['residual']")
-    hc, hidden = config.hc, config.hidden
-    residual = tensor("residual", torch.bfloat16, (rows, hc, hidden))
-    post = call_inputs.get("post")
-    if isinstance(post, torch.Tensor) and tuple(post.shape) == (rows, hc, 1):
-        post = post.reshape(rows, hc)
-    post = contract.check_tensor(post, "call_inputs['post']", torch.float32, (rows, hc))
-    comb = tensor("comb", torch.float32, (rows, hc, hc))
-    pre = None if config.residual_only else tensor("pre", torch.float32, (rows, hc))
-    routed = contract.routed_rows(config, call_inputs.get("gemm2_permuted"), "call_inputs['gemm2_permuted']",
+    rows = contract.check_rows(config, call_inputs.get("residual"), _input_name("residual"))
+    inputs = {**call_inputs, "post": contract.post_as_matrix(call_inputs.get("post"), rows, config.hc)}
+    mix = contract.check_tensors(inputs, contract.mix_specs(config, rows, not config.residual_only), _input_name)
+    routed = contract.routed_rows(config, inputs.get("gemm2_permuted"), _input_name("gemm2_permuted"),
                                   False) if finalize else None
-    sources = {key: tensor(key, spec.dtype, spec.shape)
-               for key, spec in contract.source_specs(config, rows, finalize, routed, False).items()}
+    sources = contract.check_tensors(inputs, contract.source_specs(config, rows, finalize, routed, False), _input_name)
     if finalize:
-        contract.check_routes(sources["expanded_idx_to_permuted_idx"], routed,
-                              "call_inputs['expanded_idx_to_permuted_idx']")
-    return CallInputs(rows, finalize, protocol, residual, post, comb, pre, sources.get("x"),
-                      sources.get("gemm2_permuted"), sources.get("expert_weights"),
+        contract.check_routes(sources["expanded_idx_to_permuted_idx"], routed, _input_name("expanded_idx_to_permuted_idx"))
+    return CallInputs(rows, finalize, protocol, mix["residual"], mix["post"], mix["comb"], mix.get("pre"),
+                      sources.get("x"), sources.get("gemm2_permuted"), sources.get("expert_weights"),
                       sources.get("expanded_idx_to_permuted_idx"), sources.get("shared_output"))
 
 

@@ -13,7 +13,7 @@ read or written in 16-byte fragments.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 
@@ -51,6 +51,17 @@ def check_config(config: Mapping[str, Any], label=config_label) -> AllReduceConf
     return contract.check_config(config, label, layout=NormLayout)
 
 
+def _check_memory(value: torch.Tensor, name: str, device: torch.device, aligned: bool, allow_host: bool) -> None:
+    """What the kernels need of a tensor: on ``device`` (or the CPU with ``allow_host``), contiguous, and
+    16-byte aligned when ``aligned``."""
+    if value.device != device and not (value.device.type == "cpu" and allow_host):
+        raise ValueError(f"{name} must be on {device}, got {value.device}")
+    if not value.is_contiguous():
+        raise ValueError(f"{name} must be contiguous, got strides {list(value.stride())}")
+    if aligned and value.data_ptr() % VEC_BYTES:
+        raise ValueError(f"{name} must start on a {VEC_BYTES}-byte boundary, got address 0x{value.data_ptr():x}")
+
+
 def check_tensor(
     value: Any,
     name: str,
@@ -63,37 +74,17 @@ def check_tensor(
     """``value`` if it is a contiguous ``dtype`` tensor of ``shape`` on ``device`` (or on the CPU with
     ``allow_host``; 16-byte aligned when ``aligned``), else an error naming ``name`` and what was expected."""
     contract.check_tensor(value, name, dtype, shape, non_tensor=TypeError)
-    if value.device != device and not (value.device.type == "cpu" and allow_host):
-        raise ValueError(f"{name} must be on {device}, got {value.device}")
-    if not value.is_contiguous():
-        raise ValueError(f"{name} must be contiguous, got strides {list(value.stride())}")
-    if aligned and value.data_ptr() % VEC_BYTES:
-        raise ValueError(f"{name} must start on a {VEC_BYTES}-byte boundary, got address 0x{value.data_ptr():x}")
+    _check_memory(value, name, device, aligned, allow_host)
     return value
 
 
-def _check_sources(config: AllReduceConfig, rows: int, sources: Mapping[str, Any], name, device: torch.device,
-                   allow_host: bool, per_rank: bool) -> dict[str, torch.Tensor]:
-    """The contribution's tensors (``x``, or the four finalize tensors) checked against the contract's specs
-    (``name(key)`` spells an argument; ``per_rank``: this rank's tensors, no leading ``tp``)."""
-    finalize = "x" not in sources
-    routed = contract.routed_rows(config, sources.get("gemm2_permuted"), name("gemm2_permuted"), per_rank) \
-        if finalize else None
-    specs = contract.source_specs(config, rows, finalize, routed, per_rank)
-    return {key: check_tensor(sources.get(key), name(key), spec.dtype, spec.shape, device, spec.aligned, allow_host)
-            for key, spec in specs.items()}
-
-
-def _check_mix(config: AllReduceConfig, rows: int, residual: Any, post: Any, comb: Any, name, device: torch.device,
-               allow_host: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``residual``, ``post`` (``[M, hc]``, or ``[M, hc, 1]`` reshaped) and ``comb`` checked."""
-    hc, hidden = config.hc, config.hidden
-    residual = check_tensor(residual, name("residual"), torch.bfloat16, (rows, hc, hidden), device, True, allow_host)
-    if isinstance(post, torch.Tensor) and tuple(post.shape) == (rows, hc, 1):
-        post = post.reshape(rows, hc)
-    post = check_tensor(post, name("post"), torch.float32, (rows, hc), device, False, allow_host)
-    comb = check_tensor(comb, name("comb"), torch.float32, (rows, hc, hc), device, False, allow_host)
-    return residual, post, comb
+def _check_specs(values: Mapping[str, Any], specs: Mapping[str, contract.TensorSpec], name: Callable[[str], str],
+                 device: torch.device, allow_host: bool) -> dict[str, torch.Tensor]:
+    """``values`` checked against the contract's ``specs``, then for what the kernels need of their memory."""
+    out = contract.check_tensors(values, specs, name, non_tensor=TypeError)
+    for key, spec in specs.items():
+        _check_memory(out[key], name(key), device, spec.aligned, allow_host)
+    return out
 
 
 def _input_name(key: str) -> str:
@@ -104,6 +95,14 @@ def _input_name(key: str) -> str:
 def _argument_name(key: str) -> str:
     """How the public call's errors name argument ``key``: by its name."""
     return key
+
+
+def _routed_rows(config: AllReduceConfig, sources: Mapping[str, Any], name: Callable[[str], str],
+                 per_rank: bool) -> int | None:
+    """The rows of ``gemm2_permuted`` of a finalize call (None for a call with ``x``)."""
+    if "x" in sources:
+        return None
+    return contract.routed_rows(config, sources.get("gemm2_permuted"), name("gemm2_permuted"), per_rank)
 
 
 def check_call(
@@ -121,18 +120,20 @@ def check_call(
     if not isinstance(call_inputs, Mapping):
         raise ValueError(f"call_inputs must be a mapping, got {type(call_inputs).__name__}")
     rows = contract.check_rows(config, call_inputs.get("residual"), _input_name("residual"))
-    residual, post, comb = _check_mix(config, rows, call_inputs.get("residual"), call_inputs.get("post"),
-                                      call_inputs.get("comb"), _input_name, device, allow_host)
-    pre = None if config.residual_only else check_tensor(
-        call_inputs.get("pre"), _input_name("pre"), torch.float32, (rows, config.hc), device, False, allow_host)
+    inputs = {**call_inputs, "post": contract.post_as_matrix(call_inputs.get("post"), rows, config.hc)}
+    mix = _check_specs(inputs, contract.mix_specs(config, rows, not config.residual_only), _input_name, device,
+                       allow_host)
     keys = contract.FINALIZE_SOURCES if finalize else ("x",)
-    got = _check_sources(config, rows, {k: call_inputs.get(k) for k in keys}, _input_name, device, allow_host, False)
+    routed = _routed_rows(config, {k: inputs.get(k) for k in keys}, _input_name, False)
+    got = _check_specs(inputs, contract.source_specs(config, rows, finalize, routed, False), _input_name, device,
+                       allow_host)
     mine = {key: (t if key == "expert_weights" else t[rank]) for key, t in got.items()}
     if finalize and check_values:
-        contract.check_routes(mine["expanded_idx_to_permuted_idx"], got["gemm2_permuted"].shape[1],
+        contract.check_routes(mine["expanded_idx_to_permuted_idx"], routed,
                               f"{_input_name('expanded_idx_to_permuted_idx')}[{rank}]")
-    return CallArgs(rows, finalize, protocol, residual, post, comb, pre, mine.get("x"), mine.get("gemm2_permuted"),
-                    mine.get("expert_weights"), mine.get("expanded_idx_to_permuted_idx"), mine.get("shared_output"))
+    return CallArgs(rows, finalize, protocol, mix["residual"], mix["post"], mix["comb"], mix.get("pre"),
+                    mine.get("x"), mine.get("gemm2_permuted"), mine.get("expert_weights"),
+                    mine.get("expanded_idx_to_permuted_idx"), mine.get("shared_output"))
 
 
 @dataclass(frozen=True)
@@ -196,14 +197,17 @@ def check_rank_call(
     move 16-byte fragments; ``check_values`` also reads the routes (not under CUDA-graph capture)."""
     contract.check_protocol(protocol, "protocol")
     rows = contract.check_rows(config, residual, "residual", "max_num_tokens")
-    residual, post, comb = _check_mix(config, rows, residual, post, comb, _argument_name, device, False)
+    mix = _check_specs({"residual": residual, "post": contract.post_as_matrix(post, rows, config.hc), "comb": comb},
+                       contract.mix_specs(config, rows, False), _argument_name, device, False)
     output, pre, norm_weight, mxfp8_out = _check_output(config, rows, device, pre, norm_weight, mxfp8_out)
     norm_eps = contract.check_eps(norm_eps, "norm_eps")
-    got = _check_sources(config, rows, sources, _argument_name, device, False, True)
-    finalize = "x" not in sources
+    routed = _routed_rows(config, sources, _argument_name, True)
+    finalize = routed is not None
+    got = _check_specs(sources, contract.source_specs(config, rows, finalize, routed, True), _argument_name, device,
+                       False)
     if finalize and check_values:
-        contract.check_routes(got["expanded_idx_to_permuted_idx"], got["gemm2_permuted"].shape[0],
-                              "expanded_idx_to_permuted_idx")
-    call = CallArgs(rows, finalize, protocol, residual, post, comb, pre, got.get("x"), got.get("gemm2_permuted"),
-                    got.get("expert_weights"), got.get("expanded_idx_to_permuted_idx"), got.get("shared_output"))
+        contract.check_routes(got["expanded_idx_to_permuted_idx"], routed, "expanded_idx_to_permuted_idx")
+    call = CallArgs(rows, finalize, protocol, mix["residual"], mix["post"], mix["comb"], pre, got.get("x"),
+                    got.get("gemm2_permuted"), got.get("expert_weights"), got.get("expanded_idx_to_permuted_idx"),
+                    got.get("shared_output"))
     return RankCall(call, norm_weight, norm_eps, output, mxfp8_out)
