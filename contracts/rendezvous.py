@@ -8,12 +8,14 @@ has a deadline: a rank that does not arrive makes the others raise the
 owner's timeout error naming the missing ranks; ``abort`` (a rank failed)
 releases every waiting rank with that error instead of leaving it to time
 out. ``golden.comm.ThreadWorld`` and ``kernels.fabric.VirtualFabric`` both
-meet through it, each raising its own ``CollectiveTimeout``.
+meet through it, each raising its own ``CollectiveTimeout``, and run their
+ranks through ``run_in_threads``.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Callable
 
 
 class SlotRendezvous:
@@ -60,4 +62,40 @@ class SlotRendezvous:
             self._cond.notify_all()
 
 
-__all__ = ["SlotRendezvous"]
+def run_in_threads(rendezvous: SlotRendezvous, body: Callable[[int], object]) -> list:
+    """``body(rank)`` for every rank of ``rendezvous`` in its own thread; the results by rank.
+
+    A rank's exception releases the others' waits (``abort``) and is
+    re-raised here after every thread has ended; an original error wins over
+    the timeouts it caused. A rank still running after four timeouts raises
+    the rendezvous's timeout error."""
+    results: list = [None] * rendezvous.world
+    errors: list[BaseException | None] = [None] * rendezvous.world
+
+    def run_rank(rank: int) -> None:
+        """One rank's thread: its result, or its exception and the others released."""
+        try:
+            results[rank] = body(rank)
+        except BaseException as exc:  # noqa: BLE001 - re-raised below
+            errors[rank] = exc
+            rendezvous.abort(exc)
+
+    threads = [threading.Thread(target=run_rank, args=(r,), daemon=True, name=f"rank{r}")
+               for r in range(rendezvous.world)]
+    for thread in threads:
+        thread.start()
+    join_s = rendezvous.timeout_s * 4
+    for thread in threads:
+        thread.join(join_s)
+    stuck = [rank for rank, thread in enumerate(threads) if thread.is_alive()]
+    if stuck:
+        rendezvous.abort(rendezvous.timeout_error(f"ranks {stuck} still running"))
+        raise rendezvous.timeout_error(f"{rendezvous.name}: ranks {stuck} still running after {join_s:.0f} s")
+    first = next((e for e in errors if e is not None and not isinstance(e, rendezvous.timeout_error)), None)
+    first = first or next((e for e in errors if e is not None), None)
+    if first is not None:
+        raise first
+    return results
+
+
+__all__ = ["SlotRendezvous", "run_in_threads"]

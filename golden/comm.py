@@ -19,12 +19,11 @@ raise ``CollectiveTimeout`` naming the ranks that are missing, never hang.
 
 from __future__ import annotations
 
-import threading
 from typing import Callable, Protocol, Sequence
 
 import torch
 
-from contracts.rendezvous import SlotRendezvous
+from contracts.rendezvous import SlotRendezvous, run_in_threads
 
 
 class CollectiveTimeout(RuntimeError):
@@ -110,31 +109,7 @@ class ThreadWorld:
         The first exception of any rank is re-raised here after every thread
         has ended (the others are released by the failure, not left waiting).
         """
-        results: list = [None] * self.size
-        errors: list[BaseException | None] = [None] * self.size
-
-        def body(rank: int) -> None:
-            try:
-                results[rank] = fn(self.comm(rank))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors[rank] = exc
-                self._rendezvous.abort(exc)
-
-        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(self.timeout_s * 4)
-        for rank, t in enumerate(threads):
-            if t.is_alive():
-                raise CollectiveTimeout(f"rank {rank} still running after {self.timeout_s * 4:.0f} s")
-        for err in errors:
-            if err is not None and not isinstance(err, CollectiveTimeout):
-                raise err
-        for err in errors:
-            if err is not None:
-                raise err
-        return results
+        return run_in_threads(self._rendezvous, lambda rank: fn(self.comm(rank)))
 
 
 def run_ranks(world: int, fn: Callable[[Comm], object], *, timeout_s: float = 60.0) -> list:

@@ -70,14 +70,13 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from contracts.rendezvous import SlotRendezvous
+from contracts.rendezvous import SlotRendezvous, run_in_threads
 from contracts.wire_header import HeaderTooLong, decode_header, encode_header
 from kernels import hostcopy
 
@@ -397,36 +396,20 @@ class VirtualFabric(_FabricBase):
         if not fabrics:
             raise ValueError("VirtualFabric.run: fabrics must be non-empty")
         rendezvous = fabrics[0]._rendezvous
-        results: list = [None] * len(fabrics)
-        errors: list[BaseException | None] = [None] * len(fabrics)
+        if [f.rank for f in fabrics] != list(range(rendezvous.world)):
+            raise ValueError(f"VirtualFabric.run: fabrics: expected every rank of the world in rank order "
+                             f"(VirtualFabric.create), got ranks {[f.rank for f in fabrics]}")
 
-        def body(fabric: VirtualFabric) -> None:
-            try:
-                if fabric.stream is not None:
-                    torch.cuda.set_device(fabric.device)
-                    with torch.cuda.stream(fabric.stream):
-                        results[fabric.rank] = fn(fabric)
-                else:
-                    results[fabric.rank] = fn(fabric)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors[fabric.rank] = exc
-                rendezvous.abort(exc)
+        def on_stream(rank: int) -> object:
+            """``fn`` of rank ``rank``'s fabric, on its stream."""
+            fabric = fabrics[rank]
+            if fabric.stream is None:
+                return fn(fabric)
+            torch.cuda.set_device(fabric.device)
+            with torch.cuda.stream(fabric.stream):
+                return fn(fabric)
 
-        threads = [threading.Thread(target=body, args=(f,), daemon=True, name=f"rank{f.rank}") for f in fabrics]
-        for thread in threads:
-            thread.start()
-        join_s = rendezvous.timeout_s * 4
-        for thread in threads:
-            thread.join(join_s)
-        stuck = [f.rank for f, t in zip(fabrics, threads) if t.is_alive()]
-        if stuck:
-            rendezvous.abort(CollectiveTimeout(f"ranks {stuck} still running"))
-            raise CollectiveTimeout(f"virtual fabric: ranks {stuck} still running after {join_s:.0f} s")
-        first = next((e for e in errors if e is not None and not isinstance(e, CollectiveTimeout)), None)
-        first = first or next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-        return results
+        return run_in_threads(rendezvous, on_stream)
 
     def _gather_headers(self, header: dict) -> list[dict]:
         """Every rank's header, met in-process (sized as the symmetric fabric sends it, so both refuse the same)."""
