@@ -218,7 +218,8 @@ def describe(value: Any) -> str:
 
 def check_tensor(value: Any, name: str, dtype: torch.dtype, shape: tuple[int, ...],
                  non_tensor: type[Exception] = ValueError) -> torch.Tensor:
-    """``value`` if it is a ``dtype`` tensor of ``shape``, else an error naming ``name`` (``non_tensor`` for a non-tensor)."""
+    """``value`` if it is a ``dtype`` tensor of ``shape``, else an error naming ``name``
+    (of class ``non_tensor`` for a non-tensor)."""
     if not isinstance(value, torch.Tensor):
         raise non_tensor(f"{name} must be a torch.Tensor ({dtype} {list(shape)}), got {type(value).__name__}")
     if value.dtype != dtype or tuple(value.shape) != shape:
@@ -318,11 +319,14 @@ def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
     bad = (routes < DROPPED_ROUTE) | (routes >= rows)
     if bool(bad.any()):
         where = tuple(int(v) for v in bad.nonzero()[0])
-        raise ValueError(f"{name} must hold -1 or a row of gemm2_permuted in [0, {rows}); got {int(routes[where])} at {where}")
+        raise ValueError(
+            f"{name} must hold -1 or a row of gemm2_permuted in [0, {rows}); got {int(routes[where])} at {where}"
+        )
 
 
 __all__ = [name for name in dir() if name.isupper()] + [
-    "AllReduceConfig", "CallArgs", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol", "check_rows",
+    "AllReduceConfig", "CallArgs", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol",
+    "check_rows",
     "check_routes", "check_tensor", "check_tensors", "config_label", "describe", "hidden_problem", "mxfp8_padded_cols",
     "mix_specs", "mxfp8_scale_bytes", "mxfp8_scale_offset", "norm_cluster", "post_as_matrix", "routed_rows",
     "source_specs",

@@ -77,7 +77,7 @@ from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 import torch
 
 from contracts.rendezvous import SlotRendezvous, run_in_threads
-from contracts.wire_header import HeaderTooLong, decode_header, encode_header
+from contracts.wire_header import HeaderTooLong, decode_header, encode_header  # noqa: F401 - HeaderTooLong re-exported
 from kernels import hostcopy
 
 HEADER_BYTES = 1024

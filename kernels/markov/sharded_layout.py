@@ -49,9 +49,10 @@ comparisons agree.
 
 from __future__ import annotations
 
-from contracts.markov_sharded import COUNTER_MODULUS, HEAD_DIM, INDEX_BITS, INDEX_MASK, MAX_RANKS, MAX_ROWS
-from contracts.markov_sharded import MAX_STEPS, MAX_VOCAB, TAG_BITS, TAG_MASK, TAG_PERIOD, TILE_ROWS
-from contracts.markov_sharded import key_index, launch_tag  # noqa: F401 - the key encoding, re-exported
+# The family's limits and key encoding (the golden loop's too), re-exported for the kernel and host class.
+from contracts.markov_sharded import COUNTER_MODULUS, HEAD_DIM, INDEX_BITS, INDEX_MASK, MAX_RANKS, MAX_ROWS  # noqa: F401
+from contracts.markov_sharded import MAX_STEPS, MAX_VOCAB, TAG_BITS, TAG_MASK, TAG_PERIOD, TILE_ROWS  # noqa: F401
+from contracts.markov_sharded import key_index, launch_tag  # noqa: F401
 
 WARP = 32
 WARPS = 16
