@@ -43,7 +43,9 @@ NEXT = (ACTIVE + 1) % 3. Both pairs start at ``(start_generation,
 start_generation)`` (config, default 0). ``state()`` returns ``calls``,
 ``generation_next``/``generation_active`` (LL) and
 ``bt_generation_next``/``bt_generation_active``.
-Validation errors are raised before anything is computed or advanced.
+Validation errors are raised before anything is computed or advanced; the
+rules are the family contract's (``contracts.allreduce_mhc``), which the
+kernels' host checks apply too.
 """
 
 from __future__ import annotations
@@ -54,19 +56,18 @@ from typing import Any, Mapping
 
 import torch
 
+from contracts import allreduce_mhc as contract
+from contracts.allreduce_mhc import GENERATIONS as LAMPORT_GENERATIONS
 from golden.comm import Comm
 from golden.fp32 import bf16_round
 from golden.mhc import collapse, post_mix
-from golden.moe import check_routes, finalize_contribution
+from golden.moe import finalize_contribution
 from golden.mxfp8 import quantize as mxfp8_quantize
-from golden.rmsnorm import NormLayout, norm_layout, rms_norm
+from golden.rmsnorm import NormLayout, rms_norm
 
-LAMPORT_GENERATIONS = 3
 NEGATIVE_ZERO_BITS = -32768  # 0x8000 as int16
-PROTOCOLS = ("auto", "ll", "bt")
-REQUIRED_CONFIG = ("hidden", "hc", "capacity", "top_k", "tp", "eps", "quantize", "residual_only")
-OPTIONAL_CONFIG = ("bt_min_rows", "bt_min_finalize_rows", "norm_threads", "norm_cluster", "start_generation")
-CALL_PARAMS = ("finalize", "protocol")
+# The validated config (``bt_min_rows`` None: not given, so LL only).
+FamilyConfig = contract.AllReduceConfig
 
 
 def sanitize_negative_zero(values: torch.Tensor) -> torch.Tensor:
@@ -102,116 +103,13 @@ class LamportGeneration:
         self.next = (self.active + 1) % LAMPORT_GENERATIONS
 
 
-@dataclass(frozen=True)
-class FamilyConfig:
-    """The validated ``allreduce_mhc`` config."""
-
-    hidden: int
-    hc: int
-    capacity: int
-    top_k: int
-    tp: int
-    eps: float
-    quantize: bool
-    residual_only: bool
-    bt_min_rows: int
-    bt_min_finalize_rows: int
-    layout: NormLayout
-    start_generation: int
-
-    @property
-    def bt_enabled(self) -> bool:
-        """Whether BT exists at all: the seed builds it only when capacity reaches bt_min_rows."""
-        return self.capacity >= self.bt_min_rows
-
-
-@dataclass(frozen=True)
-class CallInputs:
-    """One call's validated inputs (full, unsharded)."""
-
-    rows: int
-    finalize: bool
-    protocol: str
-    residual: torch.Tensor
-    post: torch.Tensor
-    comb: torch.Tensor
-    pre: torch.Tensor | None
-    x: torch.Tensor | None
-    gemm2_permuted: torch.Tensor | None
-    expert_weights: torch.Tensor | None
-    expanded_idx_to_permuted_idx: torch.Tensor | None
-    shared_output: torch.Tensor | None
-
-
-def _positive_int(config: Mapping[str, Any], key: str, default: int | None = None) -> int:
-    """``config[key]`` as a positive int, or a ``ValueError`` naming ``config.key``."""
-    value = config.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"config.{key} must be a positive int, got {value!r}")
-    return value
+# One call's validated inputs (full, unsharded).
+CallInputs = contract.CallArgs
 
 
 def check_config(config: Mapping[str, Any]) -> FamilyConfig:
-    """Validate an ``allreduce_mhc`` config; every error names the key and what was expected."""
-    if not isinstance(config, Mapping):
-        raise ValueError(f"config must be a mapping, got {type(config).__name__}")
-    missing = [key for key in REQUIRED_CONFIG if key not in config]
-    if missing:
-        raise ValueError(f"config is missing {missing}; expected keys {list(REQUIRED_CONFIG)}")
-    unknown = sorted(set(config) - set(REQUIRED_CONFIG) - set(OPTIONAL_CONFIG))
-    if unknown:
-        raise ValueError(f"config has unknown keys {unknown}; allowed {list(REQUIRED_CONFIG + OPTIONAL_CONFIG)}")
-    hidden = _positive_int(config, "hidden")
-    if hidden % 8:
-        raise ValueError(f"config.hidden must be a multiple of 8 (16-byte fragments), got {hidden}")
-    for key in ("quantize", "residual_only"):
-        if not isinstance(config[key], bool):
-            raise ValueError(f"config.{key} must be a bool, got {config[key]!r}")
-    if config["quantize"] and config["residual_only"]:
-        raise ValueError("config.quantize and config.residual_only exclude each other: a residual-only call has no layer input")
-    if config["quantize"] and hidden % 128:
-        raise ValueError(f"config.hidden must be a multiple of 128 with config.quantize, got {hidden}")
-    eps = config["eps"]
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps < 0:
-        raise ValueError(f"config.eps must be a finite float >= 0, got {eps!r}")
-    capacity = _positive_int(config, "capacity")
-    # Without a threshold the golden never picks BT (it cannot know a kernel's
-    # measured one); bits are the same either way, only the state differs.
-    bt_min_rows = capacity + 1 if config.get("bt_min_rows") is None else _positive_int(config, "bt_min_rows")
-    threads = _positive_int(config, "norm_threads", 128)
-    default_layout = norm_layout(hidden, threads)
-    cluster = _positive_int(config, "norm_cluster", default_layout.cluster)
-    start = config.get("start_generation", 0)
-    if isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < LAMPORT_GENERATIONS:
-        raise ValueError(f"config.start_generation must be an int in [0, 3), got {start!r}")
-    return FamilyConfig(
-        hidden=hidden,
-        hc=_positive_int(config, "hc"),
-        capacity=capacity,
-        top_k=_positive_int(config, "top_k"),
-        tp=_positive_int(config, "tp"),
-        eps=float(eps),
-        quantize=config["quantize"],
-        residual_only=config["residual_only"],
-        bt_min_rows=bt_min_rows,
-        bt_min_finalize_rows=(
-            bt_min_rows if config.get("bt_min_finalize_rows") is None else _positive_int(config, "bt_min_finalize_rows")
-        ),
-        layout=NormLayout(threads=threads, cluster=cluster),
-        start_generation=start,
-    )
-
-
-def _describe(value: Any) -> str:
-    """A short description of an argument for an error message: dtype and shape, or its type."""
-    return f"{value.dtype} {list(value.shape)}" if isinstance(value, torch.Tensor) else type(value).__name__
-
-
-def _expect(tensor: Any, name: str, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    """``tensor`` if it is a ``dtype`` tensor of ``shape``, else a ``ValueError`` naming ``name``."""
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype != dtype or tuple(tensor.shape) != shape:
-        raise ValueError(f"{name} must be {dtype} {list(shape)}, got {_describe(tensor)}")
-    return tensor
+    """Validate an ``allreduce_mhc`` config against the family contract; every error names the key."""
+    return contract.check_config(config, layout=NormLayout)
 
 
 def check_static(static: Mapping[str, Any], config: FamilyConfig) -> dict[str, torch.Tensor]:
@@ -220,62 +118,42 @@ def check_static(static: Mapping[str, Any], config: FamilyConfig) -> dict[str, t
         raise ValueError(f"static must be a mapping, got {type(static).__name__}")
     if config.residual_only and "norm_weight" not in static:
         return {}
-    return {"norm_weight": _expect(static.get("norm_weight"), "static['norm_weight']", torch.bfloat16, (config.hidden,))}
+    weight = contract.check_tensor(static.get("norm_weight"), "static['norm_weight']", torch.bfloat16, (config.hidden,))
+    return {"norm_weight": weight}
+
+
+def _check_protocol(config: FamilyConfig, protocol: str) -> None:
+    """A forced BT needs BT mailboxes: a given ``bt_min_rows`` that ``capacity`` reaches."""
+    if protocol == "bt" and not config.bt_enabled:
+        raise ValueError(
+            f"call_params['protocol'] 'bt' needs config.capacity ({config.capacity}) >= "
+            f"config.bt_min_rows ({'not given' if config.bt_min_rows is None else config.bt_min_rows}): "
+            "no BT mailboxes otherwise"
+        )
+
+
+def _input_name(key: str) -> str:
+    """How an error names call input ``key``."""
+    return f"call_inputs[{key!r}]"
 
 
 def check_call(config: FamilyConfig, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any] | None) -> CallInputs:
     """Validate one call's inputs and params; every error names the argument and the expected dtype and shape."""
-    params = dict(call_params or {})
-    unknown = sorted(set(params) - set(CALL_PARAMS))
-    if unknown:
-        raise ValueError(f"call_params has unknown keys {unknown}; allowed {list(CALL_PARAMS)}")
-    finalize = params.get("finalize", False)
-    if not isinstance(finalize, bool):
-        raise ValueError(f"call_params['finalize'] must be a bool, got {finalize!r}")
-    protocol = params.get("protocol", "auto")
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"call_params['protocol'] must be one of {list(PROTOCOLS)}, got {protocol!r}")
-    if protocol == "bt" and not config.bt_enabled:
-        raise ValueError(
-            f"call_params['protocol'] 'bt' needs config.capacity ({config.capacity}) >= "
-            f"config.bt_min_rows ({config.bt_min_rows}): no BT mailboxes otherwise"
-        )
+    finalize, protocol = contract.check_call_params(call_params)
+    _check_protocol(config, protocol)
     if not isinstance(call_inputs, Mapping):
         raise ValueError(f"call_inputs must be a mapping, got {type(call_inputs).__name__}")
-    residual = call_inputs.get("residual")
-    if not isinstance(residual, torch.Tensor) or residual.dim() != 3:
-        raise ValueError(f"call_inputs['residual'] must be bfloat16 [M, {config.hc}, {config.hidden}], got {_describe(residual)}")
-    rows = residual.shape[0]
-    if not 1 <= rows <= config.capacity:
-        raise ValueError(f"call_inputs['residual'] has M={rows} rows, outside [1, config.capacity={config.capacity}]")
-    hc, hidden, tp = config.hc, config.hidden, config.tp
-    _expect(residual, "call_inputs['residual']", torch.bfloat16, (rows, hc, hidden))
-    post = call_inputs.get("post")
-    if isinstance(post, torch.Tensor) and tuple(post.shape) == (rows, hc, 1):
-        post = post.reshape(rows, hc)
-    _expect(post, "call_inputs['post']", torch.float32, (rows, hc))
-    comb = _expect(call_inputs.get("comb"), "call_inputs['comb']", torch.float32, (rows, hc, hc))
-    pre = None
-    if not config.residual_only:
-        pre = _expect(call_inputs.get("pre"), "call_inputs['pre']", torch.float32, (rows, hc))
-    x = gemm2 = weights = routes = shared = None
+    rows = contract.check_rows(config, call_inputs.get("residual"), _input_name("residual"))
+    inputs = {**call_inputs, "post": contract.post_as_matrix(call_inputs.get("post"), rows, config.hc)}
+    mix = contract.check_tensors(inputs, contract.mix_specs(config, rows, not config.residual_only), _input_name)
+    routed = contract.routed_rows(config, inputs.get("gemm2_permuted"), _input_name("gemm2_permuted"),
+                                  False) if finalize else None
+    sources = contract.check_tensors(inputs, contract.source_specs(config, rows, finalize, routed, False), _input_name)
     if finalize:
-        gemm2 = call_inputs.get("gemm2_permuted")
-        if not isinstance(gemm2, torch.Tensor) or gemm2.dim() != 3:
-            raise ValueError(f"call_inputs['gemm2_permuted'] must be bfloat16 [{tp}, rows, {hidden}], got {_describe(gemm2)}")
-        _expect(gemm2, "call_inputs['gemm2_permuted']", torch.bfloat16, (tp, gemm2.shape[1], hidden))
-        weights = _expect(call_inputs.get("expert_weights"), "call_inputs['expert_weights']", torch.float32, (rows, config.top_k))
-        routes = _expect(
-            call_inputs.get("expanded_idx_to_permuted_idx"),
-            "call_inputs['expanded_idx_to_permuted_idx']",
-            torch.int32,
-            (tp, rows, config.top_k),
-        )
-        check_routes(routes, gemm2.shape[1], "call_inputs['expanded_idx_to_permuted_idx']")
-        shared = _expect(call_inputs.get("shared_output"), "call_inputs['shared_output']", torch.bfloat16, (tp, rows, hidden))
-    else:
-        x = _expect(call_inputs.get("x"), "call_inputs['x']", torch.bfloat16, (tp, rows, hidden))
-    return CallInputs(rows, finalize, protocol, residual, post, comb, pre, x, gemm2, weights, routes, shared)
+        contract.check_routes(sources["expanded_idx_to_permuted_idx"], routed, _input_name("expanded_idx_to_permuted_idx"))
+    return CallInputs(rows, finalize, protocol, mix["residual"], mix["post"], mix["comb"], mix.get("pre"),
+                      sources.get("x"), sources.get("gemm2_permuted"), sources.get("expert_weights"),
+                      sources.get("expanded_idx_to_permuted_idx"), sources.get("shared_output"))
 
 
 def rank_contribution(call: CallInputs, rank: int) -> torch.Tensor:
@@ -283,7 +161,7 @@ def rank_contribution(call: CallInputs, rank: int) -> torch.Tensor:
     if not call.finalize:
         return call.x[rank]
     return finalize_contribution(
-        call.gemm2_permuted[rank], call.expert_weights, call.expanded_idx_to_permuted_idx[rank], call.shared_output[rank]
+        call.gemm2[rank], call.expert_weights, call.routes[rank], call.shared[rank]
     )
 
 

@@ -7,8 +7,9 @@ satisfy that interface:
 
 - ``SoloComm``: world 1, the unsharded reference.
 - ``ThreadWorld``: ``world`` ranks as threads of one process, the gather a
-  barrier over a shared slot table (torch ops release the GIL, so ranks run
-  in parallel). Used to shard a golden loop over ``tp`` ranks on one CPU.
+  barrier over a shared slot table (``contracts.rendezvous``, the one the
+  kernels' virtual fabric meets through; torch ops release the GIL, so ranks
+  run in parallel). Used to shard a golden loop over ``tp`` ranks on one CPU.
 - ``harness.dist_comm.DistComm`` (in the harness): torch.distributed over
   real processes (gloo or NCCL).
 
@@ -18,10 +19,11 @@ raise ``CollectiveTimeout`` naming the ranks that are missing, never hang.
 
 from __future__ import annotations
 
-import threading
 from typing import Callable, Protocol, Sequence
 
 import torch
+
+from contracts.rendezvous import SlotRendezvous, run_in_threads
 
 
 class CollectiveTimeout(RuntimeError):
@@ -80,11 +82,8 @@ class ThreadWorld:
             raise ValueError(f"world size must be >= 1, got {size}")
         self.size = size
         self.timeout_s = timeout_s
-        self._cond = threading.Condition()
-        self._slots: dict[int, dict[int, torch.Tensor]] = {}
-        self._taken: dict[int, int] = {}
+        self._rendezvous = SlotRendezvous(size, timeout_s, timeout_error=CollectiveTimeout, name="thread world")
         self._count = [0] * size
-        self._failed: BaseException | None = None
 
     def comm(self, rank: int) -> _ThreadComm:
         """The ``Comm`` of ``rank``."""
@@ -92,36 +91,17 @@ class ThreadWorld:
 
     def _gather(self, rank: int, tensor: torch.Tensor) -> torch.Tensor:
         """Deposit ``rank``'s tensor in its next collective and return the stack."""
-        with self._cond:
-            seq = self._count[rank]
-            self._count[rank] += 1
-            slot = self._slots.setdefault(seq, {})
-            slot[rank] = tensor.detach().clone()
-            self._cond.notify_all()
-            ok = self._cond.wait_for(
-                lambda: len(slot) == self.size or self._failed is not None,
-                timeout=self.timeout_s,
-            )
-            if self._failed is not None:
-                raise CollectiveTimeout(f"rank {rank}: another rank failed: {self._failed!r}")
-            if not ok:
-                missing = sorted(set(range(self.size)) - set(slot))
-                raise CollectiveTimeout(
-                    f"all_gather #{seq}: ranks {missing} did not arrive within "
-                    f"{self.timeout_s:.1f} s (rank {rank} waited)"
+        seq = self._count[rank]
+        self._count[rank] += 1
+        slot = self._rendezvous.gather(rank, seq, tensor.detach().clone(), f"all_gather #{seq}")
+        first = slot[0]
+        for other, t in enumerate(slot):
+            if t.shape != first.shape or t.dtype != first.dtype:
+                raise CollectiveMismatch(
+                    f"all_gather #{seq}: rank 0 gave {tuple(first.shape)} {first.dtype}, "
+                    f"rank {other} gave {tuple(t.shape)} {t.dtype}"
                 )
-            first = slot[0]
-            for other, t in slot.items():
-                if t.shape != first.shape or t.dtype != first.dtype:
-                    raise CollectiveMismatch(
-                        f"all_gather #{seq}: rank 0 gave {tuple(first.shape)} {first.dtype}, "
-                        f"rank {other} gave {tuple(t.shape)} {t.dtype}"
-                    )
-            stacked = torch.stack([slot[k] for k in range(self.size)])
-            self._taken[seq] = self._taken.get(seq, 0) + 1
-            if self._taken[seq] == self.size:
-                del self._slots[seq], self._taken[seq]
-            return stacked
+        return torch.stack(slot)
 
     def run(self, fn: Callable[[_ThreadComm], object]) -> list:
         """Run ``fn(comm)`` on every rank in its own thread; return the results by rank.
@@ -129,34 +109,7 @@ class ThreadWorld:
         The first exception of any rank is re-raised here after every thread
         has ended (the others are released by the failure, not left waiting).
         """
-        results: list = [None] * self.size
-        errors: list[BaseException | None] = [None] * self.size
-
-        def body(rank: int) -> None:
-            try:
-                results[rank] = fn(self.comm(rank))
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors[rank] = exc
-                with self._cond:
-                    if self._failed is None:
-                        self._failed = exc
-                    self._cond.notify_all()
-
-        threads = [threading.Thread(target=body, args=(r,), daemon=True) for r in range(self.size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(self.timeout_s * 4)
-        for rank, t in enumerate(threads):
-            if t.is_alive():
-                raise CollectiveTimeout(f"rank {rank} still running after {self.timeout_s * 4:.0f} s")
-        for err in errors:
-            if err is not None and not isinstance(err, CollectiveTimeout):
-                raise err
-        for err in errors:
-            if err is not None:
-                raise err
-        return results
+        return run_in_threads(self._rendezvous, lambda rank: fn(self.comm(rank)))
 
 
 def run_ranks(world: int, fn: Callable[[Comm], object], *, timeout_s: float = 60.0) -> list:

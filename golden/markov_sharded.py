@@ -116,25 +116,14 @@ from typing import Callable, Mapping
 
 import torch
 
+from contracts import markov_sharded as contract
+from contracts.markov_sharded import COUNTER_MODULUS, DTYPES, HEAD_DIM, INDEX_BITS, INDEX_MASK, MAX_RANKS
+from contracts.markov_sharded import TAG_BITS, TAG_MASK, key_index, launch_tag
 from golden.comm import Comm, SoloComm, shard_bounds
 from golden import fp32
 
-HEAD_DIM = 256
-MAX_ROWS = 8
-MAX_STEPS = 8
-MAX_RANKS = 8
-TILE_ROWS = 16
-INDEX_BITS = 17
-INDEX_MASK = (1 << INDEX_BITS) - 1
-MAX_VOCAB = 1 << INDEX_BITS
-TAG_BITS = 15
-TAG_MASK = (1 << TAG_BITS) - 1
-TAG_PERIOD = 32767
-COUNTER_MODULUS = 1 << 32
 _SIGN_BIT = 0x80000000
 _WORD_MASK = 0xFFFFFFFF
-
-DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 BiasFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -340,16 +329,6 @@ def candidate_keys(scores: torch.Tensor, first_index: int) -> torch.Tensor:
     return (ordered << INDEX_BITS) | (INDEX_MASK - index)
 
 
-def key_index(key: int) -> int:
-    """The vocabulary index a candidate key carries."""
-    return INDEX_MASK - (key & INDEX_MASK)
-
-
-def launch_tag(launches: int) -> int:
-    """The 15-bit mailbox tag of a launch counter value (never 0, so 0 means "not posted")."""
-    return 1 + launches % TAG_PERIOD
-
-
 def encode_record(key: int, tag: int) -> int:
     """The signed int64 form of the u64 mailbox record ``key << 15 | tag``."""
     record = ((key << TAG_BITS) | tag) & ((1 << 64) - 1)
@@ -365,36 +344,6 @@ def decode_record(record: int) -> tuple[int, int]:
 # --------------------------------------------------------------------------
 # Argument checks
 # --------------------------------------------------------------------------
-
-
-def _dtype(name: str, value) -> torch.dtype:
-    """The torch dtype a config dtype entry (name or dtype) names."""
-    if isinstance(value, torch.dtype) and value in DTYPES.values():
-        return value
-    if isinstance(value, str) and value in DTYPES:
-        return DTYPES[value]
-    raise ValueError(f"config[{name!r}]: expected 'bfloat16' or 'float32', got {value!r}")
-
-
-def _int(where: str, value, low: int, high: int | None = None) -> int:
-    """``value`` as an int in ``[low, high]``, else an error naming ``where``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{where}: expected an int, got {type(value).__name__} {value!r}")
-    if value < low or (high is not None and value > high):
-        bound = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{where}: expected an int in {bound}, got {value}")
-    return value
-
-
-def _tensor(where: str, value, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
-    """``value`` if it is a tensor of ``dtype`` and ``shape``, else an error naming ``where``."""
-    if not isinstance(value, torch.Tensor):
-        raise TypeError(f"{where}: expected a {dtype} tensor of shape {shape}, got {type(value).__name__}")
-    if value.dtype != dtype or tuple(value.shape) != shape:
-        raise ValueError(
-            f"{where}: expected {dtype} of shape {shape}, got {value.dtype} of shape {tuple(value.shape)}"
-        )
-    return value
 
 
 def _bias_fn(value) -> BiasFn:
@@ -442,115 +391,43 @@ class GoldenMarkovSharded:
     """
 
     def __init__(self, comm: Comm, static: Mapping[str, torch.Tensor], config: Mapping) -> None:
-        if not isinstance(config, Mapping):
-            raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
-        for name in ("vocab", "steps", "base_dtype", "cache_dtype", "max_rows", "max_reqs"):
-            if name not in config:
-                raise ValueError(f"config[{name!r}]: missing")
-        self.world = _int("comm.world", comm.world, 1, MAX_RANKS)
-        self.rank = _int("comm.rank", comm.rank, 0, self.world - 1)
-        if "world" in config and config["world"] != self.world:
-            raise ValueError(f"config['world']: expected the comm's world {self.world}, got {config['world']!r}")
-        self.vocab = _int("config['vocab']", config["vocab"], 1, MAX_VOCAB)
-        if self.vocab % self.world:
-            raise ValueError(f"config['vocab']: {self.vocab} is not divisible by world {self.world}")
-        self.vocab_local = self.vocab // self.world
-        if self.vocab_local % TILE_ROWS:
-            raise ValueError(
-                f"config['vocab']: the shard vocab / world = {self.vocab_local} must be a multiple of {TILE_ROWS}"
-            )
-        self.steps = _int("config['steps']", config["steps"], 1, MAX_STEPS)
-        self.max_rows = _int("config['max_rows']", config["max_rows"], 1, MAX_ROWS)
-        self.max_reqs = _int("config['max_reqs']", config["max_reqs"], 1)
-        self.base_dtype = _dtype("base_dtype", config["base_dtype"])
-        self.cache_dtype = _dtype("cache_dtype", config["cache_dtype"])
-        self.shard_only_base = config.get("shard_only_base", False)
-        if not isinstance(self.shard_only_base, bool):
-            raise TypeError(f"config['shard_only_base']: expected a bool, got {self.shard_only_base!r}")
+        self.world = contract.check_int("comm.world", comm.world, 1, MAX_RANKS)
+        self.rank = contract.check_int("comm.rank", comm.rank, 0, self.world - 1)
+        cfg = contract.check_config(config, self.world, world_source="comm", require_world=False)
+        self.cfg = cfg
+        self.vocab, self.vocab_local, self.steps = cfg.vocab, cfg.vocab_local, cfg.steps
+        self.max_rows, self.max_reqs, self.shard_only_base = cfg.max_rows, cfg.max_reqs, cfg.shard_only_base
+        self.base_dtype, self.cache_dtype = DTYPES[cfg.base_dtype], DTYPES[cfg.cache_dtype]
         self.bias_fn = _bias_fn(config.get("bias_fn"))
         self.rcp_table = _rcp_table(config.get("rcp_table"))
-        start = _int(
-            "config['launch_counter_start']", config.get("launch_counter_start", 0), 0, COUNTER_MODULUS - 1
-        )
-        if not isinstance(static, Mapping):
-            raise TypeError(f"static: expected a mapping, got {type(static).__name__}")
-        shape = (self.vocab, HEAD_DIM)
-        self.embed_table = _tensor("static['embed_table']", static.get("embed_table"), torch.bfloat16, shape)
-        head = _tensor("static['head']", static.get("head"), torch.bfloat16, shape)
+        contract.check_mapping("static", static)
+        spec = contract.static_spec(cfg)
+        self.embed_table = contract.check_tensor("static['embed_table']", static.get("embed_table"), spec)
+        head = contract.check_tensor("static['head']", static.get("head"), spec)
         self.first, self.end = shard_bounds(self.vocab, self.world, self.rank)
         self.head_shard = head[self.first : self.end].contiguous()
         self.comm = comm
-        self._launches = start
+        self._launches = cfg.launch_counter_start
 
     def state(self) -> dict:
         """The launch counter (the tag of the next launch is ``1 + launches % 32767``)."""
         return {"launches": self._launches}
 
     def _check(self, call_inputs: Mapping, call_params: Mapping) -> _Call:
-        """Every argument of one launch checked (raises before anything changes)."""
-        if not isinstance(call_inputs, Mapping):
-            raise TypeError(f"call_inputs: expected a mapping, got {type(call_inputs).__name__}")
-        call_params = {} if call_params is None else call_params
-        if not isinstance(call_params, Mapping):
-            raise TypeError(f"call_params: expected a mapping, got {type(call_params).__name__}")
-        for name in ("input_ids", "idx_mapping", "temperature", "noise", "base_logits", "logits_cache"):
+        """Every argument of one launch checked against the family contract (raises before anything changes)."""
+        contract.check_mapping("call_inputs", call_inputs)
+        for name in contract.CALL_INPUTS:
             if name not in call_inputs:
                 raise ValueError(f"call_inputs[{name!r}]: missing")
-        if "query_per_row" not in call_params:
-            raise ValueError("call_params['query_per_row']: missing")
-        query_per_row = _int("call_params['query_per_row']", call_params["query_per_row"], 1)
-        if "steps" in call_params and call_params["steps"] != self.steps:
-            raise ValueError(
-                f"call_params['steps']: the chain is built for config steps {self.steps}, got {call_params['steps']!r}"
-            )
-        base = call_inputs["base_logits"]
-        if not isinstance(base, torch.Tensor) or base.dim() != 3:
-            got = tuple(base.shape) if isinstance(base, torch.Tensor) else type(base).__name__
-            raise ValueError(f"call_inputs['base_logits']: expected a 3-d [rows, steps, vocab] tensor, got {got}")
-        rows = call_params.get("rows", base.shape[0])
-        rows = _int("call_params['rows']", rows, 1, self.max_rows)
-        steps, vocab = self.steps, self.vocab
-        base = _tensor("call_inputs['base_logits']", base, self.base_dtype, (rows, steps, vocab))
-        idx = call_inputs["idx_mapping"]
-        idx = _tensor("call_inputs['idx_mapping']", idx, torch.int64, (rows * steps,))
-        temperature = _tensor(
-            "call_inputs['temperature']", call_inputs["temperature"], torch.float32, (self.max_reqs,)
-        )
-        noise = _tensor("call_inputs['noise']", call_inputs["noise"], torch.float32, (rows * steps, vocab))
-        cache = _tensor(
-            "call_inputs['logits_cache']", call_inputs["logits_cache"], self.cache_dtype, (self.max_reqs, steps, vocab)
-        )
+        rows, query_per_row = contract.check_params(self.cfg, call_params, call_inputs["base_logits"])
+        specs = contract.call_specs(self.cfg, rows, local_base=False, local_noise=False)
+        tensors = {name: contract.check_tensor(f"call_inputs[{name!r}]", call_inputs[name], spec)
+                   for name, spec in specs.items()}
         ids = call_inputs["input_ids"]
-        if not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.dim() != 1:
-            got = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
-            raise ValueError(f"call_inputs['input_ids']: expected a 1-d int32 tensor, got {got}")
-        needed = (rows - 1) * query_per_row + 1
-        if ids.shape[0] < needed:
-            raise ValueError(
-                f"call_inputs['input_ids']: {rows} rows at query_per_row {query_per_row} need "
-                f"at least {needed} ids, got {ids.shape[0]}"
-            )
-        anchors = ids[torch.arange(rows) * query_per_row].to(torch.int64).cpu()
-        bad = ((anchors < 0) | (anchors >= vocab)).nonzero().flatten().tolist()
-        if bad:
-            raise ValueError(
-                f"call_inputs['input_ids']: anchor of row {bad[0]} is {int(anchors[bad[0]])}, "
-                f"expected a token id in [0, {vocab})"
-            )
-        states = idx.cpu().view(rows, steps)
-        if bool((states >= self.max_reqs).any()):
-            where = (states >= self.max_reqs).nonzero()[0].tolist()
-            raise ValueError(
-                f"call_inputs['idx_mapping']: row {where[0]} step {where[1]} maps to request "
-                f"{int(states[where[0], where[1]])}, expected < max_reqs {self.max_reqs} (or negative for padding)"
-            )
-        for step in range(steps):
-            used = [s for s in states[:, step].tolist() if s >= 0]
-            if len(used) != len(set(used)):
-                raise ValueError(
-                    f"call_inputs['idx_mapping']: step {step} maps two rows to one request "
-                    f"({states[:, step].tolist()}); their cache writes would race"
-                )
+        contract.check_input_ids(ids, rows, query_per_row)
+        anchors, states = contract.check_requests(self.cfg, rows, query_per_row, ids.cpu(),
+                                                  tensors["idx_mapping"].cpu())
+        steps, temperature = self.steps, tensors["temperature"]
         temps = torch.zeros(rows, steps, dtype=torch.float32)
         active = states >= 0
         temps[active] = temperature.cpu()[states[active]]
@@ -560,16 +437,8 @@ class GoldenMarkovSharded:
                 reciprocals[bits] = fp32.reciprocal_bits(fp32.f32_const(bits), self.rcp_table)
             except ValueError as exc:
                 raise ValueError(f"call_inputs['temperature']: {exc}") from exc
-        return _Call(
-            rows=rows,
-            anchors=anchors,
-            states=states,
-            temps=temps,
-            reciprocals=reciprocals,
-            base=base,
-            noise=noise,
-            cache=cache,
-        )
+        return _Call(rows=rows, anchors=anchors, states=states, temps=temps, reciprocals=reciprocals,
+                     base=tensors["base_logits"], noise=tensors["noise"], cache=tensors["logits_cache"])
 
     def _base_source(self, base: torch.Tensor) -> tuple[torch.Tensor, int]:
         """The base tensor this rank's kernel reads and the column of its first vocab entry in it."""

@@ -30,20 +30,8 @@ from __future__ import annotations
 
 import torch
 
+from contracts.allreduce_mhc import DROPPED_ROUTE, check_routes
 from golden.fp32 import bf16_round, fma_f32
-
-DROPPED_ROUTE = -1
-
-
-def check_routes(expanded_idx_to_permuted_idx: torch.Tensor, rows: int, name: str) -> None:
-    """Raise ``ValueError`` naming ``name`` unless every route is -1 or a row in ``[0, rows)``."""
-    bad = (expanded_idx_to_permuted_idx < DROPPED_ROUTE) | (expanded_idx_to_permuted_idx >= rows)
-    if bool(bad.any()):
-        where = tuple(int(v) for v in bad.nonzero()[0])
-        value = int(expanded_idx_to_permuted_idx[where])
-        raise ValueError(
-            f"{name} must hold -1 or a row of gemm2_permuted in [0, {rows}); got {value} at {where}"
-        )
 
 
 def finalize_contribution(
@@ -72,4 +60,4 @@ def finalize_contribution(
     return bf16_round(acc + shared_output.float())
 
 
-__all__ = ["DROPPED_ROUTE", "check_routes", "finalize_contribution"]
+__all__ = ["finalize_contribution"]

@@ -35,35 +35,16 @@ from __future__ import annotations
 
 import torch
 
+# The scale layout is the family contract's (the kernels' host checks size mxfp8_out with it too).
+from contracts.allreduce_mhc import mxfp8_padded_cols, mxfp8_scale_bytes as scale_bytes
+from contracts.allreduce_mhc import mxfp8_scale_offset as swizzled_scale_index
+
 BLOCK = 32
 E4M3_MAX = 448.0
 SCALE_BIAS = 127
 MAX_SCALE_BYTE = 254
-TILE_ROWS = 128
-TILE_COLS = 4
 E4M3_MIN_NORMAL_EXP = -6
 E4M3_MANTISSA_BITS = 3
-
-
-def round_up(value: int, multiple: int) -> int:
-    """``value`` rounded up to a multiple of ``multiple``."""
-    return (value + multiple - 1) // multiple * multiple
-
-
-def scale_bytes(rows: int, cols: int) -> int:
-    """Size in bytes of the swizzled scale buffer of an ``[rows, cols]`` matrix."""
-    return round_up(rows, TILE_ROWS) * round_up(cols // BLOCK, TILE_COLS)
-
-
-def swizzled_scale_index(row: torch.Tensor, col: torch.Tensor, padded_cols: int) -> torch.Tensor:
-    """Byte offset of block ``(row, col)`` in the swizzled 128x4 scale layout."""
-    return (
-        col % 4
-        + (col // 4) * 512
-        + (row % 32) * 16
-        + ((row % 128) // 32) * 4
-        + (row // 128) * 128 * padded_cols
-    )
 
 
 def scale_exponent_bytes(amax: torch.Tensor) -> torch.Tensor:
@@ -128,7 +109,7 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     scale = scale_exponent_bytes(blocks.abs().amax(dim=-1))
     multiplier = torch.ldexp(torch.ones_like(scale, dtype=torch.float64), (SCALE_BIAS - scale).double())
     values = e4m3_encode(blocks * multiplier[..., None]).reshape(rows, cols)
-    padded_cols = round_up(cols // BLOCK, TILE_COLS)
+    padded_cols = mxfp8_padded_cols(cols)
     scales = torch.zeros(scale_bytes(rows, cols), dtype=torch.uint8, device=x.device)
     row_index = torch.arange(rows, device=x.device)[:, None].expand(rows, cols // BLOCK)
     col_index = torch.arange(cols // BLOCK, device=x.device)[None, :].expand(rows, cols // BLOCK)
@@ -138,7 +119,7 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def dequantize(values: torch.Tensor, scales: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
     """FP64 ``[rows, cols]`` decoded from MXFP8 ``values`` and swizzled ``scales`` (for tests)."""
-    padded_cols = round_up(cols // BLOCK, TILE_COLS)
+    padded_cols = mxfp8_padded_cols(cols)
     row_index = torch.arange(rows, device=values.device)[:, None].expand(rows, cols // BLOCK)
     col_index = torch.arange(cols // BLOCK, device=values.device)[None, :].expand(rows, cols // BLOCK)
     scale = scales[swizzled_scale_index(row_index, col_index, padded_cols)].to(torch.int64)

@@ -49,12 +49,12 @@ from dataclasses import dataclass
 
 import torch
 
+from contracts.allreduce_mhc import norm_cluster
 from golden.fp32 import bf16_round, fma_f32
 
 VEC = 8
 WARP = 32
 DEFAULT_THREADS = 128
-MAX_CLUSTER = 8
 
 
 @dataclass(frozen=True)
@@ -73,9 +73,7 @@ class NormLayout:
 
 def norm_layout(hidden: int, threads: int = DEFAULT_THREADS) -> NormLayout:
     """The project's default layout: the fewest CTAs (at most 8) whose threads cover H/8 fragments once."""
-    if hidden <= 0 or hidden % VEC:
-        raise ValueError(f"hidden must be a positive multiple of {VEC}, got {hidden}")
-    return NormLayout(threads=threads, cluster=min(MAX_CLUSTER, math.ceil(hidden // VEC / threads)))
+    return NormLayout(threads=threads, cluster=norm_cluster(hidden, threads))
 
 
 def _butterfly(lanes: torch.Tensor, offsets: tuple[int, ...]) -> torch.Tensor:

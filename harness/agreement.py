@@ -12,16 +12,17 @@ exchange (e.g. markov_sharded's ``query_per_row``) completes with wrong bits
 instead of hanging, and is named here.
 
 Protocol: each rank describes its call (launch index, call, parameters,
-each input's shape and dtype) as JSON, truncated to ``AGREEMENT_BYTES`` less
-a 4-byte little-endian length, and all-gathers it as a uint8 tensor over the
-group's comm; every rank compares all descriptions and, on any difference,
-raises ``CallDisagreement`` at the same exchange, so the ranks stay in step.
+each input's shape and dtype) as JSON in ``AGREEMENT_BYTES`` bytes
+(``contracts.wire_header``: a description that does not fit raises
+``HeaderTooLong``, never truncated) and all-gathers it over the group's
+comm; every rank compares all descriptions and, on any difference, raises ``CallDisagreement`` at the same exchange, so the ranks stay in step.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+from contracts.wire_header import decode_header, encode_header
 
 AGREEMENT_BYTES = 1024
 
@@ -52,17 +53,8 @@ def call_description(launch: Any) -> dict:
 
 def _gather_descriptions(comm: Any, mine: dict) -> list[dict]:
     """Every rank's call description, in rank order (one all_gather of a fixed-size byte buffer)."""
-    import torch  # noqa: PLC0415
-
-    payload = json.dumps(mine, sort_keys=True).encode()[: AGREEMENT_BYTES - 4]
-    buf = torch.zeros(AGREEMENT_BYTES, dtype=torch.uint8)
-    buf[:4] = torch.tensor(list(len(payload).to_bytes(4, "little")), dtype=torch.uint8)
-    buf[4:4 + len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
-    views = []
-    for row in comm.all_gather(buf).cpu():
-        raw = bytes(row.tolist())
-        views.append(json.loads(raw[4:4 + int.from_bytes(raw[:4], "little")].decode()))
-    return views
+    buf = encode_header(mine, AGREEMENT_BYTES, f"the call description of launch {mine.get('launch')}")
+    return [decode_header(row) for row in comm.all_gather(buf).cpu()]
 
 
 def check_agreement(comm: Any, launch: Any) -> None:

@@ -25,7 +25,9 @@ Every collective carries a small JSON header (operation, sequence number,
 arguments) that is exchanged first and compared, so ranks that call different
 collectives (one allocates while another gathers) are told so by name. Every
 wait has a deadline (``timeout_s``): a rank that does not arrive makes the
-others raise ``CollectiveTimeout``.
+others raise ``CollectiveTimeout``. A header travels as JSON in
+``HEADER_BYTES`` bytes (``contracts.wire_header``); one that does not fit
+raises ``HeaderTooLong`` on every provider, before any exchange.
 
 ``PeerBuffer``: ``local`` (this rank's tensor), ``address`` (its base),
 ``peer_addresses`` (host tuple), ``peer_ptrs`` (the ``int64 [world]`` device
@@ -46,7 +48,9 @@ Providers
   over real gloo processes this way).
 - ``VirtualFabric.create(world, device)``: ``world`` ranks in one process, on
   one device, one thread and one stream per rank (``VirtualFabric.run``);
-  buffers are plain allocations, the collectives meet in-process.
+  buffers are plain allocations, the collectives meet in-process
+  (``contracts.rendezvous``, the slot table ``golden.comm.ThreadWorld``
+  meets through too).
 
 Multicast is used only where all of these hold on every rank (``multicast_gate``):
 the symmetric-memory handle reports a non-zero ``multicast_ptr``,
@@ -64,16 +68,16 @@ module imports on a CPU-only build.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Callable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from contracts.rendezvous import SlotRendezvous, run_in_threads
+from contracts.wire_header import HeaderTooLong, decode_header, encode_header  # noqa: F401 - HeaderTooLong re-exported
 from kernels import hostcopy
 
 HEADER_BYTES = 1024
@@ -360,54 +364,12 @@ class _FabricBase:
 # --------------------------------------------------------------------------- virtual
 
 
-class _LocalRendezvous:
-    """In-process meeting point of ``world`` rank threads: the k-th call of every rank forms one exchange."""
-
-    def __init__(self, world: int, timeout_s: float) -> None:
-        self.world = world
-        self.timeout_s = timeout_s
-        self._cond = threading.Condition()
-        self._slots: dict[int, dict[int, object]] = {}
-        self._taken: dict[int, int] = {}
-        self._failed: BaseException | None = None
-
-    def gather(self, rank: int, seq: int, value: object, what: str) -> list:
-        """Deposit ``value`` for exchange ``seq`` and return every rank's value, by rank."""
-        with self._cond:
-            slot = self._slots.setdefault(seq, {})
-            slot[rank] = value
-            self._cond.notify_all()
-            arrived = self._cond.wait_for(
-                lambda: len(slot) == self.world or self._failed is not None, timeout=self.timeout_s
-            )
-            if self._failed is not None and len(slot) < self.world:
-                raise CollectiveTimeout(f"virtual fabric rank {rank}: {what}: another rank failed: {self._failed!r}")
-            if not arrived:
-                missing = sorted(set(range(self.world)) - set(slot))
-                raise CollectiveTimeout(
-                    f"virtual fabric: {what}: ranks {missing} did not arrive within "
-                    f"{self.timeout_s:.1f} s (rank {rank} waited)"
-                )
-            values = [slot[k] for k in range(self.world)]
-            self._taken[seq] = self._taken.get(seq, 0) + 1
-            if self._taken[seq] == self.world:
-                del self._slots[seq], self._taken[seq]
-            return values
-
-    def abort(self, exc: BaseException) -> None:
-        """Release every waiting rank with an error (a rank failed)."""
-        with self._cond:
-            if self._failed is None:
-                self._failed = exc
-            self._cond.notify_all()
-
-
 class VirtualFabric(_FabricBase):
     """One rank of a world that lives in this process, on one device, one stream per rank."""
 
     provider = "virtual"
 
-    def __init__(self, rendezvous: _LocalRendezvous, rank: int, device: torch.device, timeout_s: float) -> None:
+    def __init__(self, rendezvous: SlotRendezvous, rank: int, device: torch.device, timeout_s: float) -> None:
         super().__init__(rank, rendezvous.world, device, timeout_s)
         self._rendezvous = rendezvous
         self.stream = torch.cuda.Stream(device=self.device) if self.device.type == "cuda" else None
@@ -420,7 +382,7 @@ class VirtualFabric(_FabricBase):
         device = torch.device(device)
         if device.type == "cuda" and device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-        rendezvous = _LocalRendezvous(world, timeout_s)
+        rendezvous = SlotRendezvous(world, timeout_s, timeout_error=CollectiveTimeout, name="virtual fabric")
         return [cls(rendezvous, rank, device, timeout_s) for rank in range(world)]
 
     @staticmethod
@@ -434,40 +396,26 @@ class VirtualFabric(_FabricBase):
         if not fabrics:
             raise ValueError("VirtualFabric.run: fabrics must be non-empty")
         rendezvous = fabrics[0]._rendezvous
-        results: list = [None] * len(fabrics)
-        errors: list[BaseException | None] = [None] * len(fabrics)
+        if [f.rank for f in fabrics] != list(range(rendezvous.world)):
+            raise ValueError(f"VirtualFabric.run: fabrics: expected every rank of the world in rank order "
+                             f"(VirtualFabric.create), got ranks {[f.rank for f in fabrics]}")
 
-        def body(fabric: VirtualFabric) -> None:
-            try:
-                if fabric.stream is not None:
-                    torch.cuda.set_device(fabric.device)
-                    with torch.cuda.stream(fabric.stream):
-                        results[fabric.rank] = fn(fabric)
-                else:
-                    results[fabric.rank] = fn(fabric)
-            except BaseException as exc:  # noqa: BLE001 - re-raised below
-                errors[fabric.rank] = exc
-                rendezvous.abort(exc)
+        def on_stream(rank: int) -> object:
+            """``fn`` of rank ``rank``'s fabric, on its stream."""
+            fabric = fabrics[rank]
+            if fabric.stream is None:
+                return fn(fabric)
+            torch.cuda.set_device(fabric.device)
+            with torch.cuda.stream(fabric.stream):
+                return fn(fabric)
 
-        threads = [threading.Thread(target=body, args=(f,), daemon=True, name=f"rank{f.rank}") for f in fabrics]
-        for thread in threads:
-            thread.start()
-        join_s = rendezvous.timeout_s * 4
-        for thread in threads:
-            thread.join(join_s)
-        stuck = [f.rank for f, t in zip(fabrics, threads) if t.is_alive()]
-        if stuck:
-            rendezvous.abort(CollectiveTimeout(f"ranks {stuck} still running"))
-            raise CollectiveTimeout(f"virtual fabric: ranks {stuck} still running after {join_s:.0f} s")
-        first = next((e for e in errors if e is not None and not isinstance(e, CollectiveTimeout)), None)
-        first = first or next((e for e in errors if e is not None), None)
-        if first is not None:
-            raise first
-        return results
+        return run_in_threads(rendezvous, on_stream)
 
     def _gather_headers(self, header: dict) -> list[dict]:
-        """Every rank's header, met in-process."""
-        return self._rendezvous.gather(self.rank, header["seq"], dict(header), describe_header(header))
+        """Every rank's header, met in-process (sized as the symmetric fabric sends it, so both refuse the same)."""
+        what = describe_header(header)
+        encode_header(header, HEADER_BYTES, f"fabric header {what}")
+        return self._rendezvous.gather(self.rank, header["seq"], dict(header), what)
 
     def _gather_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's tensor, copied to host (which waits for the stream producing it) and stacked."""
@@ -504,24 +452,6 @@ class VirtualFabric(_FabricBase):
 
 
 # --------------------------------------------------------------------------- symmetric
-
-
-def _encode_header(header: dict) -> torch.Tensor:
-    """``header`` as JSON in a fixed ``uint8 [HEADER_BYTES]`` tensor (4-byte length prefix)."""
-    payload = json.dumps(header, sort_keys=True).encode()
-    if len(payload) > HEADER_BYTES - 4:
-        raise ValueError(f"fabric header too long ({len(payload)} bytes): {describe_header(header)}")
-    buf = torch.zeros(HEADER_BYTES, dtype=torch.uint8)
-    buf[:4] = torch.tensor(list(len(payload).to_bytes(4, "little")), dtype=torch.uint8)
-    buf[4 : 4 + len(payload)] = torch.tensor(list(payload), dtype=torch.uint8)
-    return buf
-
-
-def _decode_header(buf: torch.Tensor) -> dict:
-    """Inverse of ``_encode_header``."""
-    raw = bytes(buf.to("cpu").tolist())
-    length = int.from_bytes(raw[:4], "little")
-    return json.loads(raw[4 : 4 + length].decode())
 
 
 class SymmetricFabric(_FabricBase):
@@ -577,8 +507,9 @@ class SymmetricFabric(_FabricBase):
 
     def _gather_headers(self, header: dict) -> list[dict]:
         """Every rank's header, exchanged over the group as fixed-size JSON."""
-        stacked = self._group_gather(_encode_header(header), describe_header(header))
-        return [_decode_header(row) for row in stacked]
+        what = describe_header(header)
+        stacked = self._group_gather(encode_header(header, HEADER_BYTES, f"fabric header {what}"), what)
+        return [decode_header(row) for row in stacked]
 
     def _gather_tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's tensor over the group, stacked on the host."""
@@ -639,6 +570,7 @@ __all__: Sequence[str] = (
     "Fabric",
     "FabricError",
     "FabricMismatch",
+    "HeaderTooLong",
     "PeerBuffer",
     "SymmetricFabric",
     "VirtualFabric",

@@ -20,7 +20,6 @@ from golden.families import FAMILIES  # noqa: F401 - re-exported: the one list o
 SIZES = ("cpu", "gpu")
 OUTCOMES = ("golden", "error", "timeout")
 MAX_STEPS = 8
-SHARDED_MAX_ROWS = 8
 ERROR_TYPES = ("ValueError", "TypeError", "RuntimeError", "CollectiveTimeout")
 
 # Injections the builders apply to tensors, and those the harness acts on.

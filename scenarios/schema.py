@@ -37,11 +37,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
+from contracts import allreduce_mhc as allreduce_contract
+from contracts import markov_sharded as sharded_contract
 from golden.families import facts
 
 from scenarios.fields import Checker, ScenarioError, check_error
 from scenarios.injections import INJECTION_SPECS, InjectionContext, check_injection
-from scenarios.model import (DATA_KINDS, FAMILIES, HARNESS_KINDS, MAX_STEPS, OUTCOMES, SHARDED_MAX_ROWS, SIZES,
+from scenarios.model import (DATA_KINDS, FAMILIES, HARNESS_KINDS, MAX_STEPS, OUTCOMES, SIZES,
                              Call, Expect, ExpectedError, ExpectedTimeout, Graph, Injection, Launch, Scenario,
                              Tolerance)
 
@@ -89,38 +91,39 @@ def _check_markov_fused_config(c: Checker, raw: Any, worlds: Sequence[int]) -> d
 
 
 def _check_markov_sharded_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict:
-    """Validate the ``markov_sharded`` config and fill its defaults."""
+    """Validate the ``markov_sharded`` config and fill its defaults (limits from ``contracts.markov_sharded``)."""
     keys = ("vocab", "steps", "base_dtype", "cache_dtype", "max_rows", "max_reqs", "shard_only_base")
     m = c.mapping(raw, "config", keys, required=("vocab", "steps", "max_reqs"))
-    dtypes = ("bfloat16", "float32")
+    dtypes = tuple(sharded_contract.DTYPES)
+    max_rows = sharded_contract.MAX_ROWS
     cfg = {
-        "vocab": c.integer(m["vocab"], "config.vocab", 16),
-        "steps": c.integer(m["steps"], "config.steps", 1, MAX_STEPS),
+        "vocab": c.integer(m["vocab"], "config.vocab", sharded_contract.TILE_ROWS, sharded_contract.MAX_VOCAB),
+        "steps": c.integer(m["steps"], "config.steps", 1, sharded_contract.MAX_STEPS),
         "base_dtype": c.string(m.get("base_dtype", "bfloat16"), "config.base_dtype", dtypes),
         "cache_dtype": c.string(m.get("cache_dtype", "bfloat16"), "config.cache_dtype", dtypes),
-        "max_rows": c.integer(m.get("max_rows", SHARDED_MAX_ROWS), "config.max_rows", 1, SHARDED_MAX_ROWS),
+        "max_rows": c.integer(m.get("max_rows", max_rows), "config.max_rows", 1, max_rows),
         "max_reqs": c.integer(m["max_reqs"], "config.max_reqs", 1),
         "shard_only_base": c.boolean(m.get("shard_only_base", False), "config.shard_only_base"),
     }
     for w in worlds:
-        if w > 8:
-            c.fail("worlds", f"markov_sharded's mailbox holds 8 source ranks, got world {w}")
-        if cfg["vocab"] % (16 * w):
-            c.fail("config.vocab", f"{cfg['vocab']} is not divisible by 16 * world {w} "
-                                   f"(16-row head tiles per rank; worlds {list(worlds)})")
+        if w > sharded_contract.MAX_RANKS:
+            c.fail("worlds", f"markov_sharded's mailbox holds {sharded_contract.MAX_RANKS} source ranks, got world {w}")
+        problem = sharded_contract.vocab_problem(cfg["vocab"], w)
+        if problem:
+            c.fail("config.vocab", f"{problem} (worlds {list(worlds)})")
     return cfg
 
 
 def _check_allreduce_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict:
-    """Validate the ``allreduce_mhc`` config and fill its defaults."""
+    """Validate the ``allreduce_mhc`` config and fill its defaults (limits from ``contracts.allreduce_mhc``)."""
     keys = ("hidden", "hc", "capacity", "top_k", "eps", "quantize", "residual_only", "bt_min_rows",
             "bt_min_finalize_rows")
     m = c.mapping(raw, "config", keys, required=("hidden", "hc", "capacity"))
     cfg = {
         "hidden": c.integer(m["hidden"], "config.hidden", 8),
-        "hc": c.integer(m["hc"], "config.hc", 1, 16),
+        "hc": c.integer(m["hc"], "config.hc", 1, allreduce_contract.HC_MAX),
         "capacity": c.integer(m["capacity"], "config.capacity", 1),
-        "top_k": c.integer(m.get("top_k", 8), "config.top_k", 1),
+        "top_k": c.integer(m.get("top_k", 8), "config.top_k", 1, allreduce_contract.TOP_K_MAX),
         "eps": c.number(m.get("eps", 1e-6), "config.eps", positive=True),
         "quantize": c.boolean(m.get("quantize", False), "config.quantize"),
         "residual_only": c.boolean(m.get("residual_only", False), "config.residual_only"),
@@ -128,13 +131,11 @@ def _check_allreduce_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict
     cfg["bt_min_rows"] = c.integer(m.get("bt_min_rows", cfg["capacity"] + 1), "config.bt_min_rows", 1)
     cfg["bt_min_finalize_rows"] = c.integer(m.get("bt_min_finalize_rows", cfg["bt_min_rows"]),
                                             "config.bt_min_finalize_rows", 1)
-    if cfg["hidden"] % 8:
-        c.fail("config.hidden", f"expected a multiple of 8 (16-byte rows), got {cfg['hidden']}")
-    if cfg["quantize"] and cfg["hidden"] % 128:
-        c.fail("config.hidden", f"MXFP8 needs a multiple of 128 (32-element blocks, 4 scale columns per "
-                                f"swizzled 128x4 tile), got {cfg['hidden']}")
     if cfg["quantize"] and cfg["residual_only"]:
         c.fail("config.quantize", "quantize needs the layer input, which residual_only does not write")
+    problem = allreduce_contract.hidden_problem(cfg["hidden"], cfg["quantize"], "config.quantize")
+    if problem:
+        c.fail("config.hidden", problem)
     return cfg
 
 
@@ -213,7 +214,7 @@ def _fused_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> 
 
 def _sharded_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping) -> int | None:
     """A markov_sharded call's steps (the compiled config.steps); its rows within max_rows and max_reqs."""
-    steps = c.integer(m.get("steps", cfg["steps"]), f"{path}.steps", 1, MAX_STEPS)
+    steps = c.integer(m.get("steps", cfg["steps"]), f"{path}.steps", 1, sharded_contract.MAX_STEPS)
     if steps != cfg["steps"]:
         c.fail(f"{path}.steps", f"the kernel is compiled for config.steps={cfg['steps']}, got {steps}")
     if rows > cfg["max_rows"]:

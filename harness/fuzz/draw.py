@@ -80,6 +80,17 @@ def _markov_calls(rng: random.Random, max_rows: int, steps: int | None, params: 
     return calls
 
 
+def _nan_and_padding(rng: random.Random, nan_chance: float, rows: int, steps: int, vocab: int,
+                     world: int) -> list[dict]:
+    """The Markov families' data injections: NaN logits with ``nan_chance``, padding rows with 0.3."""
+    inject = []
+    if rng.random() < nan_chance:
+        inject.append(_nan_logits(rng, rows, steps, vocab, world))
+    if rng.random() < 0.3:
+        inject.append(_padding_rows(rng, rows))
+    return inject
+
+
 def draw_markov_sharded(rng: random.Random, world: int) -> dict:
     """A markov_sharded scenario at ``world``: vocab a multiple of 16 * world, steps 1..8, dtypes, NaN, padding."""
     vocab = 16 * world * rng.choice((1, 2, 4, 8))
@@ -90,11 +101,7 @@ def draw_markov_sharded(rng: random.Random, world: int) -> dict:
               "shard_only_base": rng.random() < 0.25}
     calls = _markov_calls(rng, max_rows, steps, lambda: {"query_per_row": rng.randint(1, 3)})
     rows = max(c["rows"] for c in calls)
-    inject = []
-    if rng.random() < 0.6:
-        inject.append(_nan_logits(rng, rows, steps, vocab, world))
-    if rng.random() < 0.3:
-        inject.append(_padding_rows(rng, rows))
+    inject = _nan_and_padding(rng, 0.6, rows, steps, vocab, world)
     if rng.random() < 0.2:
         inject.append({"kind": "launch_counter", "value": rng.choice(LAUNCH_COUNTER_STARTS)})
     return {"config": config, "inputs": {"temperatures": _temperatures(rng)}, "calls": calls,
@@ -110,11 +117,7 @@ def draw_markov_fused(rng: random.Random, world: int) -> dict:
     calls = _markov_calls(rng, max_reqs, None, dict)
     rows = max(c["rows"] for c in calls)
     steps = max(c["steps"] for c in calls)
-    inject = []
-    if rng.random() < 0.5:
-        inject.append(_nan_logits(rng, rows, steps, vocab, world))
-    if rng.random() < 0.3:
-        inject.append(_padding_rows(rng, rows))
+    inject = _nan_and_padding(rng, 0.5, rows, steps, vocab, world)
     if rng.random() < 0.2:
         row = rng.randrange(rows)
         inject.append({"kind": "corrupt_token_ids", "rows": [row], "values": [rng.choice((-1, "V", "V+7"))]})

@@ -29,7 +29,8 @@ token runs as a cluster of ``cluster`` CTAs of ``threads`` threads; fragment
 also fixes the RMSNorm's sum-of-squares order (see ``consumer.py``).
 
 MXFP8 scales: one UE8M0 byte per 32 values of a row, in the swizzled 128x4
-layout (``mxfp8_scale_index``); rows ``M .. round_up(M, 128)`` exist only in
+layout (``mxfp8_scale_index``; the family contract's,
+``contracts.allreduce_mhc``, as are the limits imported here); rows ``M .. round_up(M, 128)`` exist only in
 the scales and are written as 0.
 """
 
@@ -38,22 +39,18 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-GENERATIONS = 3
+# The family's limits and MXFP8 scale layout, re-exported for the kernels and host classes.
+from contracts.allreduce_mhc import GENERATIONS, HC_MAX, MAX_CLUSTER, MXFP8_BLOCK, TOP_K_MAX, VEC, WARP  # noqa: F401
+from contracts.allreduce_mhc import SCALE_TILE_COLS, SCALE_TILE_ROWS, mxfp8_padded_cols, mxfp8_scale_bytes  # noqa: F401
+from contracts.allreduce_mhc import mxfp8_scale_offset, norm_cluster
+
 NEXT = 0
 ACTIVE = 1
 SENTINEL_BITS = 0x8000
 SENTINEL_WORD = 0x80008000
-VEC = 8
 VEC_BYTES = 16
-WARP = 32
 PUBLISH_THREADS = 128
 CONSUMER_THREADS = 128
-MAX_CLUSTER = 8
-MXFP8_BLOCK = 32
-SCALE_TILE_ROWS = 128
-SCALE_TILE_COLS = 4
-HC_MAX = 8
-TOP_K_MAX = 64
 
 
 def owner_capacity(capacity: int, tp: int) -> int:
@@ -105,11 +102,7 @@ class NormLayout:
 
 def norm_layout(hidden: int, threads: int = CONSUMER_THREADS) -> NormLayout:
     """The default consumer layout: ``threads``-thread CTAs, the fewest (at most 8) that cover H/8 fragments once."""
-    if hidden <= 0 or hidden % VEC:
-        raise ValueError(f"hidden must be a positive multiple of {VEC}, got {hidden}")
-    fragments = hidden // VEC
-    cluster = min(MAX_CLUSTER, math.ceil(fragments / threads))
-    return NormLayout(cluster=cluster, threads=threads)
+    return NormLayout(cluster=norm_cluster(hidden, threads), threads=threads)
 
 
 def ctas_per_token(hidden: int, threads: int) -> int:
@@ -122,28 +115,11 @@ def mxfp8_scale_cols(hidden: int) -> int:
     return hidden // MXFP8_BLOCK
 
 
-def mxfp8_padded_cols(hidden: int) -> int:
-    """Scale columns padded to the 4-column tile."""
-    return -(-mxfp8_scale_cols(hidden) // SCALE_TILE_COLS) * SCALE_TILE_COLS
-
-
 def mxfp8_padded_rows(rows: int) -> int:
     """Rows padded to the 128-row tile."""
     return -(-rows // SCALE_TILE_ROWS) * SCALE_TILE_ROWS
 
 
-def mxfp8_scale_bytes(rows: int, hidden: int) -> int:
-    """Bytes of the swizzled 128x4 scale buffer for ``rows`` x ``hidden``."""
-    return mxfp8_padded_rows(rows) * mxfp8_padded_cols(hidden)
-
-
 def mxfp8_scale_index(row: int, col: int, hidden: int) -> int:
     """Byte index of scale (row, col) in the swizzled 128x4 layout (FlashInfer's)."""
-    padded_cols = mxfp8_padded_cols(hidden)
-    return (
-        col % 4
-        + (col // 4) * 512
-        + (row % 32) * 16
-        + ((row % 128) // 32) * 4
-        + (row // 128) * 128 * padded_cols
-    )
+    return mxfp8_scale_offset(row, col, mxfp8_padded_cols(hidden))

@@ -1,7 +1,9 @@
 """Seed 000's memory layout and key encoding: the bytes the sharded sampler's ranks agree on.
 
 Pure Python (no CUDA, no DSL), shared by the kernel (``sharded_kernel.py``),
-the host class (``sharded.py``) and the CPU tests.
+the host class (``sharded.py``) and the CPU tests; the limits and the key
+encoding the golden loop shares are the family contract's
+(``contracts.markov_sharded``), re-exported here.
 
 Peer buffer (one per rank, allocated collectively through the fabric; every
 rank stores into every peer's copy and reads only its own):
@@ -47,26 +49,18 @@ comparisons agree.
 
 from __future__ import annotations
 
+# The family's limits and key encoding (the golden loop's too), re-exported for the kernel and host class.
+from contracts.markov_sharded import COUNTER_MODULUS, HEAD_DIM, INDEX_BITS, INDEX_MASK, MAX_RANKS, MAX_ROWS  # noqa: F401
+from contracts.markov_sharded import MAX_STEPS, MAX_VOCAB, TAG_BITS, TAG_MASK, TAG_PERIOD, TILE_ROWS  # noqa: F401
+from contracts.markov_sharded import key_index, launch_tag  # noqa: F401
+
 WARP = 32
 WARPS = 16
 THREADS = WARPS * WARP
-HEAD_DIM = 256
 ROW_BYTES = HEAD_DIM * 2
 # A lane holds 16 bytes of each of its two tile rows per 32-wide k chunk.
 CHUNKS = HEAD_DIM // 32
-TILE_ROWS = 16
-MAX_ROWS = 8
-MAX_STEPS = 8
-MAX_RANKS = 8
-
-TAG_BITS = 15
-TAG_MASK = (1 << TAG_BITS) - 1
-TAG_PERIOD = 32767
-INDEX_BITS = 17
-INDEX_MASK = (1 << INDEX_BITS) - 1
-MAX_VOCAB = 1 << INDEX_BITS
 KEY_BITS = 32 + INDEX_BITS
-COUNTER_MODULUS = 1 << 32
 
 RECORD_BYTES = 8
 MAILBOX_BYTES = 2 * MAX_STEPS * MAX_ROWS * MAX_RANKS * RECORD_BYTES
@@ -101,21 +95,11 @@ def peer_buffer_bytes(*, max_rows: int, steps: int, vocab: int, cache_bytes: int
     return STAGING_OFFSET + 2 * max_rows * steps * vocab * cache_bytes
 
 
-def launch_tag(launches: int) -> int:
-    """The 15-bit mailbox tag of a launch counter value."""
-    return 1 + launches % TAG_PERIOD
-
-
 def candidate_key(score_bits: int, index: int) -> int:
     """The 64-bit key of an FP32 score (given as its 32 bits) at global vocab ``index``."""
     bits = score_bits & 0xFFFFFFFF
     ordered = bits ^ 0xFFFFFFFF if bits & 0x80000000 else bits | 0x80000000
     return (ordered << INDEX_BITS) | (INDEX_MASK - index)
-
-
-def key_index(key: int) -> int:
-    """The global vocab index a candidate key carries."""
-    return INDEX_MASK - (key & INDEX_MASK)
 
 
 def encode_record(key: int, tag: int) -> int:

@@ -28,3 +28,11 @@ def test_matching_all_gather_stacks_by_rank():
         assert stacked.tolist() == [[0, 0], [1, 1], [2, 2]]
     with pytest.raises(ValueError):
         ThreadWorld(0)
+
+
+def test_an_oversized_header_is_refused_by_name_not_truncated():
+    from contracts.wire_header import HeaderTooLong, decode_header, encode_header
+
+    assert decode_header(encode_header({"a": [1, 2]}, 64)) == {"a": [1, 2]}
+    with pytest.raises(HeaderTooLong, match=r"the call: .* expected at most 60"):
+        encode_header({"a": "x" * 100}, 64, "the call")

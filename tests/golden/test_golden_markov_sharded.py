@@ -20,10 +20,8 @@ from hypothesis import given, settings, strategies as st
 
 from golden import fp32
 from golden.comm import SoloComm, ThreadWorld
+from contracts.markov_sharded import INDEX_MASK, MAX_VOCAB, TAG_MASK
 from golden.markov_sharded import (
-    INDEX_MASK,
-    MAX_VOCAB,
-    TAG_MASK,
     GoldenMarkovSharded,
     candidate_keys,
     decode_record,

@@ -1,4 +1,4 @@
-"""The harness's shape, checked: short functions, a small worker, and a launcher side that imports no rank side.
+"""The tree's shape, checked: short harness functions, a small worker, a launcher side that imports no rank side, and the import rules between the packages.
 
 Reads the sources with ``ast`` (nothing is imported): every function or
 method in ``harness/**/*.py`` spans at most ``MAX_FUNCTION_LINES`` lines
@@ -6,13 +6,22 @@ method in ``harness/**/*.py`` spans at most ``MAX_FUNCTION_LINES`` lines
 ``MAX_WORKER_LINES``, and the launcher side (``harness/launchers/``,
 ``harness/replay.py``, ``harness/validate.py``) imports none of the rank
 side's modules: what both need is in ``harness.case_files`` and
-``harness.rank_result``.
+``harness.rank_result``. Between the packages (docs/interfaces.md):
+``contracts/`` is a leaf (the standard library and torch only),
+``kernels/`` imports none of ``golden``, ``scenarios`` and ``harness``,
+``golden/`` none of ``kernels``, ``scenarios`` and ``harness``, and
+``scenarios/`` not ``kernels`` or ``harness``.
 """
 
 import ast
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parents[2] / "harness"
+ROOT = Path(__file__).resolve().parents[2]
+HARNESS = ROOT / "harness"
+PACKAGES = ("contracts", "golden", "harness", "kernels", "scenarios")
+# What each package may not import (contracts: none of the project's packages).
+FORBIDDEN = {"contracts": set(PACKAGES) - {"contracts"}, "kernels": {"golden", "scenarios", "harness"},
+             "golden": {"kernels", "scenarios", "harness"}, "scenarios": {"kernels", "harness"}}
 MAX_FUNCTION_LINES = 80
 MAX_WORKER_LINES = 400
 RANK_SIDE = {"harness.worker", "harness.case_run", "harness.agreement", "harness.rank_faults",
@@ -69,3 +78,13 @@ def test_the_launcher_side_imports_no_rank_side_module():
     found = {str(path.relative_to(HARNESS.parent)): sorted(imported_modules(path) & RANK_SIDE)
              for path in LAUNCHER_SIDE}
     assert {k: v for k, v in found.items() if v} == {}
+
+
+def test_the_packages_keep_their_import_rules():
+    broken = {}
+    for package, forbidden in FORBIDDEN.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            bad = sorted(m for m in imported_modules(path) if m.split(".")[0] in forbidden)
+            if bad:
+                broken[str(path.relative_to(ROOT))] = bad
+    assert broken == {}, broken

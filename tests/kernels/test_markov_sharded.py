@@ -15,6 +15,7 @@ import torch
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 import golden.markov_sharded as golden  # noqa: E402
+from contracts import markov_sharded as contract  # noqa: E402
 from kernels.markov import sharded_layout as layout  # noqa: E402
 from kernels.markov.sharded_checks import check_call, check_config  # noqa: E402
 
@@ -27,7 +28,7 @@ def f32_bits(x: float) -> int:
 
 
 def test_layout_constants_match_the_golden_and_the_seed():
-    assert (layout.TAG_BITS, layout.TAG_PERIOD, layout.INDEX_BITS) == (golden.TAG_BITS, golden.TAG_PERIOD, golden.INDEX_BITS)
+    assert (layout.TAG_BITS, layout.TAG_PERIOD, layout.INDEX_BITS) == (contract.TAG_BITS, contract.TAG_PERIOD, contract.INDEX_BITS)
     assert (layout.MAX_ROWS, layout.MAX_STEPS, layout.MAX_RANKS, layout.HEAD_DIM) == (8, 8, 8, 256)
     assert layout.MAILBOX_BYTES == layout.STAGING_OFFSET == 8192
     assert (layout.ARRIVAL_WORD, layout.LAUNCH_WORD, layout.END_WORD) == (128, 136, 137)

@@ -1,0 +1,11 @@
+"""What golden/ and kernels/ both need, written once: the families' argument contracts and the in-process rendezvous.
+
+This package is a leaf: it imports torch and the standard library only, so
+``golden/`` (independent truth) and ``kernels/`` (which imports none of the
+other packages) may both import it, and so may ``scenarios/`` and
+``harness/``. ``contracts.markov_sharded`` and ``contracts.allreduce_mhc``
+hold each family's limits, config keys, call tensor specifications and the
+checks that apply them; ``contracts.rendezvous`` is the slot-table meeting
+point of in-process ranks and their thread runner; ``contracts.wire_header`` packs a JSON header
+into a fixed-size byte tensor for a collective.
+"""
