@@ -51,7 +51,7 @@ STATE_PREFIX = "state."
 
 
 def _snapshot(tensors: Mapping[str, Any], what: str) -> dict[str, torch.Tensor]:
-    """Detached copies of a mapping of tensors (any other value is a TypeError naming it)."""
+    """Host copies of a mapping of tensors (any other value is a TypeError naming it)."""
     if not isinstance(tensors, Mapping):
         raise TypeError(f"{what}: expected a mapping of tensors, got {type(tensors).__name__}")
     out = {}
@@ -60,7 +60,8 @@ def _snapshot(tensors: Mapping[str, Any], what: str) -> dict[str, torch.Tensor]:
             raise TypeError(f"{what}[{key!r}]: expected a tensor, got {type(value).__name__}")
         if str(key).startswith(STATE_PREFIX):
             raise ValueError(f"{what}[{key!r}]: names starting with {STATE_PREFIX!r} are reserved for counters")
-        out[str(key)] = value.detach().clone()
+        # a host copy now: after a kernel trap the CUDA context is gone and nothing on the device can be read
+        out[str(key)] = value.detach().to("cpu", copy=True)
     return out
 
 
