@@ -26,9 +26,12 @@ they cannot spoil each other's verdict:
   among the units that need no reference from the pool; while the pool has
   work, the gpu-size batches still come after every other unit. Units no run
   has measured keep the order above.
-- Fault units at once: at most ``MAX_FAULT_UNITS`` (a hung rank's grid spins
-  on its SMs until the deadline; more of them at once would leave a healthy
-  job's cooperative grids waiting for SMs).
+- Units that wait for a deadline at once: at most ``MAX_FAULT_UNITS`` (the
+  fault units that expect a timeout: a hung rank's kernel spins until the
+  deadline, and the GPU time-slices between the jobs' processes, so each
+  spinner takes a share from the healthy jobs). The fault units that end by
+  themselves (a skip or disagreement named at the next exchange, a crash)
+  take any free lane.
 
 A unit's verdicts are reported as its cases settle (``Report.add`` is
 thread-safe); an interrupt reaches the main thread, which ends every live
@@ -47,7 +50,7 @@ from harness.launchers.durations import UnitDurations, unit_key
 
 from harness.families.catalog import Case
 
-# Fault units (hangs, crashes, deviating ranks) at once: as many as runs on one H200 have passed with.
+# Units that wait for a deadline (expected timeouts) at once: as many as runs on one H200 have passed with.
 MAX_FAULT_UNITS = 4
 
 
@@ -63,6 +66,11 @@ class JobUnit:
     def heavy(self) -> bool:
         """Whether the unit holds gpu-size cases (their references come from the pool)."""
         return any(c.size == "gpu" for c in self.cases)
+
+    @property
+    def waits_for_deadline(self) -> bool:
+        """Whether the unit is a fault case that expects a timeout (its ranks spin until the deadline)."""
+        return self.isolated and any("timeout" in getattr(c, "outcomes", ()) for c in self.cases)
 
     def key(self, launcher: str, impl: str) -> str:
         """The unit's key in the durations file (``harness.launchers.durations.unit_key``)."""
@@ -112,7 +120,8 @@ def default_lanes(*, nnodes: int, tp: int | None, cores: int | None = None, pool
 
 
 class _UnitQueue:
-    """The units not yet started, handed to lanes in order, at most ``max_faults`` fault units running at once."""
+    """The units not yet started, handed to lanes in order, at most ``max_faults`` of those that wait for a
+    deadline running at once."""
 
     def __init__(self, units: Sequence[JobUnit], max_faults: int) -> None:
         self.pending = list(units)
@@ -121,13 +130,13 @@ class _UnitQueue:
         self._cond = threading.Condition()
 
     def take(self) -> JobUnit | None:
-        """The first pending unit a lane may start now (waiting while only fault units are left and the cap is
-        reached); None when none is left."""
+        """The first pending unit a lane may start now (waiting while only units that wait for a deadline are left
+        and the cap is reached); None when none is left."""
         with self._cond:
             while self.pending:
                 for index, unit in enumerate(self.pending):
-                    if not unit.isolated or self.faults_running < self.max_faults:
-                        self.faults_running += unit.isolated
+                    if not unit.waits_for_deadline or self.faults_running < self.max_faults:
+                        self.faults_running += unit.waits_for_deadline
                         return self.pending.pop(index)
                 self._cond.wait(timeout=1.0)
             return None
@@ -135,7 +144,7 @@ class _UnitQueue:
     def finished(self, unit: JobUnit) -> None:
         """A lane is done with ``unit``: its fault slot (if it held one) is free."""
         with self._cond:
-            self.faults_running -= unit.isolated
+            self.faults_running -= unit.waits_for_deadline
             self._cond.notify_all()
 
     def drop(self) -> None:
@@ -170,8 +179,8 @@ class DevicePool:
 
 def run_units(units: Sequence[JobUnit], settings_for_world: Callable, run_unit: Callable, *, lanes: int,
               devices: DevicePool | None = None, max_faults: int = MAX_FAULT_UNITS) -> None:
-    """Run every unit in order, ``lanes`` at a time (at most ``max_faults`` fault units); ``run_unit(settings,
-    unit)`` runs one (a JobRunner)."""
+    """Run every unit in order, ``lanes`` at a time (at most ``max_faults`` that wait for a deadline);
+    ``run_unit(settings, unit)`` runs one (a JobRunner)."""
 
     def one(unit: JobUnit) -> None:
         """Run a unit on its settings, with its own GPUs when the ranks do not share them."""

@@ -18,11 +18,13 @@ class FakeCase:
     key: str
     size: str = "cpu"
     launches: int = 1
+    outcomes: tuple = ("golden",)
 
 
-def unit(name: str, *, world: int = 2, size: str = "cpu", isolated: bool = False) -> JobUnit:
-    """A one-case unit named ``name``."""
-    return JobUnit(world, (FakeCase(name, size),), isolated)
+def unit(name: str, *, world: int = 2, size: str = "cpu", isolated: bool = False, timeout: bool = False) -> JobUnit:
+    """A one-case unit named ``name`` (a fault case expecting a timeout with ``timeout``)."""
+    outcomes = ("timeout",) if timeout else ("golden",)
+    return JobUnit(world, (FakeCase(name, size, outcomes=outcomes),), isolated or timeout)
 
 
 def keys_of(units):
@@ -70,22 +72,27 @@ def test_lanes_follow_the_cores_and_the_pool():
     assert default_lanes(nnodes=1, tp=None, cores=2, pool_busy=False) == 1
 
 
-def test_no_more_fault_units_at_once_than_the_cap_and_every_unit_runs():
-    units = [unit(f"f{i}", isolated=True) for i in range(6)] + [unit(f"b{i}") for i in range(6)]
-    lock, running, peak, ran = threading.Lock(), [0], [0], []
+def test_no_more_units_waiting_for_a_deadline_at_once_than_the_cap_and_every_unit_runs():
+    units = ([unit(f"t{i}", timeout=True) for i in range(6)] + [unit(f"f{i}", isolated=True) for i in range(6)] +
+             [unit(f"b{i}") for i in range(6)])
+    lock, running, peak, ran = threading.Lock(), {"t": 0, "f": 0}, {"t": 0, "f": 0}, []
 
     def run_unit(_settings, u):
-        """Count fault units running at once while this one sleeps."""
+        """Count the timeout units and the other fault units running at once while this one sleeps."""
+        kind = "t" if u.waits_for_deadline else "f" if u.isolated else ""
         with lock:
-            running[0] += u.isolated
-            peak[0] = max(peak[0], running[0])
+            if kind:
+                running[kind] += 1
+                peak[kind] = max(peak[kind], running[kind])
             ran.append(u.cases[0].key)
         time.sleep(0.05)
         with lock:
-            running[0] -= u.isolated
+            if kind:
+                running[kind] -= 1
 
     run_units(units, lambda world: None, run_unit, lanes=5, max_faults=2)
-    assert peak[0] == 2 and sorted(ran) == sorted(u.cases[0].key for u in units)
+    assert peak["t"] == 2 and peak["f"] > 2  # the cap holds the spinners only
+    assert sorted(ran) == sorted(u.cases[0].key for u in units)
 
 
 def test_an_error_in_one_lane_stops_the_others_starting_units_and_is_raised():
