@@ -316,8 +316,9 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         durations.note(keys[id(unit)], time.monotonic() - started)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
+    # at most a lane's worth starting at once: the first jobs' spares start before their replacements
     standby = StandbyPool(python(), 2 * lanes if launcher == "virtual" and req.standby else 0,
-                          env=job_env(settings_of(1), 1), cwd=str(REPO_ROOT),
+                          env=job_env(settings_of(1), 1), cwd=str(REPO_ROOT), max_starting=lanes,
                           spare_dir=run_dir / "jobs" / "standby", stacks_dir=stacks_dir(run_dir))
     report.note(standby.describe())
 

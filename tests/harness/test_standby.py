@@ -84,3 +84,21 @@ def test_a_spare_ends_by_itself_when_its_parent_is_gone(tmp_path):
         time.sleep(0.2)
     assert processes_mentioning(str(handoff)) == {}
     assert (tmp_path / "standby-1.json.ready").exists()  # it had started up, then saw its parent gone
+
+
+def test_no_more_spares_start_up_at_once_than_max_starting(tmp_path):
+    """With one start-up slot, the second spare starts only once the first has said it is ready."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), CUDA_VISIBLE_DEVICES="")
+    started = lambda: sorted(p.name for p in tmp_path.glob("standby-*.log"))  # noqa: E731
+    ready = tmp_path / "standby-1.json.ready"
+    with StandbyPool(sys.executable, 2, env=env, cwd=str(ROOT), spare_dir=tmp_path, max_starting=1):
+        assert started() == ["standby-1.log"]
+        deadline = time.monotonic() + 120
+        while not ready.exists() and time.monotonic() < deadline:
+            assert started() == ["standby-1.log"], "a second spare started while the first was starting"
+            time.sleep(0.05)
+        assert ready.exists(), (tmp_path / "standby-1.log").read_text()
+        while len(started()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started() == ["standby-1.log", "standby-2.log"]
+    assert processes_mentioning(str(tmp_path)) == {}
