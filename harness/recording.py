@@ -60,6 +60,7 @@ WORLD_FORMAT = 1
 DEFAULT_MAX_CALLS = 64
 DEFAULT_MAX_BYTES = 1 << 30
 FLUSHED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RUNNING = "running"
 
 
 def rank_dir_name(rank: int) -> str:
@@ -120,7 +121,7 @@ def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
 
 
 class RankRecording:
-    """One rank's recording in a world directory: the recorder and how to write it."""
+    """One rank's recording in a world directory: the recorder and how to write it through as calls happen."""
 
     def __init__(self, recorder: Recorder, directory: Path, *, family: str, config: Mapping[str, Any],
                  static: Mapping[str, Any], rank: int, world: int) -> None:
@@ -128,12 +129,14 @@ class RankRecording:
         self.family, self.config, self.static = family, dict(config), static
         self.rank, self.world = rank, world
         self.ended: str | None = None
+        self.version = 0
         self._lock = threading.RLock()
 
-    def write(self, ended: str) -> None:
-        """Write this rank's bundle and entry (the first reason given stays: a signal outranks what follows it)."""
+    def write(self, ended: str = RUNNING) -> None:
+        """Write this rank's bundle and entry (the first end given stays: a signal outranks what follows it)."""
         with self._lock:
-            self.ended = self.ended or ended
+            if ended != RUNNING:
+                self.ended = self.ended or ended
             rec = self.recorder
             calls, outputs = list(rec.calls), list(rec.outputs)
             launches = list(rec.indices)
@@ -141,30 +144,39 @@ class RankRecording:
                 calls.append(rec.in_flight)
                 outputs.append({})
                 launches.append(rec.calls_made - 1)
+            in_flight = len(launches) > len(rec.indices)
+            bundle = self._write_bundle(calls, outputs) if calls else None
             entry = {"rank": self.rank, "world": self.world, "family": self.family, "calls_made": rec.calls_made,
-                     "launches": launches, "in_flight": len(launches) > len(rec.indices),
-                     "start_state": rec.start_state if calls else {}, "ended": self.ended,
+                     "launches": launches, "in_flight": in_flight,
+                     "start_state": rec.start_state if calls else {}, "ended": self.ended or RUNNING,
+                     "last_write": {"launch": launches[-1], "outputs": not in_flight} if calls else None,
                      "max_calls": rec.max_calls, "max_bytes": rec.max_bytes, "pid": os.getpid(),
-                     "bundle": rank_dir_name(self.rank) if calls else None}
-            if calls:
-                self._write_bundle(calls, outputs)
+                     "bundle": bundle}
+            # the entry is the pointer: once it names the new version, the older ones are no longer read
             _write_yaml(self.directory / rank_entry_name(self.rank), entry)
+            self._remove_older(bundle)
 
-    def _write_bundle(self, calls: list, outputs: list) -> None:
-        """Write the bundle into a temporary directory and rename it over this rank's bundle."""
+    def _write_bundle(self, calls: list, outputs: list) -> str:
+        """Write the bundle into a new version directory (complete before it gets its name); return its name."""
         from scenarios.bundle import save_bundle
 
-        target = self.directory / rank_dir_name(self.rank)
-        partial = self.directory / f".{target.name}.partial-{os.getpid()}"
+        self.version += 1
+        name = f"{rank_dir_name(self.rank)}.v{self.version}"
+        partial = self.directory / f".{name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         save_bundle(partial, family=self.family, config=self.config, world=self.world, static=self.static,
                     calls=calls, outputs=outputs, state={}, name=f"rank{self.rank}",
                     device=_device_of(self.static, calls), source=f"recording rank {self.rank} of {self.world}")
-        if target.exists():
-            stale = self.directory / f".{target.name}.stale-{os.getpid()}"
-            os.replace(target, stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        os.replace(partial, target)
+        os.replace(partial, self.directory / name)
+        return name
+
+    def _remove_older(self, current: str | None) -> None:
+        """Delete this rank's bundle versions other than ``current`` (calls that left the window go with them)."""
+        mine = rank_dir_name(self.rank)
+        # a partial left by a write that was killed is never named by an entry: it goes too
+        for path in [*self.directory.glob(f"{mine}.v*"), *self.directory.glob(f".{mine}.v*.partial")]:
+            if path.name != current and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _device_of(static: Mapping[str, Any], calls: list) -> str:
@@ -225,7 +237,7 @@ def recording(system: Any, directory: str | os.PathLike, *, family: str, config:
     recorder = Recorder(system, max_calls=max_calls, max_bytes=max_bytes)
     kept_config = {k: v for k, v in config.items() if k != fam.tp_key}
     root = Path(directory)
-    if (root / rank_entry_name(rank)).exists() or (root / rank_dir_name(rank)).exists():
+    if (root / rank_entry_name(rank)).exists() or any(root.glob(f"{rank_dir_name(rank)}.v*")):
         raise FileExistsError(f"directory: {root} already holds rank {rank}'s recording; use a fresh directory")
     root.mkdir(parents=True, exist_ok=True)
     if rank == 0:
@@ -233,12 +245,16 @@ def recording(system: Any, directory: str | os.PathLike, *, family: str, config:
                                             "world": world, "versions": versions(), "start": dict(system.state())})
     mine = RankRecording(recorder, root, family=family, config=kept_config, static=_snapshot(static, "static"),
                          rank=rank, world=world)
+    mine.write()  # "running" from the start: a rank killed before its first call says so
+    recorder.on_change = mine.write
     with flushed_on_signals(mine.write):
         try:
             yield recorder
         except BaseException as exc:
+            recorder.on_change = None
             mine.write(f"exception: {type(exc).__name__}: {str(exc)[:500]}")
             raise
+        recorder.on_change = None  # the recording is complete: later calls through a kept recorder are not written
         mine.write("exit")
 
 
