@@ -15,26 +15,42 @@ safetensors, never pickle):
   starts: ``family``, ``config`` (without the TP size), ``world``,
   ``versions`` (python, torch, CuTe DSL, git revision, host) and ``start``
   (rank 0's counters when recording began).
-- ``rank<k>/``: rank ``k``'s bundle (``scenarios.bundle``: manifest plus
-  safetensors, every tensor's sha256 in the manifest), holding the kept
-  calls and, last, the call the rank was in when the recording was written
-  (inputs and params, no outputs) if one was in flight.
-- ``rank<k>.yaml``: rank ``k``'s entry: the job-wide index of every call in
-  its bundle (``launches``), whether the last one was ``in_flight``, how many
-  calls it made in all, its counters before the first kept call
-  (``start_state``), and how the recording ``ended`` (``exit``, ``exception:
-  <type>: <message>`` or ``signal SIGTERM``/``SIGINT``).
+- ``rank<k>.v<n>/``: rank ``k``'s bundle, version ``n`` (``scenarios.bundle``:
+  manifest plus safetensors, every tensor's sha256 in the manifest), holding
+  the kept calls and, last, the call the rank was in when the recording was
+  written (inputs and params, no outputs) if one was in flight.
+- ``rank<k>.yaml``: rank ``k``'s entry: the bundle version it belongs to
+  (``bundle``), the job-wide index of every call in that bundle
+  (``launches``), whether the last one was ``in_flight``, how many calls it
+  made in all, its counters before the first kept call (``start_state``),
+  the last call written (``last_write``: its launch, and whether its outputs
+  were) and how the recording ``ended``: ``running`` until the rank ends,
+  then ``exit``, ``exception: <type>: <message>`` or ``signal
+  SIGTERM``/``SIGINT``. An entry still ``running`` after the job is a rank
+  that was killed or crashed (``harness.world_recording`` says so, with the
+  last call written).
 
 A rank writes only its own files (no collective: on a hang or a kill the
 peers cannot be asked), so each rank's recording survives whatever the others
-did. It is written when the block exits normally, when it raises, and on
-SIGTERM or SIGINT (what torchrun's agent sends the workers when one fails,
-and what ``timeout`` or a scheduler sends a job that hung): the handlers,
-installed in the main thread only, write the recording and then hand the
-signal to the handler that was there before (the default one ends the
-process with the signal's conventional status), and are restored when the
-block ends. The bundle is written to a temporary directory and renamed into
-place, so a reader never sees half of one. ``python -m harness replay
+did. The recording is written through as the calls happen: when a call
+begins (its inputs and params, host copies taken before the launch, so a
+call that never returns is on disk), when it returns (its outputs and
+counters), and when the block ends. A rank killed by SIGKILL, or one that
+aborts (a kernel trap: SIGABRT), where no Python code runs any more, keeps
+everything up to its last call. Each write makes a new bundle version in a
+hidden ``.rank<k>.v<n>.partial`` directory, renames it to ``rank<k>.v<n>``,
+rewrites the entry naming it (temporary file, then ``os.replace``) and only
+then removes the older versions (with them the calls that left the window):
+a reader, even during a kill, finds an entry and the complete bundle it
+names. Each write rewrites the whole window (the weights included), so its
+cost grows with ``max_calls``/``max_bytes`` and the static tensors; keep the
+window to what a replay needs. The block's own end is written when it exits
+normally, when it raises, and on SIGTERM or SIGINT (what torchrun's agent
+sends the workers when one fails, and what ``timeout`` or a scheduler sends
+a job that hung): the handlers, installed in the main thread only, write the
+recording and then hand the signal to the handler that was there before (the
+default one ends the process with the signal's conventional status), and are
+restored when the block ends. ``python -m harness replay
 --bundle DIR`` replays the world (``harness.world_replay``).
 """
 
@@ -64,7 +80,7 @@ RUNNING = "running"
 
 
 def rank_dir_name(rank: int) -> str:
-    """The bundle directory name of ``rank`` inside a world recording."""
+    """The base name of ``rank``'s bundle directory in a world recording (its versions add ``.v<n>``)."""
     return f"rank{rank}"
 
 
@@ -237,7 +253,8 @@ def recording(system: Any, directory: str | os.PathLike, *, family: str, config:
     recorder = Recorder(system, max_calls=max_calls, max_bytes=max_bytes)
     kept_config = {k: v for k, v in config.items() if k != fam.tp_key}
     root = Path(directory)
-    if (root / rank_entry_name(rank)).exists() or any(root.glob(f"{rank_dir_name(rank)}.v*")):
+    mine = rank_dir_name(rank)
+    if (root / rank_entry_name(rank)).exists() or (root / mine).exists() or any(root.glob(f"{mine}.v*")):
         raise FileExistsError(f"directory: {root} already holds rank {rank}'s recording; use a fresh directory")
     root.mkdir(parents=True, exist_ok=True)
     if rank == 0:

@@ -3,7 +3,10 @@
 ``load_world(directory)`` reads ``world.yaml`` and every rank's entry and
 bundle (``scenarios.bundle.load_bundle``: safetensors only, every tensor
 checked against its sha256); anything missing, malformed or tampered with is
-a ``BundleError`` naming the file, before anything runs.
+a ``BundleError`` naming the file, before anything runs. Each entry names
+its bundle (``rank<k>`` or a version ``rank<k>.v<n>``, nothing else); an
+entry whose recording is still ``running`` is a rank that was killed or
+crashed, and ``RankRecord.ended`` says so with the last call it wrote.
 
 ``disagreements(world)`` compares the ranks' recorded calls without running
 anything, the way ``harness.agreement`` compares them live: calls are lined
