@@ -92,7 +92,9 @@ class Recorder:
     the system's state just before the oldest, and ``in_flight`` the newest
     call if it started and has not returned (its inputs and params, taken
     before the call; None after a call returned): the call a rank was in when
-    it raised or was killed.
+    it raised or was killed. ``on_change``, when set, is called with no
+    argument once the call's inputs are copied (before the launch) and again
+    once it is kept: ``harness.recording`` writes the recording through there.
     """
 
     def __init__(self, system: Any, *, max_calls: int | None = None, max_bytes: int | None = None) -> None:
@@ -112,6 +114,7 @@ class Recorder:
         self.in_flight: tuple[dict[str, torch.Tensor], dict[str, Any]] | None = None
         self._in_flight_state: dict = {}
         self._sizes: list[int] = []
+        self.on_change: Callable[[], None] | None = None
 
     @property
     def start_state(self) -> dict:
@@ -125,6 +128,7 @@ class Recorder:
         self._in_flight_state = dict(self.system.state())
         self.in_flight = (inputs, params)
         self.calls_made += 1
+        self._changed()  # before the launch: a call that never returns is still on disk
         outputs = self.system.launch(call_inputs, call_params)
         recorded = _snapshot(outputs, "outputs")
         recorded.update(state_tensors(self.system.state()))
@@ -135,7 +139,13 @@ class Recorder:
         self._sizes.append(tensor_bytes(inputs) + tensor_bytes(recorded))
         self.in_flight = None  # after the call is kept: a signal in between still finds it once
         self._trim()
+        self._changed()
         return outputs
+
+    def _changed(self) -> None:
+        """Tell ``on_change`` (if set) that the in-flight call or the kept window changed."""
+        if self.on_change is not None:
+            self.on_change()
 
     def _trim(self) -> None:
         """Drop the oldest kept calls until the window fits ``max_calls`` and ``max_bytes`` (keeping the newest)."""

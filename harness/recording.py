@@ -15,26 +15,42 @@ safetensors, never pickle):
   starts: ``family``, ``config`` (without the TP size), ``world``,
   ``versions`` (python, torch, CuTe DSL, git revision, host) and ``start``
   (rank 0's counters when recording began).
-- ``rank<k>/``: rank ``k``'s bundle (``scenarios.bundle``: manifest plus
-  safetensors, every tensor's sha256 in the manifest), holding the kept
-  calls and, last, the call the rank was in when the recording was written
-  (inputs and params, no outputs) if one was in flight.
-- ``rank<k>.yaml``: rank ``k``'s entry: the job-wide index of every call in
-  its bundle (``launches``), whether the last one was ``in_flight``, how many
-  calls it made in all, its counters before the first kept call
-  (``start_state``), and how the recording ``ended`` (``exit``, ``exception:
-  <type>: <message>`` or ``signal SIGTERM``/``SIGINT``).
+- ``rank<k>.v<n>/``: rank ``k``'s bundle, version ``n`` (``scenarios.bundle``:
+  manifest plus safetensors, every tensor's sha256 in the manifest), holding
+  the kept calls and, last, the call the rank was in when the recording was
+  written (inputs and params, no outputs) if one was in flight.
+- ``rank<k>.yaml``: rank ``k``'s entry: the bundle version it belongs to
+  (``bundle``), the job-wide index of every call in that bundle
+  (``launches``), whether the last one was ``in_flight``, how many calls it
+  made in all, its counters before the first kept call (``start_state``),
+  the last call written (``last_write``: its launch, and whether its outputs
+  were) and how the recording ``ended``: ``running`` until the rank ends,
+  then ``exit``, ``exception: <type>: <message>`` or ``signal
+  SIGTERM``/``SIGINT``. An entry still ``running`` after the job is a rank
+  that was killed or crashed (``harness.world_recording`` says so, with the
+  last call written).
 
 A rank writes only its own files (no collective: on a hang or a kill the
 peers cannot be asked), so each rank's recording survives whatever the others
-did. It is written when the block exits normally, when it raises, and on
-SIGTERM or SIGINT (what torchrun's agent sends the workers when one fails,
-and what ``timeout`` or a scheduler sends a job that hung): the handlers,
-installed in the main thread only, write the recording and then hand the
-signal to the handler that was there before (the default one ends the
-process with the signal's conventional status), and are restored when the
-block ends. The bundle is written to a temporary directory and renamed into
-place, so a reader never sees half of one. ``python -m harness replay
+did. The recording is written through as the calls happen: when a call
+begins (its inputs and params, host copies taken before the launch, so a
+call that never returns is on disk), when it returns (its outputs and
+counters), and when the block ends. A rank killed by SIGKILL, or one that
+aborts (a kernel trap: SIGABRT), where no Python code runs any more, keeps
+everything up to its last call. Each write makes a new bundle version in a
+hidden ``.rank<k>.v<n>.partial`` directory, renames it to ``rank<k>.v<n>``,
+rewrites the entry naming it (temporary file, then ``os.replace``) and only
+then removes the older versions (with them the calls that left the window):
+a reader, even during a kill, finds an entry and the complete bundle it
+names. Each write rewrites the whole window (the weights included), so its
+cost grows with ``max_calls``/``max_bytes`` and the static tensors; keep the
+window to what a replay needs. The block's own end is written when it exits
+normally, when it raises, and on SIGTERM or SIGINT (what torchrun's agent
+sends the workers when one fails, and what ``timeout`` or a scheduler sends
+a job that hung): the handlers, installed in the main thread only, write the
+recording and then hand the signal to the handler that was there before (the
+default one ends the process with the signal's conventional status), and are
+restored when the block ends. ``python -m harness replay
 --bundle DIR`` replays the world (``harness.world_replay``).
 """
 
@@ -60,10 +76,11 @@ WORLD_FORMAT = 1
 DEFAULT_MAX_CALLS = 64
 DEFAULT_MAX_BYTES = 1 << 30
 FLUSHED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+RUNNING = "running"
 
 
 def rank_dir_name(rank: int) -> str:
-    """The bundle directory name of ``rank`` inside a world recording."""
+    """The base name of ``rank``'s bundle directory in a world recording (its versions add ``.v<n>``)."""
     return f"rank{rank}"
 
 
@@ -120,7 +137,7 @@ def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
 
 
 class RankRecording:
-    """One rank's recording in a world directory: the recorder and how to write it."""
+    """One rank's recording in a world directory: the recorder and how to write it through as calls happen."""
 
     def __init__(self, recorder: Recorder, directory: Path, *, family: str, config: Mapping[str, Any],
                  static: Mapping[str, Any], rank: int, world: int) -> None:
@@ -128,12 +145,14 @@ class RankRecording:
         self.family, self.config, self.static = family, dict(config), static
         self.rank, self.world = rank, world
         self.ended: str | None = None
+        self.version = 0
         self._lock = threading.RLock()
 
-    def write(self, ended: str) -> None:
-        """Write this rank's bundle and entry (the first reason given stays: a signal outranks what follows it)."""
+    def write(self, ended: str = RUNNING) -> None:
+        """Write this rank's bundle and entry (the first end given stays: a signal outranks what follows it)."""
         with self._lock:
-            self.ended = self.ended or ended
+            if ended != RUNNING:
+                self.ended = self.ended or ended
             rec = self.recorder
             calls, outputs = list(rec.calls), list(rec.outputs)
             launches = list(rec.indices)
@@ -141,30 +160,39 @@ class RankRecording:
                 calls.append(rec.in_flight)
                 outputs.append({})
                 launches.append(rec.calls_made - 1)
+            in_flight = len(launches) > len(rec.indices)
+            bundle = self._write_bundle(calls, outputs) if calls else None
             entry = {"rank": self.rank, "world": self.world, "family": self.family, "calls_made": rec.calls_made,
-                     "launches": launches, "in_flight": len(launches) > len(rec.indices),
-                     "start_state": rec.start_state if calls else {}, "ended": self.ended,
+                     "launches": launches, "in_flight": in_flight,
+                     "start_state": rec.start_state if calls else {}, "ended": self.ended or RUNNING,
+                     "last_write": {"launch": launches[-1], "outputs": not in_flight} if calls else None,
                      "max_calls": rec.max_calls, "max_bytes": rec.max_bytes, "pid": os.getpid(),
-                     "bundle": rank_dir_name(self.rank) if calls else None}
-            if calls:
-                self._write_bundle(calls, outputs)
+                     "bundle": bundle}
+            # the entry is the pointer: once it names the new version, the older ones are no longer read
             _write_yaml(self.directory / rank_entry_name(self.rank), entry)
+            self._remove_older(bundle)
 
-    def _write_bundle(self, calls: list, outputs: list) -> None:
-        """Write the bundle into a temporary directory and rename it over this rank's bundle."""
+    def _write_bundle(self, calls: list, outputs: list) -> str:
+        """Write the bundle into a new version directory (complete before it gets its name); return its name."""
         from scenarios.bundle import save_bundle
 
-        target = self.directory / rank_dir_name(self.rank)
-        partial = self.directory / f".{target.name}.partial-{os.getpid()}"
+        self.version += 1
+        name = f"{rank_dir_name(self.rank)}.v{self.version}"
+        partial = self.directory / f".{name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         save_bundle(partial, family=self.family, config=self.config, world=self.world, static=self.static,
                     calls=calls, outputs=outputs, state={}, name=f"rank{self.rank}",
                     device=_device_of(self.static, calls), source=f"recording rank {self.rank} of {self.world}")
-        if target.exists():
-            stale = self.directory / f".{target.name}.stale-{os.getpid()}"
-            os.replace(target, stale)
-            shutil.rmtree(stale, ignore_errors=True)
-        os.replace(partial, target)
+        os.replace(partial, self.directory / name)
+        return name
+
+    def _remove_older(self, current: str | None) -> None:
+        """Delete this rank's bundle versions other than ``current`` (calls that left the window go with them)."""
+        mine = rank_dir_name(self.rank)
+        # a partial left by a write that was killed is never named by an entry: it goes too
+        for path in [*self.directory.glob(f"{mine}.v*"), *self.directory.glob(f".{mine}.v*.partial")]:
+            if path.name != current and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
 
 
 def _device_of(static: Mapping[str, Any], calls: list) -> str:
@@ -225,7 +253,8 @@ def recording(system: Any, directory: str | os.PathLike, *, family: str, config:
     recorder = Recorder(system, max_calls=max_calls, max_bytes=max_bytes)
     kept_config = {k: v for k, v in config.items() if k != fam.tp_key}
     root = Path(directory)
-    if (root / rank_entry_name(rank)).exists() or (root / rank_dir_name(rank)).exists():
+    mine = rank_dir_name(rank)
+    if (root / rank_entry_name(rank)).exists() or (root / mine).exists() or any(root.glob(f"{mine}.v*")):
         raise FileExistsError(f"directory: {root} already holds rank {rank}'s recording; use a fresh directory")
     root.mkdir(parents=True, exist_ok=True)
     if rank == 0:
@@ -233,12 +262,16 @@ def recording(system: Any, directory: str | os.PathLike, *, family: str, config:
                                             "world": world, "versions": versions(), "start": dict(system.state())})
     mine = RankRecording(recorder, root, family=family, config=kept_config, static=_snapshot(static, "static"),
                          rank=rank, world=world)
+    mine.write()  # "running" from the start: a rank killed before its first call says so
+    recorder.on_change = mine.write
     with flushed_on_signals(mine.write):
         try:
             yield recorder
         except BaseException as exc:
+            recorder.on_change = None
             mine.write(f"exception: {type(exc).__name__}: {str(exc)[:500]}")
             raise
+        recorder.on_change = None  # the recording is complete: later calls through a kept recorder are not written
         mine.write("exit")
 
 

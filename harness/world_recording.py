@@ -3,7 +3,10 @@
 ``load_world(directory)`` reads ``world.yaml`` and every rank's entry and
 bundle (``scenarios.bundle.load_bundle``: safetensors only, every tensor
 checked against its sha256); anything missing, malformed or tampered with is
-a ``BundleError`` naming the file, before anything runs.
+a ``BundleError`` naming the file, before anything runs. Each entry names
+its bundle (``rank<k>`` or a version ``rank<k>.v<n>``, nothing else); an
+entry whose recording is still ``running`` is a rank that was killed or
+crashed, and ``RankRecord.ended`` says so with the last call it wrote.
 
 ``disagreements(world)`` compares the ranks' recorded calls without running
 anything, the way ``harness.agreement`` compares them live: calls are lined
@@ -20,13 +23,14 @@ stopped early).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 from golden.store import raw_sha256
-from harness.recording import WORLD_FORMAT, WORLD_MANIFEST, rank_dir_name, rank_entry_name
+from harness.recording import RUNNING, WORLD_FORMAT, WORLD_MANIFEST, rank_dir_name, rank_entry_name
 from scenarios.bundle import BundleError, load_bundle, read_yaml_mapping
 
 SHOWN_FIELDS = 4
@@ -61,6 +65,18 @@ class RankRecord:
         shape = {"rows": spec.rows} if spec.steps is None else {"rows": spec.rows, "steps": spec.steps}
         return {**shape, **describe_call(call)}
 
+    @property
+    def ended(self) -> str:
+        """How the recording ended; one still ``running`` is a rank that was killed or crashed (or still runs)."""
+        ended = str(self.entry.get("ended"))
+        last = self.entry.get("last_write")
+        if ended != RUNNING:
+            return ended
+        if not isinstance(last, dict):
+            return "killed or crashed: no call written"
+        what = "its outputs" if last.get("outputs") else "its inputs, it had not returned"
+        return f"killed or crashed: last write at call {last.get('launch')} ({what}); no orderly exit was recorded"
+
     def completed(self, launch: int) -> bool:
         """Whether this rank's call ``launch`` returned (the last one may have been in flight)."""
         return launch in self.launches and not (self.entry.get("in_flight") and launch == self.launches[-1])
@@ -90,6 +106,14 @@ def _read_yaml(path: Path) -> dict:
     return read_yaml_mapping(path, str(path))
 
 
+def bundle_name(entry: Mapping[str, Any], rank: int, root: Path) -> str:
+    """The bundle directory ``rank``'s entry names: ``rank<k>`` or a version of it, never a path elsewhere."""
+    name, mine = str(entry["bundle"]), rank_dir_name(rank)
+    if not re.fullmatch(rf"{mine}(\.v[0-9]+)?", name):
+        raise BundleError(f"{root / rank_entry_name(rank)}: bundle: expected {mine} or {mine}.v<n>, got {name!r}")
+    return name
+
+
 def load_world(directory: str | Path) -> WorldRecording:
     """Read and check the world recording at ``directory``."""
     root = Path(directory)
@@ -107,9 +131,10 @@ def load_world(directory: str | Path) -> WorldRecording:
         entry = _read_yaml(root / rank_entry_name(rank))
         record = RankRecord(rank, entry)
         if entry.get("bundle"):
-            record.bundle = load_bundle(root / rank_dir_name(rank))
+            bundle_dir = root / bundle_name(entry, rank, root)
+            record.bundle = load_bundle(bundle_dir)
             if record.bundle.family != manifest["family"] or record.bundle.world != world:
-                raise BundleError(f"{root / rank_dir_name(rank)}: records {record.bundle.family} at world "
+                raise BundleError(f"{bundle_dir}: records {record.bundle.family} at world "
                                   f"{record.bundle.world}, the world manifest says {manifest['family']} at {world}")
             if len(record.launches) != len(record.bundle.calls):
                 raise BundleError(f"{root / rank_entry_name(rank)}: launches lists {len(record.launches)} calls, "

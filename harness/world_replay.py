@@ -129,7 +129,7 @@ def compare_with_recording(world: WorldRecording, results: list[dict], counters:
         for launch, produced in sorted(result["produced"].items()):
             if not record.completed(launch):
                 lines.append(f"rank {record.rank} launch {launch}: completed in the replay, but was in flight when "
-                             f"the recording ended ({record.entry.get('ended')})")
+                             f"the recording ended ({record.ended})")
                 continue
             recorded = record.bundle.recorded_outputs(record.launches.index(launch))
             names = [k for k in sorted(recorded) if with_counters or not k.startswith(STATE_PREFIX)]
@@ -162,8 +162,8 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
     world = load_world(directory)
     notes = [f"rank {r.rank}: {len(r.launches)} recorded calls (launches {r.launches[0]}..{r.launches[-1]})"
              f"{', the last in flight' if r.entry.get('in_flight') else ''}; {r.entry.get('calls_made')} made; "
-             f"recording ended: {r.entry.get('ended')}" if r.bundle is not None else
-             f"rank {r.rank}: made no call; recording ended: {r.entry.get('ended')}" for r in world.ranks]
+             f"recording ended: {r.ended}" if r.bundle is not None else
+             f"rank {r.rank}: made no call; recording ended: {r.ended}" for r in world.ranks]
     findings = [f"DISAGREEMENT: {line}" for line in disagreements(world)]
     if all(r.bundle is None for r in world.ranks):
         return {"recording": str(directory), "family": world.family, "findings": findings, "notes": notes}

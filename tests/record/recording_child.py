@@ -1,11 +1,13 @@
-"""A golden markov_sharded system to record, and a child process for the SIGTERM test.
+"""A golden markov_sharded system to record, and a child process for the SIGTERM and SIGKILL tests.
 
 ``sharded_system()`` builds markov_sharded/basic's golden system at world 1
 with its scenario's calls (the recording tests use it in-process).
 
-``python tests/record/recording_child.py DIR CALLS``: makes ``CALLS`` calls
-inside ``rankcheck.recording``, prints ``ready`` and sleeps (at most 120 s,
-so a test that never signals it cannot leave it behind).
+``python tests/record/recording_child.py DIR CALLS [in-call]``: makes
+``CALLS`` calls inside ``rankcheck.recording``, prints ``ready`` and sleeps
+(at most 120 s, so a test that never signals it cannot leave it behind);
+with ``in-call`` it sleeps inside the next call instead, after the recorder
+copied that call's inputs (a rank hung or killed in a kernel).
 """
 
 import sys
@@ -28,12 +30,32 @@ def sharded_system(world: int = 1):
     return system, static, config, [(launch.call_inputs, launch.call_params) for launch in launches]
 
 
+class Stalling:
+    """A system whose launches after the first ``calls`` print ``ready`` and sleep inside the call."""
+
+    def __init__(self, system, calls: int) -> None:
+        self.system, self.left = system, calls
+
+    def launch(self, call_inputs, call_params):
+        if self.left == 0:
+            print("ready", flush=True)
+            time.sleep(120)
+        self.left -= 1
+        return self.system.launch(call_inputs, call_params)
+
+    def state(self):
+        return self.system.state()
+
+
 def main() -> None:
-    """Record, announce, wait."""
+    """Record, announce, wait (between calls, or inside one with ``in-call``)."""
     system, static, config, calls = sharded_system()
+    count, in_call = int(sys.argv[2]), sys.argv[3:] == ["in-call"]
+    if in_call:
+        system = Stalling(system, count)
     with rankcheck.recording(system, sys.argv[1], family="markov_sharded", config=config, static=static,
                              rank=0, world=1) as recorder:
-        for inputs, params in calls[: int(sys.argv[2])]:
+        for inputs, params in calls[: count + in_call]:
             recorder.launch(inputs, params)
         print("ready", flush=True)
         time.sleep(120)

@@ -1,5 +1,6 @@
 """CPU tests of ``rankcheck.recording`` and ``replay --bundle``: the bounded window, the recording written on
-an exception and on SIGTERM, a window resumed mid-stream replaying with identical bits, a tampered
+an exception and on SIGTERM, written through as calls happen (a rank killed by SIGKILL inside a call keeps its
+completed calls and the inputs of the one it was in), a window resumed mid-stream replaying with identical bits, a tampered
 recording refused, and a recorded disagreement (two ranks that passed different rows) named by rank,
 launch and field."""
 
@@ -101,7 +102,7 @@ def test_a_tampered_recording_is_refused(tmp_path, capsys):
     with rankcheck.recording(system, tmp_path, family="markov_sharded", config=config, static=static,
                              rank=0, world=1) as recorder:
         recorder.launch(*calls[0])
-    payload = tmp_path / "rank0" / "tensors.safetensors"
+    payload = tmp_path / load_world(tmp_path).ranks[0].entry["bundle"] / "tensors.safetensors"
     raw = bytearray(payload.read_bytes())
     raw[-3] ^= 0x40
     payload.write_bytes(bytes(raw))
@@ -109,21 +110,47 @@ def test_a_tampered_recording_is_refused(tmp_path, capsys):
     assert code == 2 and "sha256 differs" in out, out
 
 
-def test_written_on_sigterm(tmp_path, capsys):
-    child = subprocess.Popen([sys.executable, str(HERE / "recording_child.py"), str(tmp_path), "2"], cwd=ROOT,
+def _signal_child(directory: Path, signum: int, *args: str) -> None:
+    """Run recording_child.py with ``args``, send ``signum`` once it is ready, check it died by that signal."""
+    child = subprocess.Popen([sys.executable, str(HERE / "recording_child.py"), str(directory), *args], cwd=ROOT,
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         assert child.stdout.readline().strip() == "ready"
-        child.send_signal(signal.SIGTERM)
-        assert child.wait(timeout=60) == -signal.SIGTERM, "the default handler still ends the process"
+        child.send_signal(signum)
+        assert child.wait(timeout=60) == -signum, "the signal ends the process"
     finally:
         if child.poll() is None:
             child.kill()
             child.wait(timeout=30)
+
+
+def test_written_on_sigterm(tmp_path, capsys):
+    _signal_child(tmp_path, signal.SIGTERM, "2")
     entry = load_world(tmp_path).ranks[0].entry
     assert entry["ended"] == "signal SIGTERM" and entry["launches"] == [0, 1]
     code, out = _replay(tmp_path, capsys)
     assert code == 0, out
+
+
+def test_a_rank_killed_inside_a_call_keeps_what_it_did(tmp_path, capsys):
+    """SIGKILL while the child sleeps in its third call: no handler runs, yet the recording is on disk."""
+    _signal_child(tmp_path, signal.SIGKILL, "2", "in-call")
+    rank = load_world(tmp_path).ranks[0]
+    assert rank.entry["ended"] == "running" and rank.entry["launches"] == [0, 1, 2] and rank.entry["in_flight"]
+    assert rank.ended.startswith("killed or crashed: last write at call 2"), rank.ended
+    _, _, _, calls = sharded_system()
+    for launch in (0, 1, 2):
+        inputs, params = rank.call(launch)
+        assert params == calls[launch][1]
+        assert all(torch.equal(inputs[k], v) for k, v in calls[launch][0].items()), f"call {launch}'s inputs"
+    assert rank.bundle.recorded_outputs(0) and rank.bundle.recorded_outputs(1), "the completed calls' outputs"
+    assert not rank.bundle.recorded_outputs(2), "call 2 never returned"
+    assert {p.name for p in tmp_path.iterdir() if p.name.startswith(("rank0", ".rank0"))} == \
+        {"rank0.yaml", rank.entry["bundle"]}, "older versions were removed"
+    code, out = _replay(tmp_path, capsys)
+    assert code == 1, out  # the in-flight call completes in the replay: a finding, with how the rank ended
+    assert "killed or crashed: last write at call 2" in out
+    assert "MISMATCH" not in out and "REPLAY FAILED" not in out, out
 
 
 def test_a_recorded_disagreement_names_rank_launch_and_field(tmp_path, capsys):
