@@ -96,17 +96,22 @@ class Comparison:
         }
 
 
-def bits_of(tensor: torch.Tensor) -> torch.Tensor:
-    """The tensor's elements reinterpreted as signed integers of the same width (int64 result)."""
+def same_width_bits(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements reinterpreted as signed integers of their own width (no copy where it is contiguous)."""
     t = tensor.detach().contiguous()
     if t.dtype == torch.bool:
-        return t.to(torch.int64)
+        return t.view(torch.int8)
     if t.is_complex():
         t = torch.view_as_real(t).contiguous()
     width = t.element_size()
     if width not in _INT_VIEW:
         raise TypeError(f"cannot compare tensors of dtype {t.dtype}")
-    return t.view(_INT_VIEW[width]).to(torch.int64)
+    return t.view(_INT_VIEW[width])
+
+
+def bits_of(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor's elements reinterpreted as signed integers of the same width (int64 result)."""
+    return same_width_bits(tensor).to(torch.int64)
 
 
 def hex_of(bits: int, width_bytes: int) -> str:
@@ -171,9 +176,11 @@ def compare_tensor(
                      "-", "-", launch=launch)
         )
         return result
-    a_bits = bits_of(actual.cpu()).reshape(-1)
-    e_bits = bits_of(expected.cpu()).reshape(-1)
-    result.elements = a_bits.numel()
+    a_same, e_same = same_width_bits(actual.cpu()), same_width_bits(expected.cpu())
+    result.elements = a_same.numel()
+    if torch.equal(a_same, e_same):
+        return result  # every bit agrees (the usual case): no widening, no search for positions
+    a_bits, e_bits = a_same.reshape(-1).to(torch.int64), e_same.reshape(-1).to(torch.int64)
     differ = a_bits != e_bits
     is_float = actual.dtype in _FLOAT_DTYPES
     width = actual.element_size()
