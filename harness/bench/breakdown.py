@@ -1,20 +1,31 @@
 """``python -m harness.bench.breakdown``: where a kernel's time goes, from its ``%globaltimer`` phase stamps.
 
-``--family markov_sharded [--world 1] [--rows 8] [--steps 8] [--vocab
-129280] [--warmup 3] [--reps 10] [--json PATH] [--detail]`` builds the
-sampler's bench-only stamped variant (``ShardedMarkovSampler(...,
-stamps=True)``: thread 0 of every CTA stamps the end of each phase, see
-``kernels/markov/sharded_kernel.py``) on ``world`` virtual ranks of this GPU
-with the bench case's weights and inputs (``cases/markov_sharded.py``),
-launches it ``warmup`` times, then ``reps`` times, reading every rank's
-stamps after each launch, and prints one table: per phase kind (a step's
-phases summed over the steps), the median over CTAs of its duration, the
-least and the most of any CTA, and its share of the median CTA's span
-(``start`` to ``end``); below it, the critical path (the latest CTA's
-``end`` minus the earliest CTA's ``start``, every rank's CTAs pooled:
-``%globaltimer`` is one clock for the GPU) and the call time from CUDA
-events. Every figure is the median over the timed launches. ``--detail``
-prints each step's phases too; ``--json PATH`` writes both tables.
+``--family {markov_sharded,markov_fused} [--world 1] [--rows 8] [--steps 8]
+[--vocab 129280] [--warmup 3] [--reps 10] [--eager] [--json PATH]
+[--detail]`` builds the family's bench-only stamped variant with the bench
+case's weights and inputs, runs it ``warmup`` times, then ``reps`` times,
+reading the stamps after each call:
+
+- ``markov_sharded``: ``ShardedMarkovSampler(..., stamps=True)`` on
+  ``world`` virtual ranks of this GPU (``cases/markov_sharded.py``); thread
+  0 of every CTA stamps the end of each phase of the one cooperative kernel
+  (``kernels/markov/sharded_kernel.py``). Eager launches.
+- ``markov_fused`` (tp 1): ``FusedMarkovLoop(..., stamps=True)``
+  (``cases/markov_fused.py``): thread 0 of every step CTA stamps its phases
+  (``StepKernel``), a CTA slot ``(row, block)`` is followed through the
+  steps, and ``between`` is the time from the slot's previous step to this
+  one (the bias GEMV and the launches). The call is captured in a CUDA
+  graph and replayed, as the bench times it (``--eager``: launched eagerly,
+  host validation and launch latency included).
+
+It prints one table: per phase kind (a step's phases summed over the
+steps), the median over CTAs of its duration, the least and the most of any
+CTA, and its share of the median CTA's span (first stamp to last); below it,
+the critical path (the latest CTA's last stamp minus the earliest CTA's
+first, every rank's CTAs pooled: ``%globaltimer`` is one clock for the GPU),
+the call time from CUDA events and what of it lies outside the stamps.
+Every figure is the median over the timed calls. ``--detail`` prints each
+step's phases too; ``--json PATH`` writes both tables.
 
 The table arithmetic (``phase_table``, ``kind_table``, ``summarize_launches``)
 is pure Python on a ``[ctas][stamps]`` list of nanosecond values, so the CPU
@@ -37,7 +48,7 @@ import statistics
 import sys
 from typing import Sequence
 
-FAMILIES = ("markov_sharded",)
+FAMILIES = ("markov_sharded", "markov_fused")
 
 
 def filled(row: Sequence[int]) -> list[int]:
@@ -115,6 +126,7 @@ def summarize_launches(names: Sequence[str], launches: Sequence[Sequence[Sequenc
               "by_phase": _median_tables([phase_table(names, s) for s in launches])}
     if call_us:
         result["call_us_median"] = statistics.median(call_us)
+        result["outside_stamps_us"] = result["call_us_median"] - result["by_kind"]["critical_path_ns"] / 1e3
     return result
 
 
@@ -170,6 +182,42 @@ def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, war
     return names, launches, call_us
 
 
+def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
+    """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
+    import torch
+
+    from harness.bench.cases import markov_fused as case
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    static = case.make_static(device, vocab=vocab, dim=case.DIM)
+    loop = FusedMarkovLoop(None, static, case.make_config(vocab=vocab, dim=case.DIM, max_reqs=rows), stamps=True)
+    inputs = case.make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps,
+                              vocab=vocab)
+    for _ in range(warmup):
+        loop.launch(inputs)
+    torch.cuda.synchronize(device)
+    call = lambda: loop.launch(inputs)  # noqa: E731 - the eager call
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            loop.launch(inputs)
+        call = captured.replay
+        call()
+        torch.cuda.synchronize(device)
+    names, launches, call_us = (), [], []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        call()
+        end.record()
+        torch.cuda.synchronize(device)
+        call_us.append(begin.elapsed_time(end) * 1e3)
+        names, values = loop.stamps()
+        launches.append(values.tolist())
+    return names, launches, call_us
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, measure on this GPU and print the breakdown (module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m harness.bench.breakdown",
@@ -181,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--vocab", type=int, default=129280)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--eager", action="store_true", help="markov_fused: launch eagerly, not a CUDA graph replay")
     parser.add_argument("--detail", action="store_true", help="also print every step's phases")
     parser.add_argument("--json", help="write the tables as JSON to this path")
     args = parser.parse_args(argv)
@@ -188,23 +237,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(FAMILIES)})",
               file=sys.stderr)
         return 2
-    if args.reps < 1 or args.warmup < 0 or args.world < 1:
-        print("breakdown: --reps must be >= 1, --warmup >= 0, --world >= 1", file=sys.stderr)
+    if args.reps < 1 or args.warmup < 0 or args.world < 1 or (args.family == "markov_fused" and args.world != 1):
+        print("breakdown: --reps must be >= 1, --warmup >= 0, --world >= 1 (markov_fused: 1)", file=sys.stderr)
         return 2
     import torch
 
     if not torch.cuda.is_available():
         print("breakdown: needs a GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
         return 2
-    names, launches, call_us = measure_markov_sharded(world=args.world, rows=args.rows, steps=args.steps,
-                                                      vocab=args.vocab, warmup=args.warmup, reps=args.reps)
+    sizes = dict(rows=args.rows, steps=args.steps, vocab=args.vocab, warmup=args.warmup, reps=args.reps)
+    if args.family == "markov_sharded":
+        names, launches, call_us = measure_markov_sharded(world=args.world, **sizes)
+        how = "eager launches"
+    else:
+        names, launches, call_us = measure_markov_fused(graph=not args.eager, **sizes)
+        how = "eager calls" if args.eager else "CUDA graph replays"
     result = summarize_launches(names, launches, call_us)
-    result["config"] = {"family": args.family, "world": args.world, "rows": args.rows, "steps": args.steps,
-                        "vocab": args.vocab, "warmup": args.warmup, "reps": args.reps,
+    result["config"] = {"family": args.family, "world": args.world, **sizes, "graph": how,
                         "device": torch.cuda.get_device_name()}
     title = (f"{args.family} world {args.world}, rows {args.rows}, steps {args.steps}, vocab {args.vocab}: "
-             f"medians of {args.reps} launches (stamped call {result['call_us_median']:.1f} us, CUDA events)")
+             f"medians of {args.reps} {how}")
     print(format_table(result["by_kind"], title))
+    print(f"stamped call {result['call_us_median']:.1f} us (CUDA events); outside the stamps "
+          f"{result['outside_stamps_us']:.1f} us")
     if args.detail:
         print()
         print(format_table(result["by_phase"], "every phase"))

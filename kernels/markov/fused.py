@@ -136,6 +136,11 @@ def compile_variants(arch: str):
                                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=has_cap,
                                 sharded=sharded, pdl=pdl, row_bytes=row_bytes, chunk=chunk, w1_rows=4096,
                             )
+    # The bench-only stamped step (StepKernel's docstring), as the bench's loop runs it.
+    for pdl in (False, True):
+        entry(f"markov.step[b1024,n160,vec,nocap,full,{'pdl' if pdl else 'nopdl'},stamps]", StepKernel,
+              block=1024, blocks=160, vector=True, has_cap=False, sharded=False, pdl=pdl, row_bytes=row_bytes,
+              chunk=copy_chunk(row_bytes, WARP * finish_warps(160), ()), w1_rows=4096, stamps=True)
     for tp in (1, 2, 4, 8, 16, 32):
         for pdl in (False, True):
             entry(f"markov.pick[tp{tp},{'pdl' if pdl else 'nopdl'}]", PickKernel, tp=tp, pdl=pdl,
@@ -189,6 +194,8 @@ class MarkovKernels:
         steps: the ``(block, pdl, vector)`` step variants to compile now.
         pick_pdl: launch the pick with programmatic dependent launch.
         fill_vector: the cache-fill variant(s) to compile now (a bool or several).
+        stamps: compile the steps with the bench-only phase stamps (``StepKernel``;
+            ``block_argmax`` then needs ``fused_layout.step_scratch_slots`` in its storage).
     """
 
     def __init__(
@@ -202,6 +209,7 @@ class MarkovKernels:
         steps: Iterable[tuple[int, bool, bool]],
         pick_pdl: bool,
         fill_vector: bool | Iterable[bool],
+        stamps: bool = False,
     ) -> None:
         check_weights(w1, embeds, width, tp)
         self.device = w1.device
@@ -209,6 +217,7 @@ class MarkovKernels:
         self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
         self.tp, self.sharded, self.pick_pdl = tp, tp is not None, bool(pick_pdl)
         self.row_bytes = dim * 2
+        self.stamps = bool(stamps)
         self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes, chunk=self.row_copy_chunk(THREADS),
                                       w1_rows=vocab)
         self._steps: dict[tuple[int, bool, bool], Any] = {}
@@ -240,6 +249,7 @@ class MarkovKernels:
                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
                 sharded=self.sharded, pdl=pdl, row_bytes=self.row_bytes,
                 chunk=self.row_copy_chunk(WARP * finish_warps(blocks)), w1_rows=self.w1.shape[0],
+                stamps=self.stamps,
             )
         return kernel
 
@@ -306,7 +316,8 @@ class MarkovKernels:
             pos: [rows] int64 position of each row at this step.
             seeds: [max_reqs] int64 per-request sampling seeds, stride 1.
             temperature: [max_reqs] FP32 per-request temperature (0: greedy), stride 1.
-            block_argmax: [rows * blocks] int64 scratch (blocks = ceil(width / block)).
+            block_argmax: [rows * blocks] int64 scratch (blocks = ceil(width / block));
+                with stamps, the view of a longer allocation whose tail takes them.
             block_max: [rows * blocks] FP32 scratch.
             arrivals: [rows] int32 arrival counters (reset by ``anchor_embed``).
             tokens: [rows, steps] int64; unsharded, column ``col`` written.

@@ -69,12 +69,29 @@ def test_launches_take_the_median_of_each_field():
     assert text.splitlines()[0] == "title" and "critical path" in text and "streamed" in text
 
 
-def test_without_a_gpu_it_exits_2_saying_so(monkeypatch, capsys):
+@pytest.mark.parametrize("family", breakdown.FAMILIES)
+def test_without_a_gpu_it_exits_2_saying_so(monkeypatch, capsys, family):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert breakdown.main(["--family", "markov_sharded", "--reps", "2"]) == 2
+    assert breakdown.main(["--family", family, "--reps", "2"]) == 2
     assert "needs a GPU" in capsys.readouterr().err
 
 
+def test_fused_slots_follow_a_cta_through_the_steps():
+    """A fused slot's stamps, step by step: ``between`` is the gap since the slot's previous step."""
+    from kernels.markov.fused_layout import STEP_STAMPS, step_stamp_names
+
+    names = step_stamp_names(2)
+    assert names[0] == "s0.between" and len(names) == 2 * len(STEP_STAMPS)
+    # Step 0 from 0: ready 10, scored 50, arrived 60, finish 70; the GEMV to 1070; step 1 the same.
+    one = [0, 10, 50, 60, 70]
+    row = one + [v + 1070 for v in one]
+    table = breakdown.kind_table(names, [row, row])
+    by = {p["phase"]: p["median_ns"] for p in table["phases"]}
+    assert by == {"ready": 20, "scored": 80, "arrived": 20, "finish": 20, "between": 1000}
+    assert table["critical_path_ns"] == 1140
+
+
 def test_a_family_without_stamps_is_refused(capsys):
-    assert breakdown.main(["--family", "markov_fused"]) == 2
+    assert breakdown.main(["--family", "allreduce_mhc"]) == 2
     assert "no stamped variant" in capsys.readouterr().err
+    assert breakdown.main(["--family", "markov_fused", "--world", "8"]) == 2
