@@ -141,3 +141,20 @@ def test_stamped_step_gate_variants_do_not_spill():
     registry = [("kernels.markov.fused", fused.compile_variants)]
     results = compile_gate.run_gate(["sm_90a"], registry, name_filter=r",stamps\]$")
     assert len(results) == 2 and all(r.ok and not r.spilled for r in results), [r.verdict for r in results]
+
+
+def test_loop_reads_each_slots_stamps_step_by_step():
+    from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
+
+    loop = object.__new__(driver.FusedMarkovLoop)
+    rows, blocks, steps, phases = 2, 3, 2, len(STEP_STAMPS)
+    loop.stamped, loop.blocks = True, blocks
+    scratch = torch.zeros(step_scratch_slots(rows, blocks, steps, True), dtype=torch.int64)
+    # The kernel's layout: [steps][rows * blocks][phases] after rows * blocks argmax slots.
+    stamped = torch.arange(steps * rows * blocks * phases, dtype=torch.int64).view(steps, rows * blocks, phases)
+    scratch[rows * blocks :] = stamped.flatten()
+    loop._stamp_scratch = (rows, steps, scratch)
+    names, values = loop.stamps()
+    assert names == step_stamp_names(steps)
+    assert values.shape == (rows * blocks, steps * phases)
+    assert values[4].tolist() == stamped[0, 4].tolist() + stamped[1, 4].tolist()

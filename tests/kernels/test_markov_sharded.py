@@ -373,3 +373,23 @@ def test_ranks_sharing_a_gpu_launch_plainly():
     for cooperative in (True, False):
         compiled = sharded.compiled_kernel(1, "bfloat16", "bfloat16", cooperative=cooperative)
         assert _launch_attributes(compiled).get(cooperative_attribute) == int(cooperative)
+
+
+def test_sampler_reads_its_stamps_after_the_control_words():
+    from types import SimpleNamespace
+
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    sampler = object.__new__(ShardedMarkovSampler)
+    sampler.stamped, sampler.ctas, sampler.cfg = True, 3, SimpleNamespace(steps=2)
+    count = len(layout.stamp_names(2))
+    control = torch.zeros(layout.control_words(stamps=True, ctas=3, steps=2), dtype=torch.int32)
+    values = torch.arange(3 * count, dtype=torch.int64) * (1 << 33) + 5  # both halves of every word in use
+    control[layout.STAMP_WORD :] = values.view(torch.int32)
+    sampler.control = control
+    names, stamps = sampler.stamps()
+    assert names == layout.stamp_names(2)
+    assert stamps.shape == (3, count) and torch.equal(stamps.flatten(), values)
+    sampler.stamped = False
+    with pytest.raises(RuntimeError, match="stamps=True"):
+        sampler.stamps()
