@@ -31,7 +31,15 @@ from typing import Callable
 import torch
 
 from kernels import hostcopy
-from kernels.markov.fused import BLOCK_SIZES, WARP, MarkovKernels, _check_tensor, _require, vector_bytes
+from kernels.markov.fused import (
+    BLOCK_SIZES,
+    WARP,
+    MarkovKernels,
+    StampedMarkovKernels,
+    _check_tensor,
+    _require,
+    vector_bytes,
+)
 from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
 
 SYSTEM_CLASS = "FusedMarkovLoop"
@@ -116,10 +124,9 @@ class FusedMarkovLoop:
         # Every call's emb is a fresh allocation, aligned as this one.
         embeds = torch.empty(max_reqs, dim, dtype=torch.bfloat16, device=self.device)
         vectors = (False, True) if vector_bytes(block) else (False,)
-        self.kernels = MarkovKernels(
+        self.kernels = (StampedMarkovKernels if self.stamped else MarkovKernels)(
             w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
             steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
-            stamps=self.stamped,
         )
         # The bias GEMV runs once here, on zeros, so its own first-use work (library
         # handles, workspaces, lazily loaded kernels) never happens under capture.

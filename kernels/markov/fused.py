@@ -66,7 +66,9 @@ steps, pick_pdl, fill_vector)`` compiles a loop's kernels; its
 caller's tensors around the caller's own GEMV and gathers, each checking
 its arguments before its launch. The whole loop as the harness drives it
 (config, validation of a call, bias GEMV, gathers) is
-``harness/families/markov_fused_kernel.py``.
+``harness/families/markov_fused_kernel.py``. ``StampedMarkovKernels`` (not
+the seed's: bench only) compiles the steps with ``%globaltimer`` phase stamps
+(``StepKernel``'s docstring).
 """
 
 from __future__ import annotations
@@ -194,9 +196,12 @@ class MarkovKernels:
         steps: the ``(block, pdl, vector)`` step variants to compile now.
         pick_pdl: launch the pick with programmatic dependent launch.
         fill_vector: the cache-fill variant(s) to compile now (a bool or several).
-        stamps: compile the steps with the bench-only phase stamps (``StepKernel``;
-            ``block_argmax`` then needs ``fused_layout.step_scratch_slots`` in its storage).
+
+    ``StampedMarkovKernels`` is the same with the bench-only phase-stamped steps.
     """
+
+    # Whether the steps carry the bench-only phase stamps (``StepKernel``); set by ``StampedMarkovKernels``.
+    stamps = False
 
     def __init__(
         self,
@@ -209,7 +214,6 @@ class MarkovKernels:
         steps: Iterable[tuple[int, bool, bool]],
         pick_pdl: bool,
         fill_vector: bool | Iterable[bool],
-        stamps: bool = False,
     ) -> None:
         check_weights(w1, embeds, width, tp)
         self.device = w1.device
@@ -217,7 +221,6 @@ class MarkovKernels:
         self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
         self.tp, self.sharded, self.pick_pdl = tp, tp is not None, bool(pick_pdl)
         self.row_bytes = dim * 2
-        self.stamps = bool(stamps)
         self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes, chunk=self.row_copy_chunk(THREADS),
                                       w1_rows=vocab)
         self._steps: dict[tuple[int, bool, bool], Any] = {}
@@ -391,6 +394,12 @@ class MarkovKernels:
         )
 
 
+class StampedMarkovKernels(MarkovKernels):
+    """``MarkovKernels`` whose steps store ``%globaltimer`` phase stamps (bench only, ``StepKernel(stamps=True)``):
+    each call's ``block_argmax`` must then be the head of ``fused_layout.step_scratch_slots`` int64 slots."""
+
+    stamps = True
+
 
 __all__ = [
     "AnchorKernel",
@@ -401,6 +410,7 @@ __all__ = [
     "MarkovKernels",
     "PICK_THREADS",
     "PickKernel",
+    "StampedMarkovKernels",
     "StepKernel",
     "THREADS",
     "WARP",
