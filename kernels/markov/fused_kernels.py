@@ -184,15 +184,15 @@ class StepKernel(KernelVariant):
                self.row_bytes, self.chunk, self.w1_rows)
         return key + ("stamps",) if self.stamps else key
 
-    def _stamp(self, block_argmax: Int64, col: Int32, index: int, value: Int64) -> None:
-        """With stamps compiled in, thread 0 stores ``value`` as its CTA's stamp ``index`` of step ``col``."""
+    def _stamp(self, block_argmax: Int64, col: Int32, name: str, value: Int64) -> None:
+        """With stamps compiled in, thread 0 stores ``value`` as its CTA's stamp ``name`` (``STEP_STAMPS``) of step ``col``."""
         if const_expr(self.stamps):
             tidx, _, _ = cute.arch.thread_idx()
             r, blk, _ = cute.arch.block_idx()
             rows, _, _ = cute.arch.grid_dim()
             slots = Int64(rows) * self.blocks
             slot = Int64(r) * self.blocks + Int64(blk)
-            at = block_argmax + (slots + (Int64(col) * slots + slot) * len(STEP_STAMPS) + index) * 8
+            at = block_argmax + (slots + (Int64(col) * slots + slot) * len(STEP_STAMPS) + STEP_STAMPS.index(name)) * 8
             ptx.st_global_b64(at, value, Int32(tidx == 0))
 
     @cute.jit
@@ -258,8 +258,8 @@ class StepKernel(KernelVariant):
             cute.arch.griddepcontrol_wait()
         if const_expr(self.stamps):
             # Stored after the wait: before it a PDL grid stores nothing.
-            self._stamp(block_argmax, col, 0, entered)
-            self._stamp(block_argmax, col, 1, ptx.globaltimer())
+            self._stamp(block_argmax, col, "between", entered)
+            self._stamp(block_argmax, col, "ready", ptx.globaltimer())
         b_bits = _load_bf16(bias + row * bias_s0 * 2, offset, mask, self.vector, False)
 
         values, cache_bits, stores = [], [], []
@@ -293,7 +293,7 @@ class StepKernel(KernelVariant):
         ptx.st_shared_b32(warp_indices + warp * 4, Uint32(idx))
         cute.arch.barrier()
         if const_expr(self.stamps):
-            self._stamp(block_argmax, col, 2, ptx.globaltimer())
+            self._stamp(block_argmax, col, "scored", ptx.globaltimer())
         value = ptx.f32_from_bits(ptx.ld_shared_b32(warp_values + (tidx % 4) * 4))
         idx = Int32(ptx.ld_shared_b32(warp_indices + (tidx % 4) * 4))
         value, idx = _warp_argmax(value, idx, 2)
@@ -310,12 +310,12 @@ class StepKernel(KernelVariant):
             ptx.st_shared_b32(ticket_word, ticket)
         cute.arch.barrier()
         if const_expr(self.stamps):
-            self._stamp(block_argmax, col, 3, ptx.globaltimer())
+            self._stamp(block_argmax, col, "arrived", ptx.globaltimer())
         arrival = Int32(ptx.ld_shared_b32(ticket_word))
         if ((arrival + 1) % self.blocks == 0) & (warp < self.finish_warps):
             self._finish(tidx, warp_values, warp_indices, row, block_argmax, block_max, tokens, tokens_s0, w1, emb, packets)
         if const_expr(self.stamps):
-            self._stamp(block_argmax, col, 4, ptx.globaltimer())
+            self._stamp(block_argmax, col, "finish", ptx.globaltimer())
 
     @cute.jit
     def _finish(

@@ -134,6 +134,7 @@ from kernels.markov.sharded_layout import (
     ROW_BYTES,
     STAGING_OFFSET,
     STAMP_WORD,
+    STEP_STAMPS,
     TAG_BITS,
     TAG_MASK,
     TAG_PERIOD,
@@ -310,12 +311,17 @@ class ShardedMarkovSample(KernelVariant):
             max_rows,
         ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
 
-    def _stamp(self, control: Int64, index) -> None:
-        """With stamps compiled in, thread 0 stores ``%globaltimer`` as its CTA's stamp ``index``."""
+    def _stamp(self, control: Int64, name: str, step=0) -> None:
+        """With stamps compiled in, thread 0 stores ``%globaltimer`` as its CTA's stamp ``name`` (of ``step``
+        for one of ``STEP_STAMPS``)."""
         if const_expr(self.stamps):
             thread, _, _ = cute.arch.thread_idx()
             cta, _, _ = cute.arch.block_idx()
-            at = control + STAMP_WORD * 4 + (Int64(cta) * self.stamp_count + Int64(index)) * 8
+            if const_expr(name in STEP_STAMPS):
+                index = Int64(2 + STEP_STAMPS.index(name)) + Int64(step) * len(STEP_STAMPS)
+            else:
+                index = Int64(stamp_names(self.steps).index(name))
+            at = control + STAMP_WORD * 4 + (Int64(cta) * self.stamp_count + index) * 8
             ptx.st_global_b64(at, ptx.globaltimer(), Int32(thread == 0))
 
     # -- per-tile epilogue ----------------------------------------------------
@@ -535,7 +541,7 @@ class ShardedMarkovSample(KernelVariant):
                         _peer_base(peers, target, Int32(1)) + Int64(slot), (mine << TAG_BITS) | Int64(tag),
                         "relaxed", "sys",
                     )
-        self._stamp(control, 4 + 5 * step)
+        self._stamp(control, "fold", step)
         # A loop, not unrolled: one polling loop in the code.
         for half in cutlass.range(2, unroll=1):
             row = half * ROWS_PER_PASS + lane // MAX_RANKS
@@ -563,7 +569,7 @@ class ShardedMarkovSample(KernelVariant):
         rank: Int32, world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32,
     ):
         """One CTA of 16 warps; see the module docstring."""
-        self._stamp(control, 0)
+        self._stamp(control, "start")
         steps = self.steps
         cache_bytes = self.cache_bytes
         thread, _, _ = cute.arch.thread_idx()
@@ -607,7 +613,7 @@ class ShardedMarkovSample(KernelVariant):
             words = ptx.ld_global_nc(embed_table + token * ROW_BYTES + Int64(lane * 16), 16, anchor_live)
             ptx.st_shared_v4(embedding + warp * ROW_BYTES + lane * 16, words)
         cute.arch.barrier()
-        self._stamp(control, 1)
+        self._stamp(control, "setup")
         launches = ptx.ld_shared_b32(counter)
         tag = Uint32(1) + launches % Uint32(TAG_PERIOD)
         parity = Int32(launches & Uint32(1))
@@ -646,7 +652,7 @@ class ShardedMarkovSample(KernelVariant):
                 self._process_tile([acc[j] for j in range(4)], tile, work)
                 if const_expr(self.stamps):
                     if tile == first_tile:
-                        self._stamp(control, 2 + 5 * step)
+                        self._stamp(control, "resident", step)
 
             # Each request row's best key over the lanes sharing t, then the CTA.
             for col in cutlass.range_constexpr(2):
@@ -656,14 +662,14 @@ class ShardedMarkovSample(KernelVariant):
                 if g == 0:
                     _st_shared_s64(warp_best + (warp * MAX_ROWS + 2 * t + col) * 8, key)
             cute.arch.barrier()
-            self._stamp(control, 3 + 5 * step)
+            self._stamp(control, "streamed", step)
             if warp == 0:
                 self._exchange(
                     lane, step, last_step, rows, max_rows, ctas, rank, world, warp_best, winner, control, peers,
                     own_buffer, tag, parity, timeout_ns, timeout_info,
                 )
             cute.arch.barrier()
-            self._stamp(control, 5 + 5 * step)
+            self._stamp(control, "wait", step)
             if cta == 0:
                 if thread < rows:
                     token = _key_token(_ld_shared_s64(winner + thread * 8))
@@ -674,7 +680,7 @@ class ShardedMarkovSample(KernelVariant):
                     words = ptx.ld_global_nc(embed_table + token * ROW_BYTES + Int64(lane * 16), 16, Int32(1))
                     ptx.st_shared_v4(embedding + warp * ROW_BYTES + lane * 16, words)
             cute.arch.barrier()
-            self._stamp(control, 6 + 5 * step)
+            self._stamp(control, "next", step)
 
         # The peers' shards are in this rank's staging buffer: copy them into
         # the cache, 16 bytes per task.
@@ -697,7 +703,7 @@ class ShardedMarkovSample(KernelVariant):
 
         # Here, with the resident tile dead, a claimed timeout is reported.
         cute.arch.barrier()
-        self._stamp(control, 2 + 5 * steps)
+        self._stamp(control, "copy")
         if thread == 0:
             self._report_timeout(timeout_info, diag, rank, launches, tag, timeout_ns)
             ptx.fence("membar.gl")
@@ -705,7 +711,7 @@ class ShardedMarkovSample(KernelVariant):
             if previous == Uint32(ctas - 1):
                 ptx.st_ordered_b32(control + END_WORD * 4, Uint32(0), "relaxed", "gpu")
                 ptx.st_ordered_b32(control + LAUNCH_WORD * 4, launches + Uint32(1), "relaxed", "gpu")
-        self._stamp(control, 3 + 5 * steps)
+        self._stamp(control, "end")
 
 
 __all__ = ["ShardedMarkovSample"]
