@@ -18,7 +18,8 @@ and ``pick``; after the loop, sharded, the draft-logits gather and
 ``cache_fill``. The cache is written in place and returned with the tokens
 and the last ``emb``. ``bias_fn`` is the harness's exact
 ``golden.markov_fused.markov_bias`` (the adapter passes it; the default is a
-plain BF16 matmul, for benchmarks).
+plain BF16 matmul, for benchmarks). ``stamps=True`` (bench only,
+``harness.bench.breakdown``) builds the steps with phase stamps.
 
 Importing this module imports CuTe DSL (the adapter imports it lazily).
 """
@@ -29,7 +30,17 @@ from typing import Callable
 
 import torch
 
-from kernels.markov.fused import BLOCK_SIZES, WARP, MarkovKernels, _check_tensor, _require, vector_bytes
+from kernels import hostcopy
+from kernels.markov.fused import (
+    BLOCK_SIZES,
+    WARP,
+    MarkovKernels,
+    StampedMarkovKernels,
+    _check_tensor,
+    _require,
+    vector_bytes,
+)
+from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
 
 SYSTEM_CLASS = "FusedMarkovLoop"
 _CONFIG_KEYS = {"vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block"}
@@ -59,9 +70,12 @@ class FusedMarkovLoop:
     (``vocab, dim, tp, max_reqs, has_cap, mult, cap, inv_cap, block``) plus
     optional ``pdl`` (bool) and ``sharded`` (default ``tp > 1``).
     ``bias_fn(emb, w2_shard) -> [rows, shard]`` BF16 computes the GEMV.
+    ``stamps`` (bench only): the step kernels with ``%globaltimer`` phase
+    stamps (``StepKernel``); ``stamps()`` returns the last call's.
     """
 
-    def __init__(self, comm_or_fabric, static: dict, config: dict, *, bias_fn: Callable | None = None) -> None:
+    def __init__(self, comm_or_fabric, static: dict, config: dict, *, bias_fn: Callable | None = None,
+                 stamps: bool = False) -> None:
         comm = comm_or_fabric if comm_or_fabric is not None else _SoloComm()
         for attr in ("rank", "world", "all_gather"):
             _require(hasattr(comm, attr), TypeError, f"comm_or_fabric: expected an object with {attr!r} (a Comm)")
@@ -105,10 +119,12 @@ class FusedMarkovLoop:
         self.bias_fn = bias_fn if bias_fn is not None else default_bias
         self.blocks = -(-self.width // block)
         self._launches = 0
+        self.stamped = bool(stamps)
+        self._stamp_scratch: tuple[int, int, torch.Tensor] | None = None  # (rows, steps, scratch) of the last call
         # Every call's emb is a fresh allocation, aligned as this one.
         embeds = torch.empty(max_reqs, dim, dtype=torch.bfloat16, device=self.device)
         vectors = (False, True) if vector_bytes(block) else (False,)
-        self.kernels = MarkovKernels(
+        self.kernels = (StampedMarkovKernels if self.stamped else MarkovKernels)(
             w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
             steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
         )
@@ -185,7 +201,12 @@ class FusedMarkovLoop:
         emb = torch.empty(rows, self.dim, dtype=torch.bfloat16, device=dev)
         arrivals = torch.empty(rows, dtype=torch.int32, device=dev)
         tokens = torch.empty(rows, steps, dtype=torch.int64, device=dev)
-        block_argmax = torch.empty(rows * self.blocks, dtype=torch.int64, device=dev)
+        # Zeros only for stamps (a stamp never stored reads 0); otherwise no fill kernel.
+        scratch = (torch.zeros if self.stamped else torch.empty)(
+            step_scratch_slots(rows, self.blocks, steps, self.stamped), dtype=torch.int64, device=dev)
+        block_argmax = scratch[: rows * self.blocks]
+        if self.stamped:
+            self._stamp_scratch = (rows, steps, scratch)
         block_max = torch.empty(rows * self.blocks, dtype=torch.float32, device=dev)
         packets = torch.empty(rows, 4, dtype=torch.int32, device=dev)
         draft = torch.empty(rows, steps, self.width, dtype=torch.bfloat16, device=dev) if self.sharded else None
@@ -208,6 +229,16 @@ class FusedMarkovLoop:
             self._check_gather("comm_or_fabric.all_gather(draft)", shards, (self.tp, rows, steps, self.width), torch.bfloat16)
             kernels.cache_fill(shards, rows * steps * self.width, cache, idx_map, rows, steps, self.width, self.vocab)
         return {"tokens": tokens, "cache": cache, "emb": emb}
+
+    def stamps(self) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The stamp names and the last call's int64 ``[rows * blocks, names]`` ``%globaltimer`` values (ns), on the host."""
+        _require(self.stamped and self._stamp_scratch is not None, RuntimeError,
+                 "stamps: this loop was built without stamps=True, or has not run")
+        rows, steps, scratch = self._stamp_scratch
+        slots = rows * self.blocks
+        names = step_stamp_names(steps)
+        values = hostcopy.to_host(scratch[slots:]).view(steps, slots, len(STEP_STAMPS))
+        return names, values.permute(1, 0, 2).reshape(slots, len(names))
 
     def state(self) -> dict:
         """Plain ints for progress records: the number of calls launched."""

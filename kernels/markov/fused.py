@@ -66,7 +66,9 @@ steps, pick_pdl, fill_vector)`` compiles a loop's kernels; its
 caller's tensors around the caller's own GEMV and gathers, each checking
 its arguments before its launch. The whole loop as the harness drives it
 (config, validation of a call, bias GEMV, gathers) is
-``harness/families/markov_fused_kernel.py``.
+``harness/families/markov_fused_kernel.py``. ``StampedMarkovKernels`` (not
+the seed's: bench only) compiles the steps with ``%globaltimer`` phase stamps
+(``StepKernel``'s docstring).
 """
 
 from __future__ import annotations
@@ -136,6 +138,11 @@ def compile_variants(arch: str):
                                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=has_cap,
                                 sharded=sharded, pdl=pdl, row_bytes=row_bytes, chunk=chunk, w1_rows=4096,
                             )
+    # The bench-only stamped step (StepKernel's docstring), as the bench's loop runs it.
+    for pdl in (False, True):
+        entry(f"markov.step[b1024,n160,vec,nocap,full,{'pdl' if pdl else 'nopdl'},stamps]", StepKernel,
+              block=1024, blocks=160, vector=True, has_cap=False, sharded=False, pdl=pdl, row_bytes=row_bytes,
+              chunk=copy_chunk(row_bytes, WARP * finish_warps(160), ()), w1_rows=4096, stamps=True)
     for tp in (1, 2, 4, 8, 16, 32):
         for pdl in (False, True):
             entry(f"markov.pick[tp{tp},{'pdl' if pdl else 'nopdl'}]", PickKernel, tp=tp, pdl=pdl,
@@ -189,7 +196,12 @@ class MarkovKernels:
         steps: the ``(block, pdl, vector)`` step variants to compile now.
         pick_pdl: launch the pick with programmatic dependent launch.
         fill_vector: the cache-fill variant(s) to compile now (a bool or several).
+
+    ``StampedMarkovKernels`` is the same with the bench-only phase-stamped steps.
     """
+
+    # Whether the steps carry the bench-only phase stamps (``StepKernel``); set by ``StampedMarkovKernels``.
+    stamps = False
 
     def __init__(
         self,
@@ -240,6 +252,7 @@ class MarkovKernels:
                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
                 sharded=self.sharded, pdl=pdl, row_bytes=self.row_bytes,
                 chunk=self.row_copy_chunk(WARP * finish_warps(blocks)), w1_rows=self.w1.shape[0],
+                stamps=self.stamps,
             )
         return kernel
 
@@ -306,7 +319,8 @@ class MarkovKernels:
             pos: [rows] int64 position of each row at this step.
             seeds: [max_reqs] int64 per-request sampling seeds, stride 1.
             temperature: [max_reqs] FP32 per-request temperature (0: greedy), stride 1.
-            block_argmax: [rows * blocks] int64 scratch (blocks = ceil(width / block)).
+            block_argmax: [rows * blocks] int64 scratch (blocks = ceil(width / block));
+                with stamps, the view of a longer allocation whose tail takes them.
             block_max: [rows * blocks] FP32 scratch.
             arrivals: [rows] int32 arrival counters (reset by ``anchor_embed``).
             tokens: [rows, steps] int64; unsharded, column ``col`` written.
@@ -380,6 +394,12 @@ class MarkovKernels:
         )
 
 
+class StampedMarkovKernels(MarkovKernels):
+    """``MarkovKernels`` whose steps store ``%globaltimer`` phase stamps (bench only, ``StepKernel(stamps=True)``):
+    each call's ``block_argmax`` must then be the head of ``fused_layout.step_scratch_slots`` int64 slots."""
+
+    stamps = True
+
 
 __all__ = [
     "AnchorKernel",
@@ -390,6 +410,7 @@ __all__ = [
     "MarkovKernels",
     "PICK_THREADS",
     "PickKernel",
+    "StampedMarkovKernels",
     "StepKernel",
     "THREADS",
     "WARP",

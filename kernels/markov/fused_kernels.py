@@ -28,6 +28,7 @@ from kernels.markov.fused_layout import (
     FILL_BLOCK,
     NEG_INF_BITS,
     PICK_THREADS,
+    STEP_STAMPS,
     THREADS,
     WARP,
     finish_warps,
@@ -147,11 +148,24 @@ class AnchorKernel(KernelVariant):
 
 class StepKernel(KernelVariant):
     """Grid (rows, blocks), 128 threads, ``block`` vocab entries per CTA; one
-    draft step (see ``fused.py``'s docstring). ``blocks`` is compile-time."""
+    draft step (see ``fused.py``'s docstring). ``blocks`` is compile-time.
+
+    ``stamps`` (bench only; the default variants compile as without it): thread 0
+    of every CTA stores ``%globaltimer`` with plain stores into the stamps after
+    ``block_argmax`` (``fused_layout.step_scratch_slots``), no synchronisation
+    added: ``between`` (read at entry, stored with the next: it ends the time
+    since this slot's previous step, i.e. the GEMV and the launches),
+    ``ready`` (the inputs' loads issued and, with PDL, the wait for the GEMV
+    passed), ``scored`` (after the first barrier: every warp's transform,
+    cache stores issued, Gumbel scores and argmax), ``arrived`` (after the
+    barrier behind the arrival count: the block's result stored and
+    released) and ``finish`` (at the end: the row's last CTA reduced the
+    blocks and wrote the token and next ``emb`` row; others end at once).
+    A stamp is per CTA and bounds thread 0's view."""
 
     def __init__(
         self, *, block: int, blocks: int, vector: bool, has_cap: bool, sharded: bool, pdl: bool,
-        row_bytes: int, chunk: int, w1_rows: int,
+        row_bytes: int, chunk: int, w1_rows: int, stamps: bool = False,
     ) -> None:
         if block not in BLOCK_SIZES:
             raise ValueError(f"block must be one of {BLOCK_SIZES}, got {block}")
@@ -162,11 +176,24 @@ class StepKernel(KernelVariant):
         self.finish_warps = finish_warps(blocks)
         self.has_cap, self.sharded, self.pdl = has_cap, sharded, pdl
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
+        self.stamps = bool(stamps)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
-        return ("markov_step", self.block, self.blocks, self.vector, self.has_cap, self.sharded, self.pdl,
-                self.row_bytes, self.chunk, self.w1_rows)
+        key = ("markov_step", self.block, self.blocks, self.vector, self.has_cap, self.sharded, self.pdl,
+               self.row_bytes, self.chunk, self.w1_rows)
+        return key + ("stamps",) if self.stamps else key
+
+    def _stamp(self, block_argmax: Int64, col: Int32, name: str, value: Int64) -> None:
+        """With stamps compiled in, thread 0 stores ``value`` as its CTA's stamp ``name`` (``STEP_STAMPS``) of step ``col``."""
+        if const_expr(self.stamps):
+            tidx, _, _ = cute.arch.thread_idx()
+            r, blk, _ = cute.arch.block_idx()
+            rows, _, _ = cute.arch.grid_dim()
+            slots = Int64(rows) * self.blocks
+            slot = Int64(r) * self.blocks + Int64(blk)
+            at = block_argmax + (slots + (Int64(col) * slots + slot) * len(STEP_STAMPS) + STEP_STAMPS.index(name)) * 8
+            ptx.st_global_b64(at, value, Int32(tidx == 0))
 
     @cute.jit
     def __call__(
@@ -191,6 +218,8 @@ class StepKernel(KernelVariant):
         vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32,
     ) -> None:
         block, per_thread = self.block, self.per_thread
+        if const_expr(self.stamps):
+            entered = ptx.globaltimer()
         tidx, _, _ = cute.arch.thread_idx()
         r, blk, _ = cute.arch.block_idx()
         warp = tidx // WARP
@@ -227,6 +256,10 @@ class StepKernel(KernelVariant):
         if const_expr(self.pdl):
             # The bias is the preceding GEMV's output; every store waits too.
             cute.arch.griddepcontrol_wait()
+        if const_expr(self.stamps):
+            # Stored after the wait: before it a PDL grid stores nothing.
+            self._stamp(block_argmax, col, "between", entered)
+            self._stamp(block_argmax, col, "ready", ptx.globaltimer())
         b_bits = _load_bf16(bias + row * bias_s0 * 2, offset, mask, self.vector, False)
 
         values, cache_bits, stores = [], [], []
@@ -259,6 +292,8 @@ class StepKernel(KernelVariant):
         ptx.st_shared_b32(warp_values + warp * 4, ptx.f32_bits(value))
         ptx.st_shared_b32(warp_indices + warp * 4, Uint32(idx))
         cute.arch.barrier()
+        if const_expr(self.stamps):
+            self._stamp(block_argmax, col, "scored", ptx.globaltimer())
         value = ptx.f32_from_bits(ptx.ld_shared_b32(warp_values + (tidx % 4) * 4))
         idx = Int32(ptx.ld_shared_b32(warp_indices + (tidx % 4) * 4))
         value, idx = _warp_argmax(value, idx, 2)
@@ -274,9 +309,13 @@ class StepKernel(KernelVariant):
             ticket = ptx.atom_add_u32(arrivals + row * 4, Uint32(1), "acq_rel", "gpu")
             ptx.st_shared_b32(ticket_word, ticket)
         cute.arch.barrier()
+        if const_expr(self.stamps):
+            self._stamp(block_argmax, col, "arrived", ptx.globaltimer())
         arrival = Int32(ptx.ld_shared_b32(ticket_word))
         if ((arrival + 1) % self.blocks == 0) & (warp < self.finish_warps):
             self._finish(tidx, warp_values, warp_indices, row, block_argmax, block_max, tokens, tokens_s0, w1, emb, packets)
+        if const_expr(self.stamps):
+            self._stamp(block_argmax, col, "finish", ptx.globaltimer())
 
     @cute.jit
     def _finish(

@@ -20,6 +20,12 @@ operand keeps them aligned (``step_vectorized``); the cache fill copies
 elements / 16 bytes (``fill_vectorized``); a row copy of ``w1`` into ``emb``
 uses the widest power-of-two access up to 16 bytes that the row and both
 pointers allow (``copy_chunk``).
+
+Phase stamps (a bench-only step variant, ``stamps=True``). The step's int64
+scratch ``block_argmax`` (``rows * blocks`` slots) is then followed, in the
+same allocation, by ``[steps][rows * blocks][STEP_STAMPS]`` ``%globaltimer``
+values (``step_scratch_slots``); ``step_stamp_names`` names one CTA slot's
+stamps over a call, step by step.
 """
 
 from __future__ import annotations
@@ -87,3 +93,17 @@ def copy_chunk(row_bytes: int, threads: int, addresses: Iterable[int]) -> int:
             chunk //= 2
     return chunk
 
+
+# A step CTA's stamps, each ending a phase (``fused_kernels.StepKernel``'s docstring).
+STEP_STAMPS = ("between", "ready", "scored", "arrived", "finish")
+
+
+def step_stamp_names(steps: int) -> tuple[str, ...]:
+    """The stamps of one step CTA slot over a call of ``steps`` steps: ``s<i>.<name>`` of ``STEP_STAMPS``."""
+    return tuple(f"s{i}.{name}" for i in range(steps) for name in STEP_STAMPS)
+
+
+def step_scratch_slots(rows: int, blocks: int, steps: int, stamps: bool) -> int:
+    """int64 slots of a call's ``block_argmax`` scratch: ``rows * blocks``, then the stamps of a stamped step."""
+    slots = rows * blocks
+    return slots * (1 + steps * len(STEP_STAMPS)) if stamps else slots

@@ -62,6 +62,12 @@ Cooperative launch guarantees co-residency of one grid, never of several
 ranks' grids; those are co-resident because the host gives each rank its
 share of the SMs, one 512-thread CTA per SM.
 
+Phase stamps (bench only, ``stamps=True``): the variant with
+``%globaltimer`` stamps compiled in (``sharded_kernel``'s docstring), the
+control words followed by its int64 ``[ctas][stamp_names(steps)]`` buffer
+(``sharded_layout.control_words``); ``stamps()`` copies the last launch's to
+the host. ``harness.bench.breakdown`` reads them.
+
 Nothing compiles in ``__call__``; a call may be captured into a CUDA graph
 once the instance exists (value checks are skipped under capture, inputs
 must already be on the device).
@@ -87,13 +93,15 @@ from kernels.markov.sharded_checks import (
     check_static,
 )
 from kernels.markov.sharded_layout import (
-    CONTROL_WORDS,
     DTYPE_BYTES,
     LAUNCH_WORD,
     MAX_ROWS,
     MAX_STEPS,
+    STAMP_WORD,
+    control_words,
     default_ctas,
     peer_buffer_bytes,
+    stamp_names,
 )
 
 PEER_BUFFER_NAME = "markov_sharded.peer"
@@ -102,14 +110,19 @@ PEER_BUFFER_NAME = "markov_sharded.peer"
 _LAUNCH_LOCK = threading.Lock()
 
 
+# The stamped variants the compile gate checks: the bench's and the widest cache.
+STAMPED_GATE_VARIANTS = ((MAX_STEPS, "bfloat16", "bfloat16"), (MAX_STEPS, "float32", "float32"))
+
+
 def compiled_kernel(
-    steps: int, base_dtype: str, cache_dtype: str, options: str | None = None, *, cooperative: bool = True
+    steps: int, base_dtype: str, cache_dtype: str, options: str | None = None, *, cooperative: bool = True,
+    stamps: bool = False,
 ):
-    """The compiled ``ShardedMarkovSample`` variant (``kernels.compile``: cached by configuration, launch kind
-    and options; ``CaptureError`` instead of compiling under capture)."""
+    """The compiled ``ShardedMarkovSample`` variant (``kernels.compile``: cached by configuration, launch kind,
+    stamps and options; ``CaptureError`` instead of compiling under capture)."""
     from kernels.markov.sharded_kernel import ShardedMarkovSample  # CuTe DSL, imported on first compile
 
-    return compiled(ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative), options,
+    return compiled(ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative, stamps), options,
                     remedy="construct the ShardedMarkovSampler")
 
 
@@ -126,6 +139,12 @@ def compile_variants(arch: str):
                     lambda options, s=steps, b=base, c=cache: compiled_kernel(s, b, c, options),
                     True,
                 ))
+    for steps, base, cache in STAMPED_GATE_VARIANTS:
+        variants.append((
+            f"markov_sharded.sample[s{steps},{base}/{cache},stamps]",
+            lambda options, s=steps, b=base, c=cache: compiled_kernel(s, b, c, options, stamps=True),
+            True,
+        ))
     return variants
 
 
@@ -177,6 +196,7 @@ class ShardedMarkovSampler:
         ranks_per_device: ranks sharing this GPU (default: the world for a
             ``VirtualFabric``, else 1).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
+        stamps: compile the bench-only phase stamps in (module docstring; default off).
     """
 
     def __init__(
@@ -197,6 +217,7 @@ class ShardedMarkovSampler:
         ctas: int | None = None,
         ranks_per_device: int | None = None,
         diag: Any = None,
+        stamps: bool = False,
     ) -> None:
         fabric = fabric_of(group, device)
         for attr in ("rank", "world", "device", "alloc", "barrier"):
@@ -236,14 +257,17 @@ class ShardedMarkovSampler:
         # Compile before the collective allocation: a rank that cannot
         # compile fails here instead of leaving the others in the rendezvous.
         self.cooperative = cooperative_launch(fabric, cfg)
-        self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype, cooperative=self.cooperative)
+        self.stamped = bool(stamps)
+        self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype, cooperative=self.cooperative,
+                                       stamps=self.stamped)
         with torch.cuda.device(self.device):
             preload(self._kernel)
         self.peer = fabric.alloc(
             PEER_BUFFER_NAME,
             peer_buffer_bytes(max_rows=cfg.max_rows, steps=cfg.steps, vocab=cfg.vocab, cache_bytes=cfg.cache_bytes),
         )
-        self.control = torch.zeros(CONTROL_WORDS, dtype=torch.int32, device=self.device)
+        self.control = torch.zeros(control_words(stamps=self.stamped, ctas=self.ctas, steps=cfg.steps),
+                                   dtype=torch.int32, device=self.device)
         start = cfg.launch_counter_start
         self.control[LAUNCH_WORD] = start - (1 << 32) if start >= 1 << 31 else start
         self._launches = start
@@ -254,6 +278,14 @@ class ShardedMarkovSampler:
         if capturing():
             return {"launches": self._launches}
         return {"launches": int(hostcopy.to_host(self.control[LAUNCH_WORD : LAUNCH_WORD + 1])[0]) & 0xFFFFFFFF}
+
+    def stamps(self) -> tuple[tuple[str, ...], torch.Tensor]:
+        """The stamp names and the last launch's int64 ``[ctas, stamps]`` ``%globaltimer`` values (ns), on the host."""
+        if not self.stamped:
+            raise RuntimeError("stamps: this sampler was built without stamps=True")
+        names = stamp_names(self.cfg.steps)
+        words = hostcopy.to_host(self.control[STAMP_WORD:])
+        return names, words.view(torch.int64).view(self.ctas, len(names))
 
     def __call__(
         self,

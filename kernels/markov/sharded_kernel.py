@@ -79,6 +79,27 @@ lean on purpose (one tile epilogue, loops where unrolling would keep several
 loads or addresses live, the timeout report after the loop); every variant
 compiles without spills (``docs/results/markov_sharded_2026-11-29.md``).
 
+Phase stamps (``stamps=True``, a bench-only variant: the default variants
+compile to the same code as without the option). Thread 0 of every CTA
+stores ``%globaltimer`` (ns) with a plain ``st.global.b64`` into int64
+``[ctas][stamp_names(steps)]`` after the control words
+(``sharded_layout.STAMP_WORD``), at points the kernel already passes, with
+no synchronisation added: ``start`` (entry), ``setup`` (after the first
+barrier: the resident tile's loads issued, the anchors' embeddings in shared
+memory), and per step ``resident`` (warp 0's resident tile scored and its
+cache and staging stores issued: the MMAs from registers and one epilogue),
+``streamed`` (after the barrier that ends the tile loop: every warp's
+streamed tiles, their loads from L2 or DRAM, MMAs and epilogues, and the
+CTA's best keys in shared memory), ``fold`` (warp 0 folded the CTA's keys
+into the rank maximum and counted its arrival; the last CTA also posted
+the records), ``wait`` (after the barrier behind the mailbox polls: the grid
+barrier and the cross-rank argmax), ``next`` (after the step's last barrier:
+tokens stored, the winners' embeddings loaded); then ``copy`` (after the
+barrier behind the peers' shard copy) and ``end`` (after the end count).
+A stamp is per CTA and bounds thread 0's view: everything before a barrier
+for the stamps after one, warp 0's own work otherwise; stores are issued,
+not completed, when a stamp is taken.
+
 Addresses are raw 64-bit integers; every access is a ``kernels.ptx`` helper
 naming its state space, cache operator and ordering. Inputs written before
 the launch (weights, logits, noise, ids, request rows, temperatures) are
@@ -112,6 +133,8 @@ from kernels.markov.sharded_layout import (
     MAX_STEPS,
     ROW_BYTES,
     STAGING_OFFSET,
+    STAMP_WORD,
+    STEP_STAMPS,
     TAG_BITS,
     TAG_MASK,
     TAG_PERIOD,
@@ -121,6 +144,7 @@ from kernels.markov.sharded_layout import (
     WARP,
     WARPS,
     record_offset,
+    stamp_names,
 )
 
 KEY_MASK = (1 << KEY_BITS) - 1
@@ -214,7 +238,9 @@ class ShardedMarkovSample(KernelVariant):
     ``base_dtype`` and a draft-logits cache of ``cache_dtype`` (``"bfloat16"``
     or ``"float32"``); see the module docstring."""
 
-    def __init__(self, steps: int, base_dtype: str, cache_dtype: str, cooperative: bool = True) -> None:
+    def __init__(
+        self, steps: int, base_dtype: str, cache_dtype: str, cooperative: bool = True, stamps: bool = False
+    ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             raise ValueError(f"steps: expected an int in [1, {MAX_STEPS}], got {steps!r}")
         if not isinstance(cooperative, bool):
@@ -222,6 +248,11 @@ class ShardedMarkovSample(KernelVariant):
         # Cooperative launch only guarantees co-residency within one grid; for
         # ranks sharing a GPU the host passes False (see sharded.py).
         self.cooperative = cooperative
+        if not isinstance(stamps, bool):
+            raise TypeError(f"stamps: expected a bool, got {stamps!r}")
+        # The bench-only phase stamps (module docstring), compiled in or not at all.
+        self.stamps = stamps
+        self.stamp_count = len(stamp_names(steps))
         for name, dtype in (("base_dtype", base_dtype), ("cache_dtype", cache_dtype)):
             if dtype not in DTYPE_BYTES:
                 raise ValueError(f"{name}: expected one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -237,8 +268,9 @@ class ShardedMarkovSample(KernelVariant):
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
-        return ("ShardedMarkovSample", f"s{self.steps}", self.base_dtype, self.cache_dtype,
-                "coop" if self.cooperative else "plain")
+        key = ("ShardedMarkovSample", f"s{self.steps}", self.base_dtype, self.cache_dtype,
+               "coop" if self.cooperative else "plain")
+        return key + ("stamps",) if self.stamps else key
 
     @cute.jit
     def __call__(
@@ -278,6 +310,19 @@ class ShardedMarkovSample(KernelVariant):
             draft_tokens, peers, control, diag, timeout_ns, query_per_row, rank, world, vocab_local, rows,
             max_rows,
         ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
+
+    def _stamp(self, control: Int64, name: str, step=0) -> None:
+        """With stamps compiled in, thread 0 stores ``%globaltimer`` as its CTA's stamp ``name`` (of ``step``
+        for one of ``STEP_STAMPS``)."""
+        if const_expr(self.stamps):
+            thread, _, _ = cute.arch.thread_idx()
+            cta, _, _ = cute.arch.block_idx()
+            if const_expr(name in STEP_STAMPS):
+                index = Int64(2 + STEP_STAMPS.index(name)) + Int64(step) * len(STEP_STAMPS)
+            else:
+                index = Int64(stamp_names(self.steps).index(name))
+            at = control + STAMP_WORD * 4 + (Int64(cta) * self.stamp_count + index) * 8
+            ptx.st_global_b64(at, ptx.globaltimer(), Int32(thread == 0))
 
     # -- per-tile epilogue ----------------------------------------------------
 
@@ -496,6 +541,7 @@ class ShardedMarkovSample(KernelVariant):
                         _peer_base(peers, target, Int32(1)) + Int64(slot), (mine << TAG_BITS) | Int64(tag),
                         "relaxed", "sys",
                     )
+        self._stamp(control, "fold", step)
         # A loop, not unrolled: one polling loop in the code.
         for half in cutlass.range(2, unroll=1):
             row = half * ROWS_PER_PASS + lane // MAX_RANKS
@@ -523,6 +569,7 @@ class ShardedMarkovSample(KernelVariant):
         rank: Int32, world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32,
     ):
         """One CTA of 16 warps; see the module docstring."""
+        self._stamp(control, "start")
         steps = self.steps
         cache_bytes = self.cache_bytes
         thread, _, _ = cute.arch.thread_idx()
@@ -566,6 +613,7 @@ class ShardedMarkovSample(KernelVariant):
             words = ptx.ld_global_nc(embed_table + token * ROW_BYTES + Int64(lane * 16), 16, anchor_live)
             ptx.st_shared_v4(embedding + warp * ROW_BYTES + lane * 16, words)
         cute.arch.barrier()
+        self._stamp(control, "setup")
         launches = ptx.ld_shared_b32(counter)
         tag = Uint32(1) + launches % Uint32(TAG_PERIOD)
         parity = Int32(launches & Uint32(1))
@@ -602,6 +650,9 @@ class ShardedMarkovSample(KernelVariant):
                 else:
                     self._streamed_bias(head_shard, tile, g, t, embedding_row, acc)
                 self._process_tile([acc[j] for j in range(4)], tile, work)
+                if const_expr(self.stamps):
+                    if tile == first_tile:
+                        self._stamp(control, "resident", step)
 
             # Each request row's best key over the lanes sharing t, then the CTA.
             for col in cutlass.range_constexpr(2):
@@ -611,12 +662,14 @@ class ShardedMarkovSample(KernelVariant):
                 if g == 0:
                     _st_shared_s64(warp_best + (warp * MAX_ROWS + 2 * t + col) * 8, key)
             cute.arch.barrier()
+            self._stamp(control, "streamed", step)
             if warp == 0:
                 self._exchange(
                     lane, step, last_step, rows, max_rows, ctas, rank, world, warp_best, winner, control, peers,
                     own_buffer, tag, parity, timeout_ns, timeout_info,
                 )
             cute.arch.barrier()
+            self._stamp(control, "wait", step)
             if cta == 0:
                 if thread < rows:
                     token = _key_token(_ld_shared_s64(winner + thread * 8))
@@ -627,6 +680,7 @@ class ShardedMarkovSample(KernelVariant):
                     words = ptx.ld_global_nc(embed_table + token * ROW_BYTES + Int64(lane * 16), 16, Int32(1))
                     ptx.st_shared_v4(embedding + warp * ROW_BYTES + lane * 16, words)
             cute.arch.barrier()
+            self._stamp(control, "next", step)
 
         # The peers' shards are in this rank's staging buffer: copy them into
         # the cache, 16 bytes per task.
@@ -649,6 +703,7 @@ class ShardedMarkovSample(KernelVariant):
 
         # Here, with the resident tile dead, a claimed timeout is reported.
         cute.arch.barrier()
+        self._stamp(control, "copy")
         if thread == 0:
             self._report_timeout(timeout_info, diag, rank, launches, tag, timeout_ns)
             ptx.fence("membar.gl")
@@ -656,6 +711,7 @@ class ShardedMarkovSample(KernelVariant):
             if previous == Uint32(ctas - 1):
                 ptx.st_ordered_b32(control + END_WORD * 4, Uint32(0), "relaxed", "gpu")
                 ptx.st_ordered_b32(control + LAUNCH_WORD * 4, launches + Uint32(1), "relaxed", "gpu")
+        self._stamp(control, "end")
 
 
 __all__ = ["ShardedMarkovSample"]

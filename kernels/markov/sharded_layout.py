@@ -37,7 +37,10 @@ the last CTA of the step), the uint32 launch counter at word 136 (advanced by
 the last CTA to finish a launch), end-of-launch arrivals at word 137, and
 (this project's addition) the timeout claim at word 138: of the threads whose
 wait times out, the one whose ``atom.add`` finds 0 writes the diagnostic
-record, so concurrent timeouts never tear it.
+record, so concurrent timeouts never tear it. A bench-only stamped variant
+of the kernel (``stamps=True``) gets a longer tensor: its int64 phase stamps
+``[ctas][stamp_names(steps)]`` from word ``STAMP_WORD`` on
+(``control_words``).
 
 Candidate key (64 bits, 0 = no key): ``ordered << 17 | (0x1FFFF - index)``
 with ``ordered = bits | 0x80000000`` for a score whose sign bit is clear and
@@ -74,6 +77,10 @@ END_WORD = LAUNCH_WORD + 1
 # record here (never cleared: its trap ends the context).
 CLAIM_WORD = END_WORD + 1
 CONTROL_WORDS = CLAIM_WORD + 1
+# The stamped variant (bench only) writes its int64 phase stamps
+# ``[ctas][stamp_names(steps)]`` after the control words, 8-byte aligned.
+STAMP_WORD = CONTROL_WORDS + CONTROL_WORDS % 2
+STEP_STAMPS = ("resident", "streamed", "fold", "wait", "next")
 
 VECTOR_BYTES = 16
 DTYPE_BYTES = {"bfloat16": 2, "float32": 4}
@@ -93,6 +100,18 @@ def staging_offset(parity: int, row: int, step: int, column: int, *, max_rows: i
 def peer_buffer_bytes(*, max_rows: int, steps: int, vocab: int, cache_bytes: int) -> int:
     """Size of one rank's peer buffer: the mailbox and both parities of staging."""
     return STAGING_OFFSET + 2 * max_rows * steps * vocab * cache_bytes
+
+
+def stamp_names(steps: int) -> tuple[str, ...]:
+    """The stamped variant's stamps of one CTA, in the order taken: ``start``,
+    ``setup``, five per step (``STEP_STAMPS``, as ``s<i>.<name>``), ``copy``, ``end``."""
+    per_step = tuple(f"s{i}.{name}" for i in range(steps) for name in STEP_STAMPS)
+    return ("start", "setup", *per_step, "copy", "end")
+
+
+def control_words(*, stamps: bool = False, ctas: int = 0, steps: int = 0) -> int:
+    """The int32 control words of one rank: ``CONTROL_WORDS``, plus the stamp buffer of a stamped variant."""
+    return STAMP_WORD + 2 * ctas * len(stamp_names(steps)) if stamps else CONTROL_WORDS
 
 
 def candidate_key(score_bits: int, index: int) -> int:
@@ -123,6 +142,7 @@ def default_ctas(sm_count: int, ranks_per_device: int, vocab_local: int) -> int:
 
 __all__ = [name for name in dir() if name.isupper()] + [
     "candidate_key",
+    "control_words",
     "decode_record",
     "default_ctas",
     "encode_record",
@@ -130,5 +150,6 @@ __all__ = [name for name in dir() if name.isupper()] + [
     "launch_tag",
     "peer_buffer_bytes",
     "record_offset",
+    "stamp_names",
     "staging_offset",
 ]

@@ -105,3 +105,56 @@ def test_step_ptx_orders_and_instructions():
     wait = text.index("griddepcontrol.wait")
     assert "ld.global.v4.b32" in text[wait:] and "ld.global.v4.b32" not in text[:wait]
     assert text.index("atom.add.acq_rel.gpu") > text.rindex("st.global.b64", 0, text.index("atom.add.acq_rel.gpu"))
+
+
+def _step_ptx(stamps: bool) -> str:
+    """The PTX of one PDL step variant, with or without the phase stamps."""
+    kernel = fused.compile_kernel(
+        fused.StepKernel, "--keep-ptx --gpu-arch sm_90a", block=1024, blocks=4, vector=True, has_cap=False,
+        sharded=False, pdl=True, row_bytes=128, chunk=4, w1_rows=4096, stamps=stamps,
+    )
+    text = kernel.artifacts.PTX
+    return text if isinstance(text, str) else text.decode()
+
+
+def test_step_stamps_are_a_separate_variant_storing_after_the_wait():
+    """Off by default (same key as before the option); on, five timer reads and
+    five predicated 64-bit stores, none before the PDL wait."""
+    from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots
+
+    config = dict(block=1024, blocks=4, vector=True, has_cap=False, sharded=False, pdl=True, row_bytes=128,
+                  chunk=4, w1_rows=4096)
+    assert fused.StepKernel(**config).key() == ("markov_step", 1024, 4, True, False, False, True, 128, 4, 4096)
+    assert fused.StepKernel(**config, stamps=True).key()[-1] == "stamps"
+    plain, stamped = _step_ptx(False), _step_ptx(True)
+    assert plain.count("%globaltimer") == 0 and stamped.count("%globaltimer") == len(STEP_STAMPS)
+    assert stamped.count("st.global.b64") == plain.count("st.global.b64") + len(STEP_STAMPS)
+    wait = stamped.index("griddepcontrol.wait")
+    assert "st.global" not in stamped[:wait]
+    assert step_scratch_slots(8, 127, 8, False) == 8 * 127
+    assert step_scratch_slots(8, 127, 8, True) == 8 * 127 * (1 + 8 * len(STEP_STAMPS))
+
+
+def test_stamped_step_gate_variants_do_not_spill():
+    from harness import compile_gate
+
+    registry = [("kernels.markov.fused", fused.compile_variants)]
+    results = compile_gate.run_gate(["sm_90a"], registry, name_filter=r",stamps\]$")
+    assert len(results) == 2 and all(r.ok and not r.spilled for r in results), [r.verdict for r in results]
+
+
+def test_loop_reads_each_slots_stamps_step_by_step():
+    from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
+
+    loop = object.__new__(driver.FusedMarkovLoop)
+    rows, blocks, steps, phases = 2, 3, 2, len(STEP_STAMPS)
+    loop.stamped, loop.blocks = True, blocks
+    scratch = torch.zeros(step_scratch_slots(rows, blocks, steps, True), dtype=torch.int64)
+    # The kernel's layout: [steps][rows * blocks][phases] after rows * blocks argmax slots.
+    stamped = torch.arange(steps * rows * blocks * phases, dtype=torch.int64).view(steps, rows * blocks, phases)
+    scratch[rows * blocks :] = stamped.flatten()
+    loop._stamp_scratch = (rows, steps, scratch)
+    names, values = loop.stamps()
+    assert names == step_stamp_names(steps)
+    assert values.shape == (rows * blocks, steps * phases)
+    assert values[4].tolist() == stamped[0, 4].tolist() + stamped[1, 4].tolist()

@@ -164,16 +164,19 @@ def test_compile_registry_lists_every_variant():
 
     variants = sharded.compile_variants("sm_90a")
     names = [name for name, _, _ in variants]
-    assert len(names) == len(set(names)) == 8 * 4
+    assert len(names) == len(set(names)) == 8 * 4 + len(sharded.STAMPED_GATE_VARIANTS)
     assert all(must_not_spill for _, _, must_not_spill in variants)
     assert "markov_sharded.sample[s8,float32/bfloat16]" in names
+    assert "markov_sharded.sample[s8,bfloat16/bfloat16,stamps]" in names
 
 
-def test_one_variant_compiles_without_spills():
+@pytest.mark.parametrize("name", ["markov_sharded.sample[s4,bfloat16/bfloat16]",
+                                  "markov_sharded.sample[s8,bfloat16/bfloat16,stamps]"])
+def test_one_variant_compiles_without_spills(name):
     from harness import compile_gate
     from kernels.markov import sharded
 
-    (entry,) = [v for v in sharded.compile_variants("sm_90a") if v[0] == "markov_sharded.sample[s4,bfloat16/bfloat16]"]
+    (entry,) = [v for v in sharded.compile_variants("sm_90a") if v[0] == name]
     text, error = compile_gate._capture_fd2(lambda: entry[1]("--gpu-arch sm_90a remarks{ptx}"))
     assert error is None, error
     # The DSL wraps the ptxas log of a kernel with local memory (the printf
@@ -208,6 +211,49 @@ def test_kernel_ptx_carries_the_protocol_instructions():
         assert instruction in text, instruction
     assert text.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16 + 2
     assert ".reqntid 512" in text or ".maxntid 512" in text
+
+
+def _sample_ptx(steps: int, stamps: bool) -> str:
+    """The PTX of the coop BF16/BF16 ``ShardedMarkovSample`` variant of ``steps``, with or without stamps."""
+    import cutlass.cute as cute
+    from cutlass import Int32, Int64
+
+    from kernels.markov.sharded_kernel import ShardedMarkovSample
+
+    args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps)
+    text = cute.compile(kernel, *args, options="--keep-ptx --gpu-arch sm_90a").artifacts.PTX
+    return text if isinstance(text, str) else text.decode()
+
+
+def test_stamps_are_a_separate_variant_of_nine_timer_stores():
+    """Off by default (same key, hence symbol, as before the option); on, the
+    same kernel plus one timer read and one predicated 64-bit store per stamp
+    site (entry, setup, resident, streamed, fold, wait, next, copy, end)."""
+    from kernels.markov.sharded_kernel import ShardedMarkovSample
+
+    assert ShardedMarkovSample(8, "bfloat16", "bfloat16").key() == (
+        "ShardedMarkovSample", "s8", "bfloat16", "bfloat16", "coop")
+    assert ShardedMarkovSample(8, "bfloat16", "bfloat16", stamps=True).key()[-1] == "stamps"
+    with pytest.raises(TypeError, match="stamps"):
+        ShardedMarkovSample(8, "bfloat16", "bfloat16", stamps=1)
+    plain, stamped = _sample_ptx(2, False), _sample_ptx(2, True)
+    assert plain != stamped
+    assert stamped.count("%globaltimer") == plain.count("%globaltimer") + 9
+    assert stamped.count("st.global.b64") == plain.count("st.global.b64") + 9
+    # Everything else is the same kernel: the MMA chain and the protocol's accesses.
+    for instruction in ("mma.sync.aligned.m16n8k16", "st.relaxed.sys.global.b64", "atom.add.acq_rel.gpu", "membar"):
+        assert stamped.count(instruction) == plain.count(instruction), instruction
+
+
+def test_stamp_buffer_follows_the_control_words():
+    names = layout.stamp_names(2)
+    assert names[:2] == ("start", "setup") and names[-2:] == ("copy", "end")
+    assert names[2:7] == tuple(f"s0.{n}" for n in layout.STEP_STAMPS)
+    assert len(layout.stamp_names(8)) == 5 * 8 + 4
+    assert layout.STAMP_WORD >= layout.CONTROL_WORDS and layout.STAMP_WORD % 2 == 0
+    assert layout.control_words() == layout.CONTROL_WORDS
+    assert layout.control_words(stamps=True, ctas=132, steps=8) == layout.STAMP_WORD + 2 * 132 * 44
 
 
 def test_probe_compiles():
@@ -327,3 +373,23 @@ def test_ranks_sharing_a_gpu_launch_plainly():
     for cooperative in (True, False):
         compiled = sharded.compiled_kernel(1, "bfloat16", "bfloat16", cooperative=cooperative)
         assert _launch_attributes(compiled).get(cooperative_attribute) == int(cooperative)
+
+
+def test_sampler_reads_its_stamps_after_the_control_words():
+    from types import SimpleNamespace
+
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    sampler = object.__new__(ShardedMarkovSampler)
+    sampler.stamped, sampler.ctas, sampler.cfg = True, 3, SimpleNamespace(steps=2)
+    count = len(layout.stamp_names(2))
+    control = torch.zeros(layout.control_words(stamps=True, ctas=3, steps=2), dtype=torch.int32)
+    values = torch.arange(3 * count, dtype=torch.int64) * (1 << 33) + 5  # both halves of every word in use
+    control[layout.STAMP_WORD :] = values.view(torch.int32)
+    sampler.control = control
+    names, stamps = sampler.stamps()
+    assert names == layout.stamp_names(2)
+    assert stamps.shape == (3, count) and torch.equal(stamps.flatten(), values)
+    sampler.stamped = False
+    with pytest.raises(RuntimeError, match="stamps=True"):
+        sampler.stamps()
