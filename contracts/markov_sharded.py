@@ -95,6 +95,11 @@ class SamplerConfig:
         """Vocabulary entries per rank."""
         return self.vocab // self.world
 
+    @property
+    def cache_bytes(self) -> int:
+        """Bytes of one cache element (the kernel's stores and peer buffers are sized by it)."""
+        return DTYPES[self.cache_dtype].itemsize
+
 
 def check_int(where: str, value: Any, low: int, high: int | None = None) -> int:
     """``value`` as an int in ``[low, high]``, else an error naming ``where``."""

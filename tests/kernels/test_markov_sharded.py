@@ -393,3 +393,18 @@ def test_sampler_reads_its_stamps_after_the_control_words():
     sampler.stamped = False
     with pytest.raises(RuntimeError, match="stamps=True"):
         sampler.stamps()
+
+
+def test_the_config_has_every_field_the_host_code_reads():
+    """Each ``cfg.<name>`` the sampler's host and bench code read exists on the contract's config (the
+    contracts merge dropped ``cache_bytes``, which only a GPU run reached)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [*root.glob("kernels/markov/sharded*.py"), root / "harness/bench/breakdown.py",
+               *root.glob("harness/families/markov_sharded*.py")]
+    read = {name for path in sources for name in re.findall(r"\bcfg\.([a-z_]+)\b", path.read_text())}
+    cfg = check_config(config(), 2)
+    assert read and not [name for name in sorted(read) if not hasattr(cfg, name)]
+    assert cfg.cache_bytes == torch.empty(0, dtype=getattr(torch, config()["cache_dtype"])).element_size()
