@@ -24,9 +24,12 @@ replayed in turn. For one recording:
    started at the recorded ones), and with the golden reference (the
    unsharded loop on that rank's inputs).
 
-Exit 0 when the ranks agree and every replay equals the recording and the
-golden; 1 on any disagreement, failure or mismatch (each line names the
-rank and launch); 2 on a bad recording or bad arguments. ``--run-dir``
+Exit 0 when every rank's job ended by itself, the ranks agree and every
+replay equals the recording and the golden; 1 on any disagreement, failure
+or mismatch (each line names the rank and launch), on a rank whose job
+ended with an exception, a signal or a kill, and on a recording in which no
+rank made a call (nothing replayed is never a pass); 2 on a bad recording
+or bad arguments. ``--run-dir``
 also writes the report as ``world_replay.json`` there.
 """
 
@@ -38,6 +41,8 @@ from typing import Any, Sequence
 
 from harness.record import STATE_PREFIX, _snapshot, state_tensors
 from harness.world_recording import WorldRecording, disagreements, load_world
+
+ORDERLY_END = "exit"  # what harness.recording writes when the recorded block ended without an exception
 
 DEFAULT_DEADLINE_S = 60.0
 
@@ -165,7 +170,10 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
              f"recording ended: {r.ended}" if r.bundle is not None else
              f"rank {r.rank}: made no call; recording ended: {r.ended}" for r in world.ranks]
     findings = [f"DISAGREEMENT: {line}" for line in disagreements(world)]
+    # a rank whose job did not end by itself is a finding of its own (the replay may still tell why)
+    findings += [f"RANK ENDED: rank {r.rank}: {r.ended}" for r in world.ranks if r.ended != ORDERLY_END]
     if all(r.bundle is None for r in world.ranks):
+        findings.append("NOTHING RECORDED: no rank made a call, so nothing was replayed")
         return {"recording": str(directory), "family": world.family, "findings": findings, "notes": notes}
     start = replay_start(world)
     configured = [rank_config(world, r, start, notes) for r in range(world.world)]

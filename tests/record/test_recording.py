@@ -129,7 +129,19 @@ def test_written_on_sigterm(tmp_path, capsys):
     entry = load_world(tmp_path).ranks[0].entry
     assert entry["ended"] == "signal SIGTERM" and entry["launches"] == [0, 1]
     code, out = _replay(tmp_path, capsys)
-    assert code == 0, out
+    # the two calls replay clean; the job did not end by itself, which the replay says and does not call a pass
+    assert code == 1 and "RANK ENDED: rank 0: signal SIGTERM" in out, out
+    assert "MISMATCH" not in out and "REPLAY FAILED" not in out, out
+
+
+def test_a_recording_without_calls_is_never_a_pass(tmp_path, capsys):
+    """A job that failed before its first call (as a GPU run did: the sampler's constructor raised) replays nothing."""
+    from harness.world_replay import run_bundle_replay
+
+    _signal_child(tmp_path, signal.SIGTERM, "0")
+    code = run_bundle_replay(str(tmp_path), impl="golden")
+    out = capsys.readouterr().out
+    assert code == 1 and "NOTHING RECORDED" in out, out
 
 
 def test_a_rank_killed_inside_a_call_keeps_what_it_did(tmp_path, capsys):
