@@ -144,6 +144,11 @@ def kernel_cache_env(root: Path | None) -> dict:
     return {"CUTE_DSL_CACHE_DIR": str(directory)}
 
 
+def reference_path(directory: Path, key: str) -> Path:
+    """Where the reference of ``key`` is stored under a cache ``directory``."""
+    return Path(directory) / key[:2] / f"{key}.safetensors"
+
+
 def trim(directory: Path, max_bytes: int, pattern: str = "*.safetensors") -> int:
     """Remove the least recently used files matching ``pattern`` until ``directory`` holds at most ``max_bytes``."""
     entries = []
@@ -199,7 +204,7 @@ class ReferenceCache:
 
     def path(self, key: str) -> Path:
         """Where the reference of ``key`` is stored."""
-        return self.directory / key[:2] / f"{key}.safetensors"
+        return reference_path(self.directory, key)
 
     def has(self, key: str) -> bool:
         """Whether a stored reference exists for ``key`` (not yet checked against its digest)."""
@@ -395,5 +400,5 @@ class _Heartbeat:
         self._thread.join(timeout=HEARTBEAT_S + 1)
 
 
-__all__ = ["CACHE_DIR_VAR", "MAX_BYTES_VAR", "REFERENCE_WAIT_S", "ReferenceCache", "cache_root", "claim_dead",
+__all__ = ["CACHE_DIR_VAR", "MAX_BYTES_VAR", "REFERENCE_WAIT_S", "ReferenceCache", "cache_root", "claim_dead", "reference_path",
            "code_digest", "kernel_cache_env", "payload_digest", "tensor_digest", "trim"]

@@ -43,7 +43,7 @@ from typing import Sequence
 
 from harness.arch_facts import ARCH_ENV, choose_arch
 from harness.report import atomic_write
-from harness.refcache import ReferenceCache, code_digest
+from harness.refcache import ReferenceCache, code_digest, reference_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # An item waiting for references another process computes comes back this many times, this far apart at least.
@@ -91,9 +91,14 @@ def item_marker(item: dict, cache_dir: Path) -> Path:
     return Path(cache_dir) / "items" / f"{h.hexdigest()[:40]}.json"
 
 
+def all_stored(keys: Sequence[str], cache_dir: Path) -> bool:
+    """Whether a reference file exists for every one of ``keys`` (its digest is checked when a rank loads it)."""
+    return all(reference_path(cache_dir, key).exists() for key in keys)
+
+
 def mark_stored(item: dict, keys: Sequence[str], cache_dir: Path) -> bool:
     """Write ``item``'s marker with its reference ``keys`` when every one of them is stored; return whether it was."""
-    if not all((Path(cache_dir) / key[:2] / f"{key}.safetensors").exists() for key in keys):
+    if not all_stored(keys, cache_dir):
         return False
     atomic_write(item_marker(item, cache_dir), json.dumps({"keys": list(keys)}))
     return True
@@ -106,7 +111,7 @@ def already_stored(item: dict, cache_dir: Path) -> bool:
         keys = json.loads(item_marker(item, cache_dir).read_text(encoding="utf-8"))["keys"]
     except (OSError, ValueError, KeyError):
         return False
-    return all((Path(cache_dir) / key[:2] / f"{key}.safetensors").exists() for key in keys)
+    return all_stored(keys, cache_dir)
 
 
 def compute_item(item: dict, cache_dir: Path) -> tuple[int, int, int]:
