@@ -400,5 +400,5 @@ class _Heartbeat:
         self._thread.join(timeout=HEARTBEAT_S + 1)
 
 
-__all__ = ["CACHE_DIR_VAR", "MAX_BYTES_VAR", "REFERENCE_WAIT_S", "ReferenceCache", "cache_root", "claim_dead", "reference_path",
-           "code_digest", "kernel_cache_env", "payload_digest", "tensor_digest", "trim"]
+__all__ = ["CACHE_DIR_VAR", "MAX_BYTES_VAR", "REFERENCE_WAIT_S", "ReferenceCache", "cache_root", "claim_dead",
+           "code_digest", "kernel_cache_env", "payload_digest", "reference_path", "tensor_digest", "trim"]
