@@ -62,14 +62,14 @@ def _safe_state(system: Any) -> dict:
 
 def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
     """Dump the system's kernel diagnostic record (``kernels.diag.DiagRecord``), if it keeps one, as JSON."""
-    for name in ("diag_record", "diag"):
-        record = getattr(system, name, None)
-        if record is not None and callable(getattr(record, "dump", None)):
-            try:
-                record.dump(out_dir / f"rank{rank}.diag.json", rank=rank, launch=launch)
-            except Exception:  # noqa: BLE001 - the progress records still tell the story
-                pass
-            return
+    from kernels.diag import record_of  # noqa: PLC0415
+
+    record = record_of(system)
+    if record is not None:
+        try:
+            record.dump(out_dir / f"rank{rank}.diag.json", rank=rank, launch=launch)
+        except Exception:  # noqa: BLE001 - the progress records still tell the story
+            pass
 
 
 def _graph_launches(impl: str, system: Any, handle: Any, launches: list,

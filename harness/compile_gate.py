@@ -29,6 +29,10 @@ and fails. A variant name registered twice fails. No GPU is needed: the
 target comes from ``--gpu-arch`` (and ``CUTE_DSL_ARCH`` is set to the first
 arch when unset, so importing the DSL never looks for a device).
 
+``--ptx-dir DIR`` keeps every variant's PTX (``DIR/<arch>/<variant>.ptx``),
+so a change that must not alter the code is checked by running the gate on
+the tree before and after and ``diff -r`` of the two directories.
+
 Exit status: 0 when every variant compiled and no must-not-spill variant
 spilled; 1 otherwise (the table says which); 2 on bad arguments.
 """
@@ -205,11 +209,27 @@ def _summary(error: BaseException) -> str:
     return ((flagged or lines or [type(error).__name__])[0])[:300]
 
 
-def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_spill: bool) -> VariantResult:
-    """Compile one variant for ``arch`` and read ptxas's figures."""
+def ptx_path(ptx_dir: str, arch: str, name: str) -> str:
+    """Where ``--ptx-dir`` keeps a variant's PTX: ``<dir>/<arch>/<name with odd characters as _>.ptx``."""
+    return os.path.join(ptx_dir, arch, re.sub(r"[^A-Za-z0-9_.,-]", "_", name) + ".ptx")
+
+
+def _write_ptx(compiled: object, path: str) -> None:
+    """Write the PTX a ``--keep-ptx`` compile kept (``compiled.artifacts.PTX``) to ``path``."""
+    text = compiled.artifacts.PTX
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text if isinstance(text, str) else text.decode("utf-8"))
+
+
+def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_spill: bool,
+                ptx_dir: str | None = None) -> VariantResult:
+    """Compile one variant for ``arch`` and read ptxas's figures; with ``ptx_dir``, keep its PTX there too."""
     result = VariantResult(arch=arch, name=name, must_not_spill=must_not_spill)
     start = time.monotonic()
-    text, error = _capture_fd2(lambda: thunk(f"--gpu-arch {arch} remarks{{ptx}}"))
+    options = f"--gpu-arch {arch} remarks{{ptx}}" + (" --keep-ptx" if ptx_dir else "")
+    text, error = _capture_fd2(
+        lambda: _write_ptx(thunk(options), ptx_path(ptx_dir, arch, name)) if ptx_dir else thunk(options))
     result.seconds = time.monotonic() - start
     if error is not None:
         result.error = _summary(error)
@@ -223,6 +243,7 @@ def run_gate(
     registry: Iterable[tuple[str, Callable]],
     name_filter: str | None = None,
     progress: Callable[[VariantResult], None] | None = None,
+    ptx_dir: str | None = None,
 ) -> list[VariantResult]:
     """Compile every variant of every registry entry for every arch."""
     results, seen = [], set()
@@ -250,7 +271,7 @@ def run_gate(
                                                  error=f"variant name registered twice (again by {module_name})"))
                     continue
                 seen.add((arch, name))
-                r = compile_one(arch, name, thunk, bool(must_not_spill))
+                r = compile_one(arch, name, thunk, bool(must_not_spill), ptx_dir)
                 results.append(r)
                 if progress:
                     progress(r)
@@ -282,6 +303,9 @@ def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]]
     parser.add_argument("--filter", default=None, help="only variants whose name matches this regex")
     parser.add_argument("--json", default=None, help="also write the results as JSON to this path")
     parser.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
+    parser.add_argument("--ptx-dir", default=None,
+                        help="also keep each variant's PTX as DIR/<arch>/<variant>.ptx (compare two trees "
+                             "with diff -r)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
@@ -298,7 +322,7 @@ def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]]
             regs = ",".join(str(e.registers) for e in r.entries) or "-"
             print(f"[{r.arch}] {r.name}: {r.verdict()} regs={regs} ({r.seconds:.2f} s)", flush=True)
 
-    results = failures + run_gate(arches, registry, args.filter, progress)
+    results = failures + run_gate(arches, registry, args.filter, progress, args.ptx_dir)
     print(render_table(results))
     bad = [r for r in results if not r.ok]
     print(f"\n{len(results) - len(bad)} of {len(results)} variants passed"

@@ -24,6 +24,15 @@ replayed in turn. For one recording:
    started at the recorded ones), and with the golden reference (the
    unsharded loop on that rank's inputs).
 
+Kernels replay in a child process per recording (``replay_isolated``): a
+kernel that times out writes its ``kernels.diag`` record and traps, which
+leaves that process's CUDA context unusable. The child's report carries
+the record ("kernel record: rank 0 launch 2: ... wait for rank 1 timed
+out"); a child that dies before writing its report, or runs past its
+budget, still leaves the recording's own findings (disagreements, ranks
+that ended badly) and a ``REPLAY ABORTED`` line, and the next recording
+replays in a fresh process.
+
 Exit 0 when every rank's job ended by itself, the ranks agree and every
 replay equals the recording and the golden; 1 on any disagreement, failure
 or mismatch (each line names the rank and launch), on a rank whose job
@@ -36,6 +45,7 @@ also writes the report as ``world_replay.json`` there.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -45,6 +55,8 @@ from harness.world_recording import WorldRecording, disagreements, load_world
 ORDERLY_END = "exit"  # what harness.recording writes when the recorded block ended without an exception
 
 DEFAULT_DEADLINE_S = 60.0
+CHILD_VAR = "RANKCHECK_REPLAY_CHILD"  # set in the child that replays one recording's kernels
+CHILD_START_S = 180.0  # the child's import, CUDA start and kernel compiles, beyond the calls' deadlines
 
 
 def recordings_under(directory: str | Path) -> list[Path]:
@@ -105,7 +117,7 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
                 outputs = {k: v.cpu() for k, v in
                            _snapshot(system.launch(inputs, params), f"rank {rank} launch {launch} outputs").items()}
             except Exception as exc:  # noqa: BLE001 - reported with the rank and launch
-                done["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+                done["error"] = f"{type(exc).__name__}: {str(exc)[:400]}{kernel_record_text(system)}"
                 return done
             outputs.update(state_tensors(system.state()))
             done["produced"][launch] = outputs
@@ -114,6 +126,18 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
 
     return run_world(world.family, impl, world.world, first.bundle.recorded_static(), configs[0], body,
                      timeout_s=deadline_s, rank_configs=configs)
+
+
+def kernel_record_text(system: Any) -> str:
+    """``"; kernel record: ..."`` when the system's kernels wrote a diagnostic record before a trap, else ``""``."""
+    try:
+        from kernels.diag import record_of  # noqa: PLC0415
+
+        record = record_of(system)
+        report = record.read() if record is not None else None
+    except Exception as exc:  # noqa: BLE001 - a torn or foreign record is said, not fatal
+        return f"; kernel record unreadable: {exc}"
+    return f"; kernel record: {report.describe()}" if report is not None else ""
 
 
 def mismatch_line(against: str, rank: int, launch: int, comparison: Any) -> list[str]:
@@ -162,9 +186,8 @@ def compare_with_golden(world: WorldRecording, results: list[dict], configs: lis
     return lines, compared
 
 
-def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
-    """Replay the world recorded at ``directory``; the report: ``findings`` (each names a rank and launch) and ``notes``."""
-    world = load_world(directory)
+def offline_report(directory: Path, world: WorldRecording) -> dict:
+    """What the recording says without running anything: each rank's window, disagreements, ranks that ended badly."""
     notes = [f"rank {r.rank}: {len(r.launches)} recorded calls (launches {r.launches[0]}..{r.launches[-1]})"
              f"{', the last in flight' if r.entry.get('in_flight') else ''}; {r.entry.get('calls_made')} made; "
              f"recording ended: {r.ended}" if r.bundle is not None else
@@ -174,7 +197,17 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
     findings += [f"RANK ENDED: rank {r.rank}: {r.ended}" for r in world.ranks if r.ended != ORDERLY_END]
     if all(r.bundle is None for r in world.ranks):
         findings.append("NOTHING RECORDED: no rank made a call, so nothing was replayed")
-        return {"recording": str(directory), "family": world.family, "findings": findings, "notes": notes}
+    return {"recording": str(directory), "family": world.family, "world": world.world,
+            "findings": findings, "notes": notes}
+
+
+def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
+    """Replay the world recorded at ``directory``; the report: ``findings`` (each names a rank and launch) and ``notes``."""
+    world = load_world(directory)
+    report = offline_report(directory, world)
+    if all(r.bundle is None for r in world.ranks):
+        return report
+    findings, notes = report["findings"], report["notes"]
     start = replay_start(world)
     configured = [rank_config(world, r, start, notes) for r in range(world.world)]
     configs, counters = [c for c, _ in configured], [k for _, k in configured]
@@ -182,14 +215,68 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
     for record, result in zip(world.ranks, results):
         if result["error"] is not None:
             findings.append(f"REPLAY FAILED: rank {record.rank} at launch {result['at']}: {result['error']}")
-    findings += compare_with_recording(world, results, counters)
-    golden, compared = compare_with_golden(world, results, configs)
-    findings += golden
+    compared = 0
+    try:
+        findings += compare_with_recording(world, results, counters)
+        golden, compared = compare_with_golden(world, results, configs)
+        findings += golden
+    except Exception as exc:  # noqa: BLE001 - after a kernel trap the device is gone; the findings so far stand
+        findings.append(f"COMPARE FAILED: {type(exc).__name__}: {str(exc)[:300]}")
     replayed = sum(len(r["produced"]) for r in results)
     notes.append(f"replayed from launch {start} with impl {impl}: {replayed} calls completed over "
                  f"{world.world} ranks; {compared} compared with the golden reference")
-    return {"recording": str(directory), "family": world.family, "world": world.world, "impl": impl,
-            "findings": findings, "notes": notes}
+    return report | {"impl": impl}
+
+
+def isolated_budget_s(world: WorldRecording, deadline_s: float) -> float:
+    """The child's time: a deadline per recorded call of the longest rank, plus one, plus the start and compile."""
+    calls = max((len(r.launches) for r in world.ranks if r.bundle is not None), default=0)
+    return deadline_s * (calls + 1) + CHILD_START_S
+
+
+def child_argv(directory: Path, deadline_s: float, run_dir: str) -> list[str]:
+    """The command that replays one recording's kernels in a child and writes its report into ``run_dir``."""
+    import sys  # noqa: PLC0415
+
+    return [sys.executable, "-m", "harness", "replay", "--bundle", str(directory), "--impl", "kernel",
+            "--deadline", str(deadline_s), "--run-dir", run_dir]
+
+
+def replay_isolated(directory: Path, deadline_s: float) -> dict:
+    """Replay one recording's kernels in a child process: a trap there ends the child, not this report.
+
+    The child writes its report as it would in-process; when it ends
+    without one (a kernel trap can abort a process at exit or before) or
+    runs past its budget, the report is the recording's offline findings
+    plus a ``REPLAY ABORTED`` finding with the child's last lines.
+    """
+    import subprocess  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    from harness.watchdog import Supervised  # noqa: PLC0415
+
+    from harness.families import adapter  # noqa: PLC0415
+
+    world = load_world(directory)  # a bad recording is refused here, before any process starts
+    adapter(world.family).check_available("kernel")  # no GPU or no CuTe DSL: NotAvailable, exit 2
+    budget = isolated_budget_s(world, deadline_s)
+    with tempfile.TemporaryDirectory(prefix="rankcheck-replay-") as tmp:
+        log = Path(tmp) / "replay.log"
+        with open(log, "wb") as out:
+            tree = Supervised(child_argv(directory, deadline_s, tmp), env={**os.environ, CHILD_VAR: "1"}, stdout=out, stderr=subprocess.STDOUT,
+                              stacks_dir=tmp)
+            outcome = tree.wait(budget)
+        written = Path(tmp) / "world_replay.json"
+        if written.exists():
+            report = json.loads(written.read_text(encoding="utf-8"))[0]
+            report["notes"].append(f"kernels replayed in a child process (exit {outcome.returncode})")
+            return report
+        tail = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-6:]
+    report = offline_report(directory, world)
+    why = f"ran past its {budget:.0f} s" if outcome.timed_out else f"ended with exit {outcome.returncode}"
+    report["findings"].append(f"REPLAY ABORTED: the kernel replay process {why} before it wrote its report; "
+                              f"its last lines: {' | '.join(line.strip() for line in tail)[:800]}")
+    return report
 
 
 def run_bundle_replay(bundle: str, *, impl: str | None = None, launcher: str = "auto",
@@ -202,7 +289,9 @@ def run_bundle_replay(bundle: str, *, impl: str | None = None, launcher: str = "
         print(f"replay: --launcher {launcher}: a recorded world replays in one process (auto or virtual)")
         return 2
     try:
-        reports = [replay_one(path, impl or "golden", deadline or DEFAULT_DEADLINE_S)
+        impl, deadline = impl or "golden", deadline or DEFAULT_DEADLINE_S
+        isolate = impl == "kernel" and not os.environ.get(CHILD_VAR)
+        reports = [replay_isolated(path, deadline) if isolate else replay_one(path, impl, deadline)
                    for path in recordings_under(bundle)]
     except (BundleError, NotAvailable, ValueError, TypeError) as exc:
         print(f"replay --bundle: {type(exc).__name__}: {exc}")

@@ -245,6 +245,15 @@ class DiagRecord:
         return report
 
 
+def record_of(system: object) -> "DiagRecord | None":
+    """The kernel diagnostic record a system keeps (its ``diag_record`` or ``diag`` attribute), or None."""
+    for name in ("diag_record", "diag"):
+        record = getattr(system, name, None)
+        if record is not None and callable(getattr(record, "read", None)):
+            return record
+    return None
+
+
 def load_dump(path: str | os.PathLike) -> DiagReport | None:
     """The report of a JSON file written by ``DiagRecord.dump`` (None when nothing was committed)."""
     with open(path) as fh:

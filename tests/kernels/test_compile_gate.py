@@ -129,6 +129,27 @@ def test_gate_compiles_markov_subset(arch, capsys, tmp_path):
     assert "markov.step[b1024,n8,vec,cap,full,pdl]" in text
 
 
+def test_ptx_dir_keeps_each_variants_ptx_for_a_diff(tmp_path, capsys):
+    """``--ptx-dir``: one PTX file per variant, the same bits on a second compile (so ``diff -r`` of two trees
+    shows only real changes), and the sampler's streamed tiles prefetched into the L2."""
+    from kernels.markov import sharded
+
+    registry = [("kernels.markov.sharded", sharded.compile_variants)]
+    only = r"^markov_sharded\.sample\[s8,bfloat16/bfloat16\]$"
+    status = compile_gate.main(["--arch", "sm_90a", "--filter", only, "--quiet", "--ptx-dir", str(tmp_path / "a")],
+                               registry=registry)
+    assert status == 0, capsys.readouterr().out
+    second = subprocess.run([sys.executable, "-m", "harness", "compile", "--arch", "sm_90a", "--filter", only,
+                             "--quiet", "--ptx-dir", str(tmp_path / "b")], cwd=ROOT, capture_output=True, text=True,
+                            timeout=600)
+    assert second.returncode == 0, second.stdout + second.stderr
+    [path] = sorted((tmp_path / "a" / "sm_90a").iterdir())
+    assert path.name == "markov_sharded.sample_s8,bfloat16_bfloat16_.ptx"
+    text = path.read_text()
+    assert ".entry" in text and "cp.async.bulk.prefetch.L2.global" in text
+    assert subprocess.run(["diff", "-r", str(tmp_path / "a"), str(tmp_path / "b")]).returncode == 0
+
+
 def _fake_thunk(report: str, fail: bool = False):
     """A variant thunk that 'compiles' by printing a ptxas report on fd 2."""
 

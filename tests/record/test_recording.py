@@ -192,3 +192,62 @@ def test_a_recorded_disagreement_names_rank_launch_and_field(tmp_path, capsys):
     assert "rank 1 deviates at launch 1: rows: rank 1 1, rank 0 8" in out, out
     assert "rank 1 passed launch 0's call again at launch 1" in out
     assert yaml.safe_load((tmp_path / "rank1.yaml").read_text())["launches"] == [0, 1, 2]
+
+
+def _recorded_disagreement(directory: Path) -> None:
+    """A two-rank sharded-sampler recording in ``directory`` whose rank 1 passes call 0 again at launch 1."""
+    from golden.comm import run_ranks
+    from harness.families import adapter, catalog
+
+    [case] = catalog.select(catalog.discover(), family="markov_sharded", names=["basic"])
+    static, config, launches = catalog.plan(catalog.load(case.path), 2, 0)
+
+    def rank_body(comm):
+        """Record this rank's two calls; rank 1 repeats call 0."""
+        system = adapter("markov_sharded").make_system("golden", comm, static, config)
+        with rankcheck.recording(system, directory, family="markov_sharded", config=config, static=static,
+                                 rank=comm.rank, world=2) as recorder:
+            for index in ([0, 0] if comm.rank == 1 else [0, 1]):
+                recorder.launch(launches[index].call_inputs, launches[index].call_params)
+
+    try:
+        run_ranks(2, rank_body, timeout_s=20)
+    except RuntimeError:
+        pass
+
+
+@pytest.mark.parametrize("child", ["crash", "report"])
+def test_a_kernel_replay_runs_in_a_child_whose_death_keeps_the_findings(tmp_path, monkeypatch, child):
+    """``--impl kernel`` replays in a child process: one that dies (a trap) still leaves the recording's findings
+    and a REPLAY ABORTED line; one that writes its report is believed. Real processes; the child is a stand-in."""
+    from harness import world_replay
+    from harness.families import adapter
+
+    _recorded_disagreement(tmp_path)
+    monkeypatch.setattr(type(adapter("markov_sharded")), "check_available", lambda self, impl: None)
+    script = {
+        "crash": "import os, sys; print('CUDA error: unspecified launch failure', flush=True); os.abort()",
+        "report": ("import json, sys; d = sys.argv[1]; json.dump([{'recording': 'r', 'family': 'markov_sharded', "
+                   "'findings': ['REPLAY FAILED: rank 0 at launch 1: kernel record: rank 0 launch 1: wait timed out'], "
+                   "'notes': []}], open(d + '/world_replay.json', 'w'))"),
+    }[child]
+    monkeypatch.setattr(world_replay, "child_argv", lambda directory, deadline_s, run_dir: [sys.executable, "-c", script, run_dir])
+    [report] = [world_replay.replay_isolated(tmp_path, 5.0)]
+    text = "\n".join(report["findings"])
+    if child == "crash":
+        assert "rank 1 deviates at launch 1" in text, text
+        assert "REPLAY ABORTED: the kernel replay process ended with exit -6" in text, text
+        assert "unspecified launch failure" in text
+    else:
+        assert report["findings"] == ["REPLAY FAILED: rank 0 at launch 1: kernel record: rank 0 launch 1: wait timed out"]
+        assert report["notes"] == ["kernels replayed in a child process (exit 0)"]
+
+
+def test_a_kernel_replay_without_a_gpu_is_refused_before_any_process(tmp_path, capsys):
+    """No CUDA here: ``--impl kernel`` exits 2 and names why, instead of a child that cannot replay."""
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    _recorded_disagreement(tmp_path)
+    code = cli_main(["replay", "--bundle", str(tmp_path), "--impl", "kernel"])
+    out = capsys.readouterr().out
+    assert code == 2 and "NotAvailable" in out, out
