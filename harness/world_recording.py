@@ -71,7 +71,8 @@ class RankRecord:
         ended = str(self.entry.get("ended"))
         last = self.entry.get("last_write")
         if ended != RUNNING:
-            return ended
+            # an exception's first line names it; CUDA's errors append lines of advice
+            return next((line.strip() for line in ended.splitlines() if line.strip()), ended)
         if not isinstance(last, dict):
             return "killed or crashed: no call written"
         what = "its outputs" if last.get("outputs") else "its inputs, it had not returned"

@@ -117,7 +117,7 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
                 outputs = {k: v.cpu() for k, v in
                            _snapshot(system.launch(inputs, params), f"rank {rank} launch {launch} outputs").items()}
             except Exception as exc:  # noqa: BLE001 - reported with the rank and launch
-                done["error"] = f"{type(exc).__name__}: {str(exc)[:400]}{kernel_record_text(system)}"
+                done["error"] = f"{type(exc).__name__}: {first_line(exc)[:400]}{kernel_record_text(system)}"
                 return done
             outputs.update(state_tensors(system.state()))
             done["produced"][launch] = outputs
@@ -126,6 +126,11 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
 
     return run_world(world.family, impl, world.world, first.bundle.recorded_static(), configs[0], body,
                      timeout_s=deadline_s, rank_configs=configs)
+
+
+def first_line(error: BaseException) -> str:
+    """The first non-empty line of ``error``'s message (CUDA's errors append lines of advice)."""
+    return next((line.strip() for line in str(error).splitlines() if line.strip()), "")
 
 
 def kernel_record_text(system: Any) -> str:
@@ -211,7 +216,11 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
     start = replay_start(world)
     configured = [rank_config(world, r, start, notes) for r in range(world.world)]
     configs, counters = [c for c, _ in configured], [k for _, k in configured]
-    results = replay_calls(world, impl, deadline_s, start, configs)
+    try:
+        results = replay_calls(world, impl, deadline_s, start, configs)
+    except Exception as exc:  # noqa: BLE001 - the world itself failed (its teardown after a trap): say so, keep the rest
+        findings.append(f"REPLAY FAILED: the replayed world ended with {type(exc).__name__}: {first_line(exc)[:300]}")
+        return report | {"impl": impl}
     for record, result in zip(world.ranks, results):
         if result["error"] is not None:
             findings.append(f"REPLAY FAILED: rank {record.rank} at launch {result['at']}: {result['error']}")
@@ -221,7 +230,7 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
         golden, compared = compare_with_golden(world, results, configs)
         findings += golden
     except Exception as exc:  # noqa: BLE001 - after a kernel trap the device is gone; the findings so far stand
-        findings.append(f"COMPARE FAILED: {type(exc).__name__}: {str(exc)[:300]}")
+        findings.append(f"COMPARE FAILED: {type(exc).__name__}: {first_line(exc)[:300]}")
     replayed = sum(len(r["produced"]) for r in results)
     notes.append(f"replayed from launch {start} with impl {impl}: {replayed} calls completed over "
                  f"{world.world} ranks; {compared} compared with the golden reference")

@@ -176,26 +176,6 @@ def ld_global_cg(address: Int64, nbytes: int, predicate: Int32, *, loc=None, ip=
 
 
 @dsl_user_op
-def prefetch_l2_bulk(address: Int64, nbytes: int, predicate: Int32, *, loc=None, ip=None) -> None:
-    """``cp.async.bulk.prefetch.L2.global``: start bringing ``nbytes`` (a
-    multiple of 16, 16-byte aligned) at ``address`` into the L2 without
-    waiting and without registers for the data; where ``predicate`` is 0,
-    nothing. A hint: it changes no value any load returns."""
-    if nbytes <= 0 or nbytes % 16:
-        raise ValueError(f"prefetch_l2_bulk: nbytes must be a positive multiple of 16, got {nbytes}")
-    _asm(
-        None,
-        _ir((Int64(address), Int32(predicate)), loc, ip),
-        "{\n\t.reg .pred p;\n\tsetp.ne.s32 p, $1, 0;\n\t"
-        f"@p cp.async.bulk.prefetch.L2.global [$0], {int(nbytes)};\n\t}}",
-        "l,r",
-        True,
-        loc,
-        ip,
-    )
-
-
-@dsl_user_op
 def ld_global_nc_b64(address: Int64, predicate: Int32, *, loc=None, ip=None) -> Int64:
     """``ld.global.nc.b64`` of an int64 input written before the kernel (0 off
     the predicate)."""

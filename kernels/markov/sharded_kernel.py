@@ -12,11 +12,7 @@ CTA is 16 warps (512 threads, one CTA per SM: the register file is full);
 warp w of CTA c keeps head tile ``c * 16 + w`` (16 rows x 256 BF16) in
 registers for the whole launch (lane ``4 g + t`` holds rows g and g + 8,
 16 bytes at k = 32 chunk + 8 t of each of the 8 chunks); tiles beyond one per
-warp (small grids) are streamed every step, one chunk per lane in flight. So
-that DRAM is not left waiting on those few loads, lane 0 issues
-``cp.async.bulk.prefetch.L2`` of the warp's next tile (8192 contiguous
-bytes) as the warp starts each tile, the resident one included: the streamed
-loads then find their tile in the L2. The eight request rows'
+warp (small grids) are streamed from L2 every step. The eight request rows'
 embeddings sit in shared memory (``[8][256]`` BF16) and are the eight
 columns of ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate): MMA ``2 chunk +
 h`` covers k = ``{32 chunk + 8 t + 4 h + j}``, chained in that order from a
@@ -647,11 +643,6 @@ class ShardedMarkovSample(KernelVariant):
             # One epilogue for every tile: the resident one (first) from
             # registers, tiles beyond one per warp (small grids) from L2.
             for tile in cutlass.range(first_tile, tiles, ctas * WARPS, unroll=1):
-                # The warp's next streamed tile heads for the L2 while this one is scored: the streamed
-                # loads keep one chunk in flight per lane (registers), which alone leaves DRAM half idle.
-                ahead = tile + ctas * WARPS
-                ptx.prefetch_l2_bulk(head_shard + Int64(ahead * TILE_ROWS) * ROW_BYTES, TILE_ROWS * ROW_BYTES,
-                                     Int32(lane == 0) & Int32(ahead < tiles))
                 if tile == first_tile:
                     resident_acc = _tile_bias(lambda c: (resident_lo[c], resident_hi[c]), embedding_row)
                     for j in cutlass.range_constexpr(4):

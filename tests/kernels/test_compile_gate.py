@@ -131,7 +131,7 @@ def test_gate_compiles_markov_subset(arch, capsys, tmp_path):
 
 def test_ptx_dir_keeps_each_variants_ptx_for_a_diff(tmp_path, capsys):
     """``--ptx-dir``: one PTX file per variant, the same bits on a second compile (so ``diff -r`` of two trees
-    shows only real changes), and the sampler's streamed tiles prefetched into the L2."""
+    shows only real changes), holding the kernel's tensor-core MMAs."""
     from kernels.markov import sharded
 
     registry = [("kernels.markov.sharded", sharded.compile_variants)]
@@ -146,7 +146,7 @@ def test_ptx_dir_keeps_each_variants_ptx_for_a_diff(tmp_path, capsys):
     [path] = sorted((tmp_path / "a" / "sm_90a").iterdir())
     assert path.name == "markov_sharded.sample_s8,bfloat16_bfloat16_.ptx"
     text = path.read_text()
-    assert ".entry" in text and "cp.async.bulk.prefetch.L2.global" in text
+    assert ".entry" in text and "mma.sync.aligned.m16n8k16" in text
     assert subprocess.run(["diff", "-r", str(tmp_path / "a"), str(tmp_path / "b")]).returncode == 0
 
 

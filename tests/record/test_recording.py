@@ -251,3 +251,26 @@ def test_a_kernel_replay_without_a_gpu_is_refused_before_any_process(tmp_path, c
     code = cli_main(["replay", "--bundle", str(tmp_path), "--impl", "kernel"])
     out = capsys.readouterr().out
     assert code == 2 and "NotAvailable" in out, out
+
+
+def test_a_world_that_fails_as_a_whole_keeps_the_recordings_findings(tmp_path, monkeypatch):
+    """A replayed world that raises outside any call (its teardown after a kernel trap) is a finding in one
+    line; the disagreement the recording shows is still reported, and an exception's advice lines are cut."""
+    import harness.record
+    from harness import world_replay
+
+    _recorded_disagreement(tmp_path)
+    entry = yaml.safe_load((tmp_path / "rank0.yaml").read_text())
+    entry["ended"] = "exception: AcceleratorError: CUDA error: unspecified launch failure\nSearch for it\n"
+    (tmp_path / "rank0.yaml").write_text(yaml.safe_dump(entry))
+
+    def failing_world(*args, **kwargs):
+        raise RuntimeError("torn down after a trap\nCUDA kernel errors might be asynchronously reported")
+
+    monkeypatch.setattr(harness.record, "run_world", failing_world)
+    report = world_replay.replay_one(tmp_path, "golden", 5.0)
+    text = "\n".join(report["findings"])
+    assert "rank 1 deviates at launch 1" in text, text
+    assert "REPLAY FAILED: the replayed world ended with RuntimeError: torn down after a trap" in text
+    assert "RANK ENDED: rank 0: exception: AcceleratorError: CUDA error: unspecified launch failure" in text
+    assert "asynchronously" not in text and "Search for it" not in text
