@@ -136,6 +136,8 @@ class Outcome:
     elapsed_s: float
     leftovers: list[int] = field(default_factory=list)
     groups: list[int] = field(default_factory=list)
+    # where the end went, in seconds: until the wait decided, asking for stacks, ending the tree
+    ending: dict[str, float] = field(default_factory=dict)
 
 
 class TreesEnded(KeyboardInterrupt):
@@ -268,6 +270,7 @@ class Supervised:
         self.grace_s = grace_s
         self.stacks_dir = stacks_dir
         self.proc: subprocess.Popen | None = None
+        self.spare: str | None = None  # a standby spare handed a job: "ready" or "starting" at the hand-over
         self._seen_groups: set[int] = set()
         child_env = dict(os.environ if env is None else env)
         child_env[TOKEN_VAR] = " ".join(filter(None, [child_env.get(TOKEN_VAR), self.token]))
@@ -309,17 +312,22 @@ class Supervised:
                     timed_out = True
                     break
                 time.sleep(interval_s)
+            decided = time.monotonic()
             if timed_out and self.stacks_dir is not None:
                 request_stacks(processes_with_token(self.token), self.stacks_dir)
         except BaseException:
             # interrupted (Ctrl-C, an error in poll): nothing started here may outlive the harness
             self.end_all()
             raise
+        asked = time.monotonic()
         leftovers = self.end_all()
         if _ending:
             raise TreesEnded("the harness was interrupted; this process tree was ended")
-        return Outcome(self.proc.returncode, timed_out, time.monotonic() - self.started, leftovers,
-                       sorted(self._seen_groups))
+        ended = time.monotonic()
+        ending = {"decided_s": round(decided - self.started, 3), "stacks_s": round(asked - decided, 3),
+                  "end_s": round(ended - asked, 3)}
+        return Outcome(self.proc.returncode, timed_out, ended - self.started, leftovers,
+                       sorted(self._seen_groups), ending)
 
     def end_all(self) -> list[int]:
         """SIGTERM every group of the tree, SIGKILL after the grace period; return pids still alive."""

@@ -44,8 +44,11 @@ after the budgets). A node whose group hangs thus costs the job about its
 deadline, not torchrun's 300 s; the next job meets at the endpoint's port
 plus its job number (``Rendezvous.job_endpoint``), in a store of its own.
 
-Each job leaves ``timing/job<i>[.node<k>].json``: its start, end, how it
-ended and when each verdict was given (``harness.scale`` reads it).
+Each job leaves ``timing/job<i>[.node<k>].json``: its start, whether a
+standby spare ran it (``ready`` or still ``starting`` when handed the job),
+its end, how it ended and where the end went (``ending``: seconds until the
+wait decided, asking for stacks, ending the tree), and when each verdict was
+given (``harness.scale`` reads it).
 """
 
 from __future__ import annotations
@@ -278,7 +281,7 @@ class JobRunner:
                          f"torchrun's exit barrier until every node was done with the job (or their cases' time "
                          f"was up), and was ended")
         still = self._after_job(pending, runs, outcome, world, tp)
-        self._write_timing(outcome, world, tp)
+        self._write_timing(outcome, world, tp, sup.spare)
         return still
 
     def _leave_job_store(self, outcome, clock: JobClock, nodes_done: NodesDone, held: Any) -> None:
@@ -400,12 +403,14 @@ class JobRunner:
                                    "expired": run.expired})
         self.on_result(verdict)
 
-    def _write_timing(self, outcome, world: int, tp: int) -> None:
-        """Write the job's timeline beside its job file: start, end, how it ended, and when each verdict was given."""
+    def _write_timing(self, outcome, world: int, tp: int, spare: str | None) -> None:
+        """Write the job's timeline beside its job file: start, its process (a spare?), end, how it ended and
+        where the end went, and when each verdict was given."""
         s = self.settings
         doc = {"job": self.job_index, "node": s.rendezvous.node_rank, "world": world, "tp": tp,
-               "started": self.job_started_wall, "ended": time.time(), "returncode": outcome.returncode,
-               "timed_out": outcome.timed_out, "verdicts": self.verdict_times}
+               "started": self.job_started_wall, "spare": spare, "ended": time.time(),
+               "returncode": outcome.returncode, "timed_out": outcome.timed_out, "ending": outcome.ending,
+               "verdicts": self.verdict_times}
         path = job_timing_path(s, self.job_index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")

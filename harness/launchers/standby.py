@@ -132,6 +132,7 @@ class StandbyPool:
             return None
         sup, handoff = spare
         atomic_write(handoff, json.dumps({"job": job, "virtual": virtual, "log": str(log_path)}))
+        sup.spare = "ready" if _ready(handoff) else "starting"
         sup.started = time.monotonic()  # the job's deadline counts from its hand-over
         with self._lock:
             self.handed += 1

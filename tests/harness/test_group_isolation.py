@@ -99,6 +99,8 @@ def test_a_hang_in_one_group_leaves_the_other_groups_verdict_given_at_once_and_k
     timing = json.loads((tmp_path / "run" / "timing" / "job0.json").read_text())
     assert [(v["group"], v["status"], bool(v["expired"])) for v in timing["verdicts"]] == [
         (0, "pass", False), (1, "timeout", True)]
+    assert timing["timed_out"] and timing["spare"] is None  # no standby pool here: the job started its own process
+    assert set(timing["ending"]) == {"decided_s", "stacks_s", "end_s"} and timing["ending"]["decided_s"] > 0
 
 
 def test_a_crash_in_one_group_is_judged_there_and_the_group_it_cut_short_runs_again_alone(tmp_path):

@@ -41,6 +41,8 @@ def test_virtual_jobs_run_in_spares_with_fresh_verdicts_and_nothing_left(tmp_pat
     assert len(handoffs) == len(jobs) >= 3  # every job went to a spare of its own
     handed = [json.loads(h.read_text())["job"] for h in handoffs]
     assert sorted(handed) == sorted(map(str, jobs))
+    timings = [json.loads(p.read_text()) for p in (tmp_path / "timing").glob("job*.json")]
+    assert len(timings) == len(jobs) and all(t["spare"] in ("ready", "starting") for t in timings), timings
     ranks = [json.loads(p.read_text()) for p in (tmp_path / "cases").glob("*/w*/rank*.result.json")]
     marks = [r["startup"] for r in ranks if r.get("startup")]
     assert marks and all(m["handed"] >= max(m["job"], m["preloaded"]) for m in marks)

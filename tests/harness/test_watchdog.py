@@ -86,6 +86,19 @@ def test_poll_can_end_a_run_early():
     assert outcome.timed_out and outcome.elapsed_s < 10 and not group_alive(sup.proc.pid)
 
 
+def test_the_outcome_says_where_the_end_went():
+    """A child that ignores SIGTERM holds the end for the grace period: ``ending`` shows it, after the deadline."""
+    ignore = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+    sup = Supervised([sys.executable, "-c", ignore], stdout=subprocess.PIPE, grace_s=1.5)
+    assert sup.proc.stdout.readline() == b"up\n"  # the handler is in place before the deadline
+    outcome = sup.wait(1.0)
+    assert outcome.timed_out and set(outcome.ending) == {"decided_s", "stacks_s", "end_s"}
+    assert 1.0 <= outcome.ending["decided_s"] < 5.0
+    assert outcome.ending["stacks_s"] < 0.5  # no stacks directory: none asked for
+    assert 1.5 <= outcome.ending["end_s"] < 8.0, outcome.ending  # SIGTERM ignored: SIGKILL after the grace
+    assert outcome.elapsed_s >= outcome.ending["decided_s"] + outcome.ending["end_s"] - 0.01
+
+
 def test_clean_exit_is_reported():
     sup = Supervised([sys.executable, "-c", "raise SystemExit(3)"], stdout=subprocess.DEVNULL)
     outcome = sup.wait(30)
