@@ -55,6 +55,7 @@ from cutlass import Boolean, Float32, Int32, Int64, Uint32
 from kernels import ptx
 from kernels.variant import KernelVariant
 from kernels.allreduce import device
+from kernels.allreduce.arguments import TokenInputs, TokenOutputs, WaitDeadline
 from kernels.allreduce.layout import (
     ACTIVE,
     GENERATIONS,
@@ -152,8 +153,9 @@ class LamportMHCConsumer(KernelVariant):
     ) -> None:
         """Launch ``clusters`` clusters of ``cluster`` CTAs, programmatic dependent launch."""
         self.kernel(
-            mailbox, residual, post, comb, pre, weight, residual_out, norm_out, mx_values, mx_scales, state,
-            eps, timeout_ns, diag, rank, launch, m,
+            mailbox, TokenInputs(residual, post, comb, pre, weight),
+            TokenOutputs(residual_out, norm_out, mx_values, mx_scales), state, eps,
+            WaitDeadline(timeout_ns, diag, rank, launch), m,
         ).launch(
             grid=(clusters, self.cluster, 1),
             block=(self.threads, 1, 1),
@@ -197,26 +199,8 @@ class LamportMHCConsumer(KernelVariant):
         )
 
     @cute.kernel
-    def kernel(
-        self,
-        mailbox: Int64,
-        residual: Int64,
-        post: Int64,
-        comb: Int64,
-        pre: Int64,
-        weight: Int64,
-        residual_out: Int64,
-        norm_out: Int64,
-        mx_values: Int64,
-        mx_scales: Int64,
-        state: Int64,
-        eps: Float32,
-        timeout_ns: Int64,
-        diag: Int64,
-        rank: Int32,
-        launch: Int32,
-        m: Int32,
-    ):
+    def kernel(self, mailbox: Int64, inputs: TokenInputs, outputs: TokenOutputs, state: Int64, eps: Float32,
+               deadline: WaitDeadline, m: Int32):
         """Walk this cluster's tokens, then (LL) advance NEXT, release the dependents, zero padding scales."""
         tidx, _, _ = cute.arch.thread_idx()
         first_token, _, _ = cute.arch.block_idx()
@@ -230,7 +214,7 @@ class LamportMHCConsumer(KernelVariant):
         weights = []
         if cutlass.const_expr(self.output != "residual"):
             for trip in cutlass.range_constexpr(self.trips):
-                address = weight + Int64(fragments[trip]) * VEC * 2
+                address = inputs.weight + Int64(fragments[trip]) * VEC * 2
                 weights.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
 
         cute.arch.griddepcontrol_wait()
@@ -242,10 +226,8 @@ class LamportMHCConsumer(KernelVariant):
         token = first_token
         parity = Int32(0)
         while token < m:
-            self.consume_token(
-                token, parity, cta, tidx, fragments, valid, weights, generation, mailbox, residual, post, comb, pre,
-                residual_out, norm_out, mx_values, mx_scales, eps, timeout_ns, diag, rank, launch,
-            )
+            self.consume_token(token, parity, cta, tidx, fragments, valid, weights, generation, mailbox, inputs,
+                               outputs, eps, deadline)
             token = token + clusters
             parity = parity ^ Int32(1)
 
@@ -255,39 +237,34 @@ class LamportMHCConsumer(KernelVariant):
             ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32(advance))
         cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.output == "mxfp8"):
-            self.zero_padding_scales(m, first_token, cta, tidx, mx_scales)
+            self.zero_padding_scales(m, first_token, cta, tidx, outputs.mx_scales)
 
     @cute.jit
-    def consume_token(
-        self, token, parity, cta, tidx, fragments, valid, weights, generation, mailbox: Int64, residual: Int64,
-        post: Int64, comb: Int64, pre: Int64, residual_out: Int64, norm_out: Int64, mx_values: Int64,
-        mx_scales: Int64, eps: Float32, timeout_ns: Int64, diag: Int64, rank: Int32, launch: Int32,
-    ):
+    def consume_token(self, token, parity, cta, tidx, fragments, valid, weights, generation, mailbox: Int64,
+                      inputs: TokenInputs, outputs: TokenOutputs, eps: Float32, deadline: WaitDeadline):
         """Steps 1-7 for one token: poll, reduce, mix, collapse, scrub its slots, normalize."""
         hc = self.hc
         write_norm = self.output != "residual"
         generation64 = Int64(generation)
-        post_mix = [self.load_f32(post, Int64(token) * hc + j) for j in range(hc)]
-        comb_mix = [[self.load_f32(comb, (Int64(token) * hc + i) * hc + j) for j in range(hc)] for i in range(hc)]
+        post_mix = [self.load_f32(inputs.post, Int64(token) * hc + j) for j in range(hc)]
+        comb_mix = [[self.load_f32(inputs.comb, (Int64(token) * hc + i) * hc + j) for j in range(hc)] for i in range(hc)]
         pre_mix = []
         if cutlass.const_expr(write_norm):
-            pre_mix = [self.load_f32(pre, Int64(token) * hc + j) for j in range(hc)]
+            pre_mix = [self.load_f32(inputs.pre, Int64(token) * hc + j) for j in range(hc)]
 
         prenorm = []
         for trip in cutlass.range_constexpr(self.trips):
             element = Int64(fragments[trip]) * VEC
             streams = []
             for source in cutlass.range_constexpr(hc):
-                address = residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
+                address = inputs.residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
                 streams.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
             addresses = [
                 mailbox + self.slot_element(generation64, source, token, fragments[trip]) * 2
                 for source in range(self.sources)
             ]
             awaited = [token % self.tp] if self.reduced_input else list(range(self.tp))
-            words = device.poll_fragments(
-                addresses, awaited, valid[trip], timeout_ns, diag, rank, launch, Int32(token), generation
-            )
+            words = device.poll_fragments(addresses, awaited, valid[trip], deadline, Int32(token), generation)
             total = [Float32(0.0)] * VEC
             for source in cutlass.range_constexpr(self.sources):
                 values = device.bf16_words_to_f32(words[4 * source : 4 * source + 4])
@@ -303,7 +280,7 @@ class LamportMHCConsumer(KernelVariant):
                         mixed[e] = ptx.fma_rn_f32(streams[source][e], comb_mix[source][target], mixed[e])
                 mixed_values, mixed_words = device.round_to_bf16(mixed)
                 out_element = (Int64(token) * hc + target) * self.hidden + element
-                ptx.st_global(residual_out + out_element * 2, mixed_words, VEC_BYTES, Int32(valid[trip]))
+                ptx.st_global(outputs.residual_out + out_element * 2, mixed_words, VEC_BYTES, Int32(valid[trip]))
                 if cutlass.const_expr(write_norm):
                     for e in cutlass.range_constexpr(VEC):
                         collapse[e] = ptx.fma_rn_f32(mixed_values[e], pre_mix[target], collapse[e])
@@ -315,12 +292,11 @@ class LamportMHCConsumer(KernelVariant):
                 ptx.st_global(address, device.sentinel_fragment(), VEC_BYTES, Int32(valid[trip]))
 
         if cutlass.const_expr(write_norm):
-            self.normalize(prenorm, weights, fragments, valid, token, parity, cta, tidx, eps, norm_out, mx_values,
-                           mx_scales)
+            self.normalize(prenorm, weights, fragments, valid, token, parity, cta, tidx, eps, outputs)
 
     @cute.jit
     def normalize(self, prenorm, weights, fragments, valid, token, parity, cta, tidx, eps: Float32,
-                  norm_out: Int64, mx_values: Int64, mx_scales: Int64):
+                  outputs: TokenOutputs):
         """Steps 6-7: the cluster-wide sum of squares, the normalized output and its MXFP8."""
         lane = tidx % WARP
         warp = tidx // WARP
@@ -362,9 +338,10 @@ class LamportMHCConsumer(KernelVariant):
             ]
             normalized, normalized_words = device.round_to_bf16(scaled)
             element = Int64(token) * self.hidden + Int64(fragments[trip]) * VEC
-            ptx.st_global(norm_out + element * 2, normalized_words, VEC_BYTES, Int32(valid[trip]))
+            ptx.st_global(outputs.norm_out + element * 2, normalized_words, VEC_BYTES, Int32(valid[trip]))
             if cutlass.const_expr(self.output == "mxfp8"):
-                self.quantize(normalized, normalized_words, fragments[trip], valid[trip], token, mx_values, mx_scales)
+                self.quantize(normalized, normalized_words, fragments[trip], valid[trip], token, outputs.mx_values,
+                              outputs.mx_scales)
 
 
     @cute.jit

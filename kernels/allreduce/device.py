@@ -124,11 +124,12 @@ def ue8m0_round_up_instruction(value: Float32) -> Uint32:
 
 
 @cute.jit
-def poll_fragments(addresses, awaited_ranks, valid, timeout_ns: Int64, diag: Int64, rank: Int32, launch: Int32,
-                   step: Int32, generation: Uint32):
+def poll_fragments(addresses, awaited_ranks, valid, deadline, step: Int32, generation: Uint32):
     """Poll each 16-byte slot at ``addresses`` until none holds a sentinel half and
-    return their words (flat, four per slot); past ``timeout_ns`` (0: never), write
-    the diagnostic record naming the first slot's rank still empty and trap."""
+    return their words (flat, four per slot); past ``deadline.timeout_ns`` (0: never),
+    write the diagnostic record naming the first slot's rank still empty and trap
+    (``deadline``: ``kernels.allreduce.arguments.WaitDeadline``)."""
+    timeout_ns = deadline.timeout_ns
     words = [Uint32(0)] * (4 * len(addresses))
     start = ptx.globaltimer()
     pending = valid
@@ -146,6 +147,6 @@ def poll_fragments(addresses, awaited_ranks, valid, timeout_ns: Int64, diag: Int
                 for slot in cutlass.range_constexpr(len(addresses) - 1, -1, -1):
                     if has_sentinel(words[4 * slot : 4 * slot + 4]):
                         awaited = Int32(awaited_ranks[slot])
-                write_diag_and_trap(diag, rank, launch, step, awaited, generation, Uint32(SENTINEL_BITS),
-                                    Int32(WaitKind.LAMPORT_SLOT), elapsed, timeout_ns)
+                write_diag_and_trap(deadline.diag, deadline.rank, deadline.launch, step, awaited, generation,
+                                    Uint32(SENTINEL_BITS), Int32(WaitKind.LAMPORT_SLOT), elapsed, timeout_ns)
     return words

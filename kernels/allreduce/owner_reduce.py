@@ -32,6 +32,7 @@ from cutlass import Float32, Int32, Int64, Uint32
 from kernels import ptx
 from kernels.variant import KernelVariant
 from kernels.allreduce import device
+from kernels.allreduce.arguments import WaitDeadline
 from kernels.allreduce.layout import (
     ACTIVE,
     GENERATIONS,
@@ -83,7 +84,7 @@ class OwnerReduceKernel(KernelVariant):
         stream: cuda.CUstream,
     ) -> None:
         """Launch the owner reduce on ``ctas`` CTAs, programmatic dependent launch."""
-        self.kernel(mailbox, state, target, timeout_ns, diag, rank, launch, m).launch(
+        self.kernel(mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m).launch(
             grid=(ctas, 1, 1),
             block=(self.threads, 1, 1),
             stream=stream,
@@ -100,8 +101,7 @@ class OwnerReduceKernel(KernelVariant):
         return (slot * self.hidden + Int64(fragment) * VEC) * 2
 
     @cute.kernel
-    def kernel(self, mailbox: Int64, state: Int64, target: Int64, timeout_ns: Int64, diag: Int64, rank: Int32,
-               launch: Int32, m: Int32):
+    def kernel(self, mailbox: Int64, state: Int64, target: Int64, deadline: WaitDeadline, m: Int32):
         """Walk this owner's fragments, then advance NEXT and release the dependents."""
         block, _, _ = cute.arch.block_idx()
         ctas, _, _ = cute.arch.grid_dim()
@@ -117,7 +117,7 @@ class OwnerReduceKernel(KernelVariant):
         # stay resident) walks it.
         work = block
         while work < work_items:
-            self.reduce_fragment(work, tidx, generation, mailbox, target, peers, timeout_ns, diag, rank, launch, m)
+            self.reduce_fragment(work, tidx, generation, mailbox, target, peers, deadline, m)
             work = work + ctas
 
         next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
@@ -126,20 +126,18 @@ class OwnerReduceKernel(KernelVariant):
         cute.arch.griddepcontrol_launch_dependents()
 
     @cute.jit
-    def reduce_fragment(self, work, tidx, generation, mailbox: Int64, target: Int64, peers, timeout_ns: Int64,
-                        diag: Int64, rank: Int32, launch: Int32, m: Int32):
+    def reduce_fragment(self, work, tidx, generation, mailbox: Int64, target: Int64, peers, deadline: WaitDeadline,
+                        m: Int32):
         """One fragment of one owned token: poll every source, sum in rank order, fan out, scrub the slots."""
         local = work // self.ctas_per_token
         fragment = (work % self.ctas_per_token) * self.threads + tidx
-        token = local * self.tp + rank
+        token = local * self.tp + deadline.rank
         active = (token < m) & (fragment < self.fragments)
         generation64 = Int64(generation)
         addresses = [
             mailbox + self.slot_byte_offset(generation64, source, local, fragment) for source in range(self.tp)
         ]
-        words = device.poll_fragments(
-            addresses, list(range(self.tp)), active, timeout_ns, diag, rank, launch, Int32(token), generation
-        )
+        words = device.poll_fragments(addresses, list(range(self.tp)), active, deadline, Int32(token), generation)
         total = [Float32(0.0)] * VEC
         for source in cutlass.range_constexpr(self.tp):
             values = device.bf16_words_to_f32(words[4 * source : 4 * source + 4])

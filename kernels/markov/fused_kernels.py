@@ -22,6 +22,7 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.markov.arguments import BlockResults, LogitTransform, Rows, Winner
 from kernels.markov.fused_layout import (
     BIG_INDEX,
     BLOCK_SIZES,
@@ -204,18 +205,16 @@ class StepKernel(KernelVariant):
         vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32, rows: Int32, stream: cuda.CUstream,
     ) -> None:
         self.kernel(
-            base, base_s0, bias, bias_s0, cache, cache_s0, idx_map, idx_map_s0, pos, pos_s0, seeds,
-            temperature, max_reqs, block_argmax, block_max, arrivals, tokens, tokens_s0, w1, emb, packets,
-            col, width, vocab_offset, mult, inv_cap, cap,
+            Rows(base, base_s0), Rows(bias, bias_s0), Rows(cache, cache_s0), Rows(idx_map, idx_map_s0),
+            Rows(pos, pos_s0), seeds, temperature, max_reqs, BlockResults(block_argmax, block_max, arrivals),
+            Winner(tokens, tokens_s0, w1, emb, packets), col, width, vocab_offset, LogitTransform(mult, inv_cap, cap),
         ).launch(grid=(rows, self.blocks, 1), block=(THREADS, 1, 1), stream=stream, use_pdl=self.pdl)
 
     @cute.kernel
     def kernel(
-        self, base: Int64, base_s0: Int64, bias: Int64, bias_s0: Int64, cache: Int64, cache_s0: Int64,
-        idx_map: Int64, idx_map_s0: Int64, pos: Int64, pos_s0: Int64, seeds: Int64, temperature: Int64,
-        max_reqs: Int64, block_argmax: Int64, block_max: Int64, arrivals: Int64, tokens: Int64,
-        tokens_s0: Int64, w1: Int64, emb: Int64, packets: Int64, col: Int32, width: Int32,
-        vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32,
+        self, base: Rows, bias: Rows, cache: Rows, idx_map: Rows, pos: Rows, seeds: Int64, temperature: Int64,
+        max_reqs: Int64, results: BlockResults, winner: Winner, col: Int32, width: Int32, vocab_offset: Int32,
+        transform: LogitTransform,
     ) -> None:
         block, per_thread = self.block, self.per_thread
         if const_expr(self.stamps):
@@ -245,9 +244,9 @@ class StepKernel(KernelVariant):
             offset.append(Int64(local) * 2)
 
         # Inputs written before the loop: read while the GEMV may still run.
-        a_bits = _load_bf16(base + row * base_s0 * 2, offset, mask, self.vector, True)
-        req = ptx.ld_global_nc_b64(idx_map + row * idx_map_s0 * 8, Int32(1))
-        position = ptx.ld_global_nc_b64(pos + row * pos_s0 * 8, Int32(1)) - 1
+        a_bits = _load_bf16(base.address + row * base.row_stride * 2, offset, mask, self.vector, True)
+        req = ptx.ld_global_nc_b64(idx_map.address + row * idx_map.row_stride * 8, Int32(1))
+        position = ptx.ld_global_nc_b64(pos.address + row * pos.row_stride * 8, Int32(1)) - 1
         # A request index outside [0, max_reqs) is padding (the host rejects
         # such indices before launch; this keeps a graph replay in bounds).
         valid = Int32((req >= 0) & (req < max_reqs))
@@ -258,20 +257,20 @@ class StepKernel(KernelVariant):
             cute.arch.griddepcontrol_wait()
         if const_expr(self.stamps):
             # Stored after the wait: before it a PDL grid stores nothing.
-            self._stamp(block_argmax, col, "between", entered)
-            self._stamp(block_argmax, col, "ready", ptx.globaltimer())
-        b_bits = _load_bf16(bias + row * bias_s0 * 2, offset, mask, self.vector, False)
+            self._stamp(results.block_argmax, col, "between", entered)
+            self._stamp(results.block_argmax, col, "ready", ptx.globaltimer())
+        b_bits = _load_bf16(bias.address + row * bias.row_stride * 2, offset, mask, self.vector, False)
 
         values, cache_bits, stores = [], [], []
         for k in cutlass.range_constexpr(per_thread):
-            bits, logit = ptx.output_logit(a_bits[k], b_bits[k], mult, inv_cap, cap, mask[k], self.has_cap)
+            bits, logit = ptx.output_logit(a_bits[k], b_bits[k], *transform, mask[k], self.has_cap)
             values.append(logit)
             cache_bits.append(bits)
             stores.append(mask[k] if const_expr(self.sharded) else mask[k] & valid)
         if const_expr(self.sharded):
-            cache_row = cache + row * cache_s0 * 2
+            cache_row = cache.address + row * cache.row_stride * 2
         else:
-            cache_row = cache + req * cache_s0 * 2
+            cache_row = cache.address + req * cache.row_stride * 2
         _store_bf16(cache_row, offset, stores, cache_bits, self.vector)
 
         # Gumbel keys: step seed = seed ^ (col << 32), salted position.
@@ -293,34 +292,34 @@ class StepKernel(KernelVariant):
         ptx.st_shared_b32(warp_indices + warp * 4, Uint32(idx))
         cute.arch.barrier()
         if const_expr(self.stamps):
-            self._stamp(block_argmax, col, "scored", ptx.globaltimer())
+            self._stamp(results.block_argmax, col, "scored", ptx.globaltimer())
         value = ptx.f32_from_bits(ptx.ld_shared_b32(warp_values + (tidx % 4) * 4))
         idx = Int32(ptx.ld_shared_b32(warp_indices + (tidx % 4) * 4))
         value, idx = _warp_argmax(value, idx, 2)
         slot = row * self.blocks + Int64(blk)
         first_thread = Int32(tidx == 0)
-        ptx.st_global_b64(block_argmax + slot * 8, Int64(vocab_offset + blk * block + idx), first_thread)
-        ptx.st_global(block_max + slot * 4, [ptx.f32_bits(value)], 4, first_thread)
+        ptx.st_global_b64(results.block_argmax + slot * 8, Int64(vocab_offset + blk * block + idx), first_thread)
+        ptx.st_global(results.block_max + slot * 4, [ptx.f32_bits(value)], 4, first_thread)
 
         # Release this CTA's result; the CTA completing the row's count for
         # this step acquires all of them.
         cute.arch.barrier()
         if tidx == 0:
-            ticket = ptx.atom_add_u32(arrivals + row * 4, Uint32(1), "acq_rel", "gpu")
+            ticket = ptx.atom_add_u32(results.arrivals + row * 4, Uint32(1), "acq_rel", "gpu")
             ptx.st_shared_b32(ticket_word, ticket)
         cute.arch.barrier()
         if const_expr(self.stamps):
-            self._stamp(block_argmax, col, "arrived", ptx.globaltimer())
+            self._stamp(results.block_argmax, col, "arrived", ptx.globaltimer())
         arrival = Int32(ptx.ld_shared_b32(ticket_word))
         if ((arrival + 1) % self.blocks == 0) & (warp < self.finish_warps):
-            self._finish(tidx, warp_values, warp_indices, row, block_argmax, block_max, tokens, tokens_s0, w1, emb, packets)
+            self._finish(tidx, warp_values, warp_indices, row, results, winner)
         if const_expr(self.stamps):
-            self._stamp(block_argmax, col, "finish", ptx.globaltimer())
+            self._stamp(results.block_argmax, col, "finish", ptx.globaltimer())
 
     @cute.jit
     def _finish(
-        self, tidx: Int32, warp_values: Int32, warp_indices: Int32, row: Int64, block_argmax: Int64,
-        block_max: Int64, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64, packets: Int64,
+        self, tidx: Int32, warp_values: Int32, warp_indices: Int32, row: Int64, results: BlockResults,
+        winner: Winner,
     ) -> None:
         """The row's last CTA (its first ``finish_warps`` warps): the winner
         over the blocks' (score, global id) results, then the token and next
@@ -335,8 +334,10 @@ class StepKernel(KernelVariant):
                 present = Int32(1)
             else:
                 present = Int32(which < blocks)
-            bits = ptx.ld_volatile_b32_or(block_max + (first + Int64(which)) * 4, present, Uint32(NEG_INF_BITS))
-            gid = ptx.ld_volatile_b32_or(block_argmax + (first + Int64(which)) * 8, present, Uint32(BIG_INDEX))
+            bits = ptx.ld_volatile_b32_or(results.block_max + (first + Int64(which)) * 4, present,
+                                          Uint32(NEG_INF_BITS))
+            gid = ptx.ld_volatile_b32_or(results.block_argmax + (first + Int64(which)) * 8, present,
+                                         Uint32(BIG_INDEX))
             got.append((ptx.f32_from_bits(bits), Int32(gid)))
         best_v, best_id = _tree_argmax(got, ptx.argmax_combine_in_order)
         best_v, best_id = _warp_argmax(best_v, best_id, WARP // 2)
@@ -354,13 +355,13 @@ class StepKernel(KernelVariant):
         first_thread = Int32(tidx == 0)
         if const_expr(self.sharded):
             words = [ptx.f32_bits(best_v), Uint32(best_id), Uint32(0), Uint32(0)]
-            ptx.st_global(packets + row * 16, words, 16, first_thread)
+            ptx.st_global(winner.packets + row * 16, words, 16, first_thread)
         else:
             token = Int64(best_id)
-            ptx.st_global_b64(tokens + row * tokens_s0 * 8, token, first_thread)
+            ptx.st_global_b64(winner.tokens + row * winner.tokens_stride * 8, token, first_thread)
             _copy_row(
-                w1 + ptx.min_u64(token, self.w1_rows - 1) * self.row_bytes,
-                emb + row * self.row_bytes, tidx, threads, self.row_bytes, self.chunk,
+                winner.w1 + ptx.min_u64(token, self.w1_rows - 1) * self.row_bytes,
+                winner.emb + row * self.row_bytes, tidx, threads, self.row_bytes, self.chunk,
             )
 
 

@@ -115,6 +115,7 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
+from kernels.markov.arguments import BaseLogits, LogitsCache, Rows
 from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.markov.sharded_layout import (
@@ -305,10 +306,10 @@ class ShardedMarkovSample(KernelVariant):
     ):
         """Launch the chain as a grid of ``ctas`` CTAs of 512 threads (cooperative unless configured not to be)."""
         self.kernel(
-            base_logits, base_row_stride, base_step_stride, base_column, embed_table, head_shard, input_ids,
-            idx_mapping, temperature, noise, noise_row_stride, logits_cache, cache_stride0, cache_stride1,
-            draft_tokens, peers, control, diag, timeout_ns, query_per_row, rank, world, vocab_local, rows,
-            max_rows,
+            BaseLogits(base_logits, base_row_stride, base_step_stride, base_column), embed_table, head_shard,
+            input_ids, idx_mapping, temperature, Rows(noise, noise_row_stride),
+            LogitsCache(logits_cache, cache_stride0, cache_stride1), draft_tokens, peers, control, diag, timeout_ns,
+            query_per_row, rank, world, vocab_local, rows, max_rows,
         ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
 
     def _stamp(self, control: Int64, name: str, step=0) -> None:
@@ -326,19 +327,18 @@ class ShardedMarkovSample(KernelVariant):
 
     # -- per-tile epilogue ----------------------------------------------------
 
-    def _load_base(self, base_logits, row_stride, step_stride, column, r, step, row, live) -> Float32:
+    def _load_base(self, base: BaseLogits, r, step, row, live) -> Float32:
         """Base logit of request row ``r``, ``step`` and shard row ``row``, widened to FP32 (0 off ``live``)."""
-        element = Int64(r) * row_stride + Int64(step) * step_stride + column + Int64(row)
+        element = Int64(r) * base.row_stride + Int64(step) * base.step_stride + base.column + Int64(row)
         if const_expr(self.base_bf16):
-            return _widen_bf16(ptx.ld_global_nc(base_logits + element * 2, 2, live)[0])
-        return ptx.f32_from_bits(ptx.ld_global_nc(base_logits + element * 4, 4, live)[0])
+            return _widen_bf16(ptx.ld_global_nc(base.address + element * 2, 2, live)[0])
+        return ptx.f32_from_bits(ptx.ld_global_nc(base.address + element * 4, 4, live)[0])
 
     @cute.jit
     def _tile_logits(
         self, acc0: Float32, acc1: Float32, acc2: Float32, acc3: Float32, tile: Int32, step: Int32, temp0: Float32,
         temp1: Float32, best: cute.Tensor, warp: Int32, g: Int32, t: Int32, rows: Int32, vocab_offset: Int32,
-        tile_words: Int32, base_logits: Int64, row_stride: Int64, step_stride: Int64, column: Int64, noise: Int64,
-        noise_row_stride: Int64,
+        tile_words: Int32, base_logits: BaseLogits, noise: Rows,
     ):
         """The tile's logits from its C fragment (``acc[2 half + col]``):
         cache bits into the warp's shared staging, each request row's best
@@ -354,8 +354,8 @@ class ShardedMarkovSample(KernelVariant):
             for half in cutlass.range_constexpr(2):
                 sums = (acc0, acc1) if half == 0 else (acc2, acc3)
                 row = tile * TILE_ROWS + g + 8 * half
-                base = self._load_base(base_logits, row_stride, step_stride, column, r, step, row, live)
-                noise_at = noise + (Int64(r * self.steps + step) * noise_row_stride + Int64(row)) * 4
+                base = self._load_base(base_logits, r, step, row, live)
+                noise_at = noise.address + (Int64(r * self.steps + step) * noise.row_stride + Int64(row)) * 4
                 gumbel = ptx.f32_from_bits(ptx.ld_global_nc(noise_at, 4, live)[0])
                 # The bias GEMM's BF16 output, then the eager add's FP32 sum
                 # rounded once to the cache type.
@@ -379,7 +379,7 @@ class ShardedMarkovSample(KernelVariant):
         """The tile's cache elements as 16-byte vectors, one per lane and
         request row: into the local cache and every peer's staging buffer."""
         warp, lane, rows, vocab_offset, tile_words, rank, world = lanes
-        idx_mapping, logits_cache, cache_stride0, cache_stride1, peers, staging_row0, vocab = outputs
+        idx_mapping, logits_cache, peers, staging_row0, vocab = outputs
         vec_row = lane // self.tile_vectors
         vec = lane - vec_row * self.tile_vectors
         live = Int32(lane < rows * self.tile_vectors)
@@ -392,8 +392,8 @@ class ShardedMarkovSample(KernelVariant):
         else:
             packed = ptx.ld_shared_v4(source)
         element = Int64(vocab_offset + tile * TILE_ROWS + vec * self.vector_elements)
-        cache_at = (state * cache_stride0 + Int64(step) * cache_stride1 + element) * self.cache_bytes
-        ptx.st_global(logits_cache + cache_at, packed, VECTOR_BYTES, write)
+        cache_at = (state * logits_cache.request_stride + Int64(step) * logits_cache.step_stride + element)
+        ptx.st_global(logits_cache.address + cache_at * self.cache_bytes, packed, VECTOR_BYTES, write)
         staged = (staging_row0 + Int64(vec_row * self.steps + step) * vocab + element) * self.cache_bytes
         self._store_to_peers(peers, rank, world, staged, write, packed[0], packed[1], packed[2], packed[3])
 
@@ -562,11 +562,10 @@ class ShardedMarkovSample(KernelVariant):
 
     @cute.kernel
     def kernel(
-        self, base_logits: Int64, base_row_stride: Int64, base_step_stride: Int64, base_column: Int64,
-        embed_table: Int64, head_shard: Int64, input_ids: Int64, idx_mapping: Int64, temperature: Int64,
-        noise: Int64, noise_row_stride: Int64, logits_cache: Int64, cache_stride0: Int64, cache_stride1: Int64,
-        draft_tokens: Int64, peers: Int64, control: Int64, diag: Int64, timeout_ns: Int64, query_per_row: Int32,
-        rank: Int32, world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32,
+        self, base_logits: BaseLogits, embed_table: Int64, head_shard: Int64, input_ids: Int64, idx_mapping: Int64,
+        temperature: Int64, noise: Rows, logits_cache: LogitsCache, draft_tokens: Int64, peers: Int64,
+        control: Int64, diag: Int64, timeout_ns: Int64, query_per_row: Int32, rank: Int32, world: Int32,
+        vocab_local: Int32, rows: Int32, max_rows: Int32,
     ):
         """One CTA of 16 warps; see the module docstring."""
         self._stamp(control, "start")
@@ -623,7 +622,7 @@ class ShardedMarkovSample(KernelVariant):
         embedding_row = embedding + g * ROW_BYTES + t * 16
 
         tile_lanes = (warp, g, t, rows, vocab_offset, tile_words)
-        tile_inputs = (base_logits, base_row_stride, base_step_stride, base_column, noise, noise_row_stride)
+        tile_inputs = (base_logits, noise)
         store_lanes = (warp, lane, rows, vocab_offset, tile_words, rank, world)
         best = cute.make_rmem_tensor((2,), Int64)
         acc = cute.make_rmem_tensor((4,), Float32)
@@ -636,7 +635,7 @@ class ShardedMarkovSample(KernelVariant):
                 state = ptx.ld_global_nc_b64(idx_mapping + Int64(r * steps + step) * 8, live)
                 active = live & Int32(state >= 0)
                 temps.append(ptx.f32_from_bits(ptx.ld_global_nc(temperature + state * 4, 4, active)[0]))
-            store_outputs = (idx_mapping, logits_cache, cache_stride0, cache_stride1, peers, staging_row0, vocab)
+            store_outputs = (idx_mapping, logits_cache, peers, staging_row0, vocab)
             best[0] = Int64(0)
             best[1] = Int64(0)
             work = (step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs)
@@ -698,8 +697,9 @@ class ShardedMarkovSample(KernelVariant):
             element = Int64(source) * Int64(vocab_local) + Int64(source_vector * self.vector_elements)
             staged = (staging_row0 + Int64(row_step) * vocab + element) * cache_bytes
             words = ptx.ld_global_cg(own_buffer + staged, VECTOR_BYTES, keep)
-            cache_at = (state * cache_stride0 + Int64(row_step % steps) * cache_stride1 + element) * cache_bytes
-            ptx.st_global(logits_cache + cache_at, words, VECTOR_BYTES, keep)
+            cache_at = (state * logits_cache.request_stride + Int64(row_step % steps) * logits_cache.step_stride
+                        + element) * cache_bytes
+            ptx.st_global(logits_cache.address + cache_at, words, VECTOR_BYTES, keep)
 
         # Here, with the resident tile dead, a claimed timeout is reported.
         cute.arch.barrier()
