@@ -37,6 +37,11 @@ SHOWN_FIELDS = 4
 WORLD_KEYS = ("format", "family", "config", "world", "versions", "start")
 
 
+def first_line(text: object) -> str:
+    """The first non-empty line of ``text`` (an exception names itself there; CUDA's errors append advice)."""
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
+
+
 @dataclass
 class RankRecord:
     """One rank's entry and bundle (None when the rank made no call)."""
@@ -71,8 +76,7 @@ class RankRecord:
         ended = str(self.entry.get("ended"))
         last = self.entry.get("last_write")
         if ended != RUNNING:
-            # an exception's first line names it; CUDA's errors append lines of advice
-            return next((line.strip() for line in ended.splitlines() if line.strip()), ended)
+            return first_line(ended) or ended
         if not isinstance(last, dict):
             return "killed or crashed: no call written"
         what = "its outputs" if last.get("outputs") else "its inputs, it had not returned"

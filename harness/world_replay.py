@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from harness.record import STATE_PREFIX, _snapshot, state_tensors
-from harness.world_recording import WorldRecording, disagreements, load_world
+from harness.world_recording import WorldRecording, disagreements, first_line, load_world
 
 ORDERLY_END = "exit"  # what harness.recording writes when the recorded block ended without an exception
 
@@ -126,11 +126,6 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
 
     return run_world(world.family, impl, world.world, first.bundle.recorded_static(), configs[0], body,
                      timeout_s=deadline_s, rank_configs=configs)
-
-
-def first_line(error: BaseException) -> str:
-    """The first non-empty line of ``error``'s message (CUDA's errors append lines of advice)."""
-    return next((line.strip() for line in str(error).splitlines() if line.strip()), "")
 
 
 def kernel_record_text(system: Any) -> str:
