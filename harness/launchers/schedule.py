@@ -29,9 +29,10 @@ they cannot spoil each other's verdict:
 - Units that wait for a deadline at once: at most ``MAX_FAULT_UNITS`` (the
   fault units that expect a timeout: a hung rank's kernel spins until the
   deadline, and the GPU time-slices between the jobs' processes, so each
-  spinner takes a share from the healthy jobs). The fault units that end by
-  themselves (a skip or disagreement named at the next exchange, a crash)
-  take any free lane.
+  spinner takes a share from the healthy jobs) while any other unit is
+  running or pending; once only such units are left, they take every lane
+  (there is no healthy job left to slow, and the deadline is wall time). The
+  fault units that end by themselves (a crash) take any free lane.
 
 A unit's verdicts are reported as its cases settle (``Report.add`` is
 thread-safe); an interrupt reaches the main thread, which ends every live
@@ -121,13 +122,20 @@ def default_lanes(*, nnodes: int, tp: int | None, cores: int | None = None, pool
 
 class _UnitQueue:
     """The units not yet started, handed to lanes in order, at most ``max_faults`` of those that wait for a
-    deadline running at once."""
+    deadline running at once while a unit that does not is running or pending (the cap protects those)."""
 
     def __init__(self, units: Sequence[JobUnit], max_faults: int) -> None:
         self.pending = list(units)
         self.max_faults = max(1, max_faults)
         self.faults_running = 0
+        self.others_running = 0
         self._cond = threading.Condition()
+
+    def _fault_slots(self) -> float:
+        """How many more units that wait for a deadline may start now (unbounded once only such units are left)."""
+        if not self.others_running and all(unit.waits_for_deadline for unit in self.pending):
+            return float("inf")
+        return self.max_faults - self.faults_running
 
     def take(self) -> JobUnit | None:
         """The first pending unit a lane may start now (waiting while only units that wait for a deadline are left
@@ -135,16 +143,18 @@ class _UnitQueue:
         with self._cond:
             while self.pending:
                 for index, unit in enumerate(self.pending):
-                    if not unit.waits_for_deadline or self.faults_running < self.max_faults:
+                    if not unit.waits_for_deadline or self._fault_slots() > 0:
                         self.faults_running += unit.waits_for_deadline
+                        self.others_running += not unit.waits_for_deadline
                         return self.pending.pop(index)
                 self._cond.wait(timeout=1.0)
             return None
 
     def finished(self, unit: JobUnit) -> None:
-        """A lane is done with ``unit``: its fault slot (if it held one) is free."""
+        """A lane is done with ``unit``: its slot is free."""
         with self._cond:
             self.faults_running -= unit.waits_for_deadline
+            self.others_running -= not unit.waits_for_deadline
             self._cond.notify_all()
 
     def drop(self) -> None:

@@ -73,25 +73,31 @@ def test_lanes_follow_the_cores_and_the_pool():
 
 
 def test_no_more_units_waiting_for_a_deadline_at_once_than_the_cap_and_every_unit_runs():
-    units = ([unit(f"t{i}", timeout=True) for i in range(6)] + [unit(f"f{i}", isolated=True) for i in range(6)] +
+    units = ([unit(f"t{i}", timeout=True) for i in range(20)] + [unit(f"f{i}", isolated=True) for i in range(6)] +
              [unit(f"b{i}") for i in range(6)])
-    lock, running, peak, ran = threading.Lock(), {"t": 0, "f": 0}, {"t": 0, "f": 0}, []
+    unfinished_others = {u.cases[0].key for u in units if not u.waits_for_deadline}
+    lock, running, ran = threading.Lock(), {"t": 0, "f": 0}, []
+    peak = {"t while others": 0, "t alone": 0, "f": 0}
 
     def run_unit(_settings, u):
-        """Count the timeout units and the other fault units running at once while this one sleeps."""
+        """Count the timeout units (while other units are unfinished, and after) and the other fault units."""
+        key = u.cases[0].key
         kind = "t" if u.waits_for_deadline else "f" if u.isolated else ""
         with lock:
+            ran.append(key)
             if kind:
                 running[kind] += 1
-                peak[kind] = max(peak[kind], running[kind])
-            ran.append(u.cases[0].key)
+                when = "f" if kind == "f" else "t while others" if unfinished_others else "t alone"
+                peak[when] = max(peak[when], running[kind])
         time.sleep(0.05)
         with lock:
             if kind:
                 running[kind] -= 1
+            unfinished_others.discard(key)
 
     run_units(units, lambda world: None, run_unit, lanes=5, max_faults=2)
-    assert peak["t"] == 2 and peak["f"] > 2  # the cap holds the spinners only
+    assert peak["t while others"] == 2 and peak["f"] > 2  # the cap holds the spinners only, while others remain
+    assert peak["t alone"] > 2  # once only spinners are left they take every lane
     assert sorted(ran) == sorted(u.cases[0].key for u in units)
 
 
