@@ -2,7 +2,7 @@
 
 A virtual job (``python -m harness.worker --job J --virtual N``) spends its
 first seconds on work that does not depend on the job: starting Python,
-importing torch, making the CUDA context, importing CuTe DSL and the kernel
+importing torch, initializing CUDA, importing CuTe DSL and the kernel
 modules. The launcher therefore starts the next job's process while the
 current job runs, as ``python -m harness.worker --standby HANDOFF``, and
 hands it the job when one is due. Isolation is unchanged: every job still has
@@ -44,15 +44,14 @@ class NoJob(Exception):
 
 
 def preload() -> list[str]:
-    """Import torch, make the CUDA context where a GPU is visible, import every family's modules; return those that failed."""
+    """Import torch, initialize CUDA (not its context) where a GPU is visible, import every family's modules; return those that failed."""
     import torch  # noqa: PLC0415
 
     mark_startup("torch")
     if torch.cuda.is_available():
-        # torch.cuda.init() alone leaves the context lazy: the job's first stream would make it, after the
-        # hand-over, and on the GPU machine that took 4-9 s of every job's time with eight processes at once
-        torch.zeros(1, device="cuda")
-        torch.cuda.synchronize()
+        # CUDA state only: the context itself is made by the job's first stream. Making it here, in every
+        # spare, was measured slower on the H200 (docs/results/gpu-run-9_2026-12-01.md: warm run 120 -> 167 s).
+        torch.cuda.init()
         mark_startup("cuda")
     from golden.store import FAMILIES  # noqa: PLC0415
     from harness.families import adapter  # noqa: PLC0415
