@@ -118,10 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bypass the persistent reference and kernel cache ($RANKCHECK_CACHE_DIR, default "
                         "~/.cache/rankcheck): references go to the run directory, kernels compile afresh")
     p.add_argument("--jobs", type=_positive_int, metavar="N",
-                   help="job units run at once (default: one per three cores, at most six; one with several "
-                        "nodes or --tp)")
+                   help="job units run at once (default: one per three cores, at most six, while references are "
+                        "computed, else one per two cores, at most eight; one with several nodes or --tp)")
     p.add_argument("--no-standby", action="store_true",
-                   help="virtual jobs start their processes when due (default: a spare per lane starts up ahead)")
+                   help="virtual jobs start their processes when due (default: two spares per lane start up ahead)")
     p.add_argument("--ref-workers", type=number_type(int, "a whole number", 0), metavar="N",
                    help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
     p.add_argument("--inject", nargs="+", default=[], metavar="SCENARIO:KIND:key=value,...",
