@@ -119,7 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "~/.cache/rankcheck): references go to the run directory, kernels compile afresh")
     p.add_argument("--jobs", type=_positive_int, metavar="N",
                    help="job units run at once (default: one per three cores, at most six, while references are "
-                        "computed, else one per two cores, at most eight; one with several nodes or --tp)")
+                        "computed, else one per two cores, two to eight; one with several nodes or --tp)")
     p.add_argument("--no-standby", action="store_true",
                    help="virtual jobs start their processes when due (default: two spares per lane start up ahead)")
     p.add_argument("--ref-workers", type=number_type(int, "a whole number", 0), metavar="N",

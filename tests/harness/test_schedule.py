@@ -69,7 +69,8 @@ def test_lanes_follow_the_cores_and_the_pool():
     assert default_lanes(nnodes=1, tp=None, cores=16, pool_busy=True) == 5
     assert default_lanes(nnodes=1, tp=None, cores=16, pool_busy=False) == 8
     assert default_lanes(nnodes=2, tp=None, cores=16, pool_busy=False) == 1
-    assert default_lanes(nnodes=1, tp=None, cores=2, pool_busy=False) == 1
+    assert default_lanes(nnodes=1, tp=None, cores=2, pool_busy=False) == 2
+    assert default_lanes(nnodes=1, tp=None, cores=1, pool_busy=False) == 1
 
 
 def test_no_more_units_waiting_for_a_deadline_at_once_than_the_cap_and_every_unit_runs():
