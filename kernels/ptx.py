@@ -400,6 +400,48 @@ def ld_shared_v4(address: Int32, *, loc=None, ip=None) -> list:
 
 
 @dsl_user_op
+def l2_evict_last_policy(fraction: float, *, loc=None, ip=None) -> Int64:
+    """``createpolicy.fractional.L2::evict_last.L2::evict_first.b64``: a cache
+    policy giving ``fraction`` of the accesses that carry it the
+    ``evict_last`` priority in L2 and the rest ``evict_first``."""
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction: expected a float in (0, 1], got {fraction!r}")
+    return Int64(_asm(
+        T.i64(), [], f"createpolicy.fractional.L2::evict_last.L2::evict_first.b64 $0, {fraction!r};", "=l", False,
+        loc, ip,
+    ))
+
+
+@dsl_user_op
+def cp_async_16(shared_address: Int32, global_address: Int64, policy: Int64 | None = None, *, loc=None,
+                ip=None) -> None:
+    """``cp.async.cg.shared.global`` of 16 bytes (through L2, not L1), with the
+    L2 cache ``policy`` of ``l2_evict_last_policy`` if given: complete and
+    visible to this thread after ``cp_async_wait``."""
+    if policy is None:
+        _asm(None, _ir((Int32(shared_address), Int64(global_address)), loc, ip),
+             "cp.async.cg.shared.global [$0], [$1], 16;", "r,l", True, loc, ip)
+        return
+    _asm(None, _ir((Int32(shared_address), Int64(global_address), Int64(policy)), loc, ip),
+         "cp.async.cg.shared.global.L2::cache_hint [$0], [$1], 16, $2;", "r,l,l", True, loc, ip)
+
+
+@dsl_user_op
+def cp_async_commit(*, loc=None, ip=None) -> None:
+    """``cp.async.commit_group``: the thread's copies issued so far form one group."""
+    _asm(None, [], "cp.async.commit_group;", "", True, loc, ip)
+
+
+@dsl_user_op
+def cp_async_wait(pending: int, *, loc=None, ip=None) -> None:
+    """``cp.async.wait_group pending``: wait until at most the ``pending`` newest of this thread's
+    committed copy groups are still in flight (the older ones landed in shared memory)."""
+    if not isinstance(pending, int) or not 0 <= pending <= 7:
+        raise ValueError(f"pending: expected an int in [0, 7], got {pending!r}")
+    _asm(None, [], f"cp.async.wait_group {pending};", "", True, loc, ip)
+
+
+@dsl_user_op
 def st_shared_cluster_b32(address: Int32, cta_rank: Int32, value: Uint32, *, loc=None, ip=None) -> None:
     """``mapa.shared::cluster.u32`` + ``st.shared::cluster.b32``: store into
     the same shared variable of CTA ``cta_rank`` of this cluster (distributed

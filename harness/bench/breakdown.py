@@ -10,9 +10,9 @@ reading the stamps after each call:
   ``world`` virtual ranks of this GPU (``cases/markov_sharded.py``); thread
   0 of every CTA stamps the end of each phase of the one cooperative kernel
   (``kernels/markov/sharded_kernel.py``). Eager launches.
-- ``markov_fused`` (tp 1): ``FusedMarkovLoop(..., stamps=True)``
-  (``cases/markov_fused.py``): thread 0 of every step CTA stamps its phases
-  (``StepKernel``), a CTA slot ``(row, block)`` is followed through the
+- ``markov_fused`` (tp 1): ``FusedMarkovLoop(..., stamps=True)`` with the
+  bench's GEMV (``HeadGemv``) and PDL (``cases/markov_fused.py``): thread 0
+  of every step CTA stamps its phases (``StepKernel``), a CTA slot ``(row, block)`` is followed through the
   steps, and ``between`` is the time from the slot's previous step to this
   one (the bias GEMV and the launches). The call is captured in a CUDA
   graph and replayed, as the bench times it (``--eager``: launched eagerly,
@@ -188,10 +188,12 @@ def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps
 
     from harness.bench.cases import markov_fused as case
     from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from kernels.markov.head_gemv import HeadGemv
 
     device = torch.device("cuda", torch.cuda.current_device())
     static = case.make_static(device, vocab=vocab, dim=case.DIM)
-    loop = FusedMarkovLoop(None, static, case.make_config(vocab=vocab, dim=case.DIM, max_reqs=rows), stamps=True)
+    loop = FusedMarkovLoop(None, static, case.make_config(vocab=vocab, dim=case.DIM, max_reqs=rows), stamps=True,
+                           bias_fn=HeadGemv(case.DIM, device))
     inputs = case.make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps,
                               vocab=vocab)
     for _ in range(warmup):

@@ -18,7 +18,7 @@ and ``pick``; after the loop, sharded, the draft-logits gather and
 ``cache_fill``. The cache is written in place and returned with the tokens
 and the last ``emb``. ``bias_fn`` is the harness's exact
 ``golden.markov_fused.markov_bias`` (the adapter passes it; the default is a
-plain BF16 matmul, for benchmarks). ``stamps=True`` (bench only,
+plain BF16 matmul; the bench passes ``kernels.markov.head_gemv.HeadGemv``). ``stamps=True`` (bench only,
 ``harness.bench.breakdown``) builds the steps with phase stamps.
 
 Importing this module imports CuTe DSL (the adapter imports it lazily).

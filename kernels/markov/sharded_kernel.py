@@ -11,12 +11,21 @@ Work split. Rank k owns rows ``[k V/world, (k+1) V/world)`` of the head. A
 CTA is 16 warps (512 threads, one CTA per SM: the register file is full);
 warp w of CTA c keeps head tile ``c * 16 + w`` (16 rows x 256 BF16) in
 registers for the whole launch (lane ``4 g + t`` holds rows g and g + 8,
-16 bytes at k = 32 chunk + 8 t of each of the 8 chunks); tiles beyond one per
-warp (small grids) are streamed from L2 every step. The eight request rows'
-embeddings sit in shared memory (``[8][256]`` BF16) and are the eight
-columns of ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate): MMA ``2 chunk +
-h`` covers k = ``{32 chunk + 8 t + 4 h + j}``, chained in that order from a
-+0.0 accumulator (``golden.markov_sharded.mma_k_groups``). Lane (g, t) ends
+16 bytes at k = 32 chunk + 8 t of each of the 8 chunks); its further tiles
+``c * 16 + w + k * 16 ctas`` (the head beyond one tile per warp: 49 MB of
+the 66 MB head at world 1) are streamed at every step through the warp's
+8 KB buffer in shared memory with ``cp.async`` (``head_tile.copy_tile``):
+the copies of the warp's next streamed tile are issued as soon as the MMAs
+have read the buffer (in-order issue: they waited for its loads), so they
+fly during the tile's epilogue, and after the step's last tile the next
+step's first one is requested (the head is the same at every step), which
+hides it behind the exchange. Half of those copies (``l2_keep``) carry an
+L2 ``evict_last`` policy: that half of the streamed head is still in L2 at
+the next step. The eight request rows' embeddings sit in shared memory
+(``[8][256]`` BF16) and are the eight columns of ``mma.sync.m16n8k16``
+(BF16 in, FP32 accumulate): MMA ``2 chunk + h`` covers k = ``{32 chunk + 8
+t + 4 h + j}``, chained in that order from a +0.0 accumulator
+(``head_tile``, ``golden.markov_sharded.mma_k_groups``). Lane (g, t) ends
 with the FP32 sums of vocab rows g, g + 8 for request rows 2t, 2t + 1.
 
 Per tile and request row (the lane's two rows in a loop, loads predicated on
@@ -71,7 +80,8 @@ timeouts never tear the record.
 
 Shared memory per CTA (bytes): embeddings 4096, the warps' tile staging
 8192 (``[16][8][16]`` words), the warps' best keys 1024 (``[16][8]`` u64),
-the winners 64, the launch counter 16, the timeout state 32.
+the winners 64, the launch counter 16, the timeout state 32, the warps'
+stream buffers 131072 (``[16][16 slots][32 lanes][16]``).
 
 Register budget: ptxas caps a 512-thread CTA at 128 registers and the
 resident tile takes 64 of them for the whole step loop, so the rest is kept
@@ -116,6 +126,7 @@ from cutlass.memory import SmemAllocator
 
 from kernels import ptx
 from kernels.markov.arguments import BaseLogits, LogitsCache, Rows
+from kernels.markov.head_tile import chunk_mma, copy_tile, slot_fragment, stream_bytes, tile_bias
 from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.markov.sharded_layout import (
@@ -125,6 +136,7 @@ from kernels.markov.sharded_layout import (
     COMBINE_WORD,
     DTYPE_BYTES,
     END_WORD,
+    HEAD_DIM,
     INDEX_BITS,
     INDEX_MASK,
     KEY_BITS,
@@ -154,6 +166,8 @@ KEY_MASK = (1 << KEY_BITS) - 1
 INFO_TIMED_OUT, INFO_CLAIMED, INFO_STEP, INFO_SOURCE, INFO_SEEN, INFO_ELAPSED_LO, INFO_ELAPSED_HI = range(7)
 INFO_WORDS = 8
 ROWS_PER_PASS = WARP // MAX_RANKS
+# A warp's stream buffer: one head tile (``head_tile``'s slots).
+STREAM_BYTES = stream_bytes(HEAD_DIM)
 
 
 # ---------------------------------------------------------------------------
@@ -216,19 +230,6 @@ def _peer_base(peers: Int64, peer, predicate: Int32) -> Int64:
     return ptx.ld_global_nc_b64(peers + Int64(peer) * 8, predicate)
 
 
-def _tile_bias(fragment, embedding_row: Int32) -> list:
-    """The FP32 C fragment of the resident head tile times the eight
-    embeddings: 16 chained m16n8k16 MMAs, chunk by chunk; ``fragment(chunk)``
-    gives the lane's (lo, hi) four words of rows g and g + 8 for that chunk."""
-    acc = [Float32(0.0)] * 4
-    for chunk in range(CHUNKS):
-        lo, hi = fragment(chunk)
-        x = ptx.ld_shared_v4(embedding_row + chunk * 64)
-        acc = ptx.mma_m16n8k16_bf16(acc, [lo[0], hi[0], lo[1], hi[1]], [x[0], x[1]])
-        acc = ptx.mma_m16n8k16_bf16(acc, [lo[2], hi[2], lo[3], hi[3]], [x[2], x[3]])
-    return acc
-
-
 # ---------------------------------------------------------------------------
 # The kernel
 # ---------------------------------------------------------------------------
@@ -240,7 +241,8 @@ class ShardedMarkovSample(KernelVariant):
     or ``"float32"``); see the module docstring."""
 
     def __init__(
-        self, steps: int, base_dtype: str, cache_dtype: str, cooperative: bool = True, stamps: bool = False
+        self, steps: int, base_dtype: str, cache_dtype: str, cooperative: bool = True, stamps: bool = False,
+        l2_keep: float = 0.5,
     ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             raise ValueError(f"steps: expected an int in [1, {MAX_STEPS}], got {steps!r}")
@@ -254,6 +256,14 @@ class ShardedMarkovSample(KernelVariant):
         # The bench-only phase stamps (module docstring), compiled in or not at all.
         self.stamps = stamps
         self.stamp_count = len(stamp_names(steps))
+        if isinstance(l2_keep, bool) or not isinstance(l2_keep, (int, float)) or not 0.0 <= l2_keep <= 1.0:
+            raise ValueError(f"l2_keep: expected a float in [0, 1], got {l2_keep!r}")
+        # The fraction of streamed-tile copies that carry an L2 evict_last
+        # policy (0: no policy), so that part of the head streamed at every
+        # step stays in L2 between steps. At world 1 (49 MB streamed per
+        # step) 0.5 took the bench from 196.5 to 178.2 us; 0.4-0.7 measured
+        # within 2% of it, 1.0 195.2 us (docs/results/gpu-run-10_2026-12-01.md).
+        self.l2_keep = float(l2_keep)
         for name, dtype in (("base_dtype", base_dtype), ("cache_dtype", cache_dtype)):
             if dtype not in DTYPE_BYTES:
                 raise ValueError(f"{name}: expected one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -271,6 +281,8 @@ class ShardedMarkovSample(KernelVariant):
         """The configuration that identifies this variant (and its kernel symbol)."""
         key = ("ShardedMarkovSample", f"s{self.steps}", self.base_dtype, self.cache_dtype,
                "coop" if self.cooperative else "plain")
+        if self.l2_keep > 0.0:
+            key += (f"keep{round(self.l2_keep * 100)}",)
         return key + ("stamps",) if self.stamps else key
 
     @cute.jit
@@ -417,21 +429,23 @@ class ShardedMarkovSample(KernelVariant):
         self._store_tile(tile, step, store_lanes, store_outputs)
         cute.arch.sync_warp()
 
+    def _copy_tile(self, head_shard: Int64, tile: Int32, g: Int32, t: Int32, lane_stream: Int32) -> None:
+        """Issue the copies of the lane's fragments of head tile ``tile`` into the warp's stream buffer."""
+        policy = ptx.l2_evict_last_policy(self.l2_keep) if self.l2_keep > 0.0 else None
+        copy_tile(head_shard, tile, g, t, lane_stream, HEAD_DIM, policy)
+
     @cute.jit
-    def _streamed_bias(self, head_shard: Int64, tile: Int32, g: Int32, t: Int32, embedding_row: Int32, acc: cute.Tensor):
-        """The C fragment of a tile that is not resident, into ``acc``: the
-        same 16 MMAs in the same order, a chunk per loop trip, so that only
-        one chunk's fragments are live next to the resident tile."""
-        row = head_shard + Int64(tile * TILE_ROWS + g) * ROW_BYTES + Int64(t * 16)
+    def _streamed_bias(self, lane_stream: Int32, embedding_row: Int32, acc: cute.Tensor):
+        """The C fragment of a streamed tile, from the warp's stream buffer
+        into ``acc`` once its copies landed: the same 16 MMAs in the same
+        order, a chunk per loop trip, so that only one chunk's fragments are
+        live next to the resident tile."""
+        ptx.cp_async_wait(0)
         for j in cutlass.range_constexpr(4):
             acc[j] = Float32(0.0)
         for chunk in cutlass.range(CHUNKS, unroll=1):
-            lo = ptx.ld_global_nc(row + Int64(chunk * 64), 16, Int32(1))
-            hi = ptx.ld_global_nc(row + Int64(8 * ROW_BYTES + chunk * 64), 16, Int32(1))
-            x = ptx.ld_shared_v4(embedding_row + chunk * 64)
-            c = [acc[0], acc[1], acc[2], acc[3]]
-            c = ptx.mma_m16n8k16_bf16(c, [lo[0], hi[0], lo[1], hi[1]], [x[0], x[1]])
-            c = ptx.mma_m16n8k16_bf16(c, [lo[2], hi[2], lo[3], hi[3]], [x[2], x[3]])
+            lo, hi = slot_fragment(lane_stream, chunk)
+            c = chunk_mma([acc[0], acc[1], acc[2], acc[3]], lo, hi, embedding_row, chunk)
             for j in cutlass.range_constexpr(4):
                 acc[j] = c[j]
 
@@ -590,6 +604,7 @@ class ShardedMarkovSample(KernelVariant):
         winner = smem.allocate(MAX_ROWS * 8, byte_alignment=16).toint()
         counter = smem.allocate(16, byte_alignment=16).toint()
         timeout_info = smem.allocate(INFO_WORDS * 4, byte_alignment=16).toint()
+        stream = smem.allocate(WARPS * STREAM_BYTES, byte_alignment=128).toint()
 
         # The resident tile, read once per launch.
         resident = Int32(first_tile < tiles)
@@ -598,6 +613,12 @@ class ShardedMarkovSample(KernelVariant):
         for chunk in cutlass.range_constexpr(CHUNKS):
             resident_lo.append(ptx.ld_global_nc(resident_row + chunk * 64, 16, resident))
             resident_hi.append(ptx.ld_global_nc(resident_row + 8 * ROW_BYTES + chunk * 64, 16, resident))
+        # The warp's first streamed tile is in flight from here to step 0's use.
+        stride = ctas * WARPS
+        first_streamed = first_tile + stride
+        lane_stream = stream + warp * STREAM_BYTES + lane * VECTOR_BYTES
+        if first_streamed < tiles:
+            self._copy_tile(head_shard, first_streamed, g, t, lane_stream)
 
         if thread == 0:
             ptx.st_shared_b32(counter, ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0])
@@ -641,13 +662,23 @@ class ShardedMarkovSample(KernelVariant):
             work = (step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs)
             # One epilogue for every tile: the resident one (first) from
             # registers, tiles beyond one per warp (small grids) from L2.
-            for tile in cutlass.range(first_tile, tiles, ctas * WARPS, unroll=1):
+            for tile in cutlass.range(first_tile, tiles, stride, unroll=1):
                 if tile == first_tile:
-                    resident_acc = _tile_bias(lambda c: (resident_lo[c], resident_hi[c]), embedding_row)
+                    resident_acc = tile_bias(lambda c: (resident_lo[c], resident_hi[c]), embedding_row, HEAD_DIM)
                     for j in cutlass.range_constexpr(4):
                         acc[j] = resident_acc[j]
                 else:
-                    self._streamed_bias(head_shard, tile, g, t, embedding_row, acc)
+                    self._streamed_bias(lane_stream, embedding_row, acc)
+                    # The MMAs consumed the buffer (in-order issue: they waited
+                    # for its loads), so the warp's next streamed tile goes in
+                    # now: this step's next one, else the next step's first
+                    # (the head is the same at every step; only the embeddings
+                    # change).
+                    following = tile + stride
+                    if following >= tiles:
+                        following = first_streamed + Int32(step + 1 >= steps) * tiles
+                    if following < tiles:
+                        self._copy_tile(head_shard, following, g, t, lane_stream)
                 self._process_tile([acc[j] for j in range(4)], tile, work)
                 if const_expr(self.stamps):
                     if tile == first_tile:

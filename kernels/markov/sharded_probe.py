@@ -4,7 +4,7 @@
 set)`` stages embedding set ``set`` (BF16 ``[8, 256]``) in shared memory,
 loads the lane's fragments of head tile ``tile`` (BF16 rows ``[16 tile, 16
 tile + 16)`` of ``[16 tiles, 256]``) exactly as ``ShardedMarkovSample`` holds
-its resident tile, runs the kernel's own chain (``sharded_kernel._tile_bias``:
+its resident tile, runs the kernel's own chain (``head_tile.tile_bias``:
 16 ``mma.sync.m16n8k16`` from a +0.0 accumulator, k groups of
 ``golden.markov_sharded.mma_k_groups``) and stores the FP32 sums to ``out
 [sets, 8, 16 tiles]`` (request row, head row). The golden side is
@@ -26,7 +26,7 @@ from cutlass.memory import SmemAllocator
 from kernels import ptx
 from kernels.compile import compiled
 from kernels.variant import KernelVariant
-from kernels.markov.sharded_kernel import _tile_bias
+from kernels.markov.head_tile import tile_bias
 from kernels.markov.sharded_layout import CHUNKS, HEAD_DIM, MAX_ROWS, ROW_BYTES, TILE_ROWS, WARP
 
 class MmaChainProbe(KernelVariant):
@@ -54,7 +54,7 @@ class MmaChainProbe(KernelVariant):
         head_row = head + Int64(tile * TILE_ROWS + g) * ROW_BYTES + Int64(t * 16)
         lo = [ptx.ld_global_nc(head_row + chunk * 64, 16, Int32(1)) for chunk in range(CHUNKS)]
         hi = [ptx.ld_global_nc(head_row + 8 * ROW_BYTES + chunk * 64, 16, Int32(1)) for chunk in range(CHUNKS)]
-        acc = _tile_bias(lambda c: (lo[c], hi[c]), embedding + g * ROW_BYTES + t * 16)
+        acc = tile_bias(lambda c: (lo[c], hi[c]), embedding + g * ROW_BYTES + t * 16, HEAD_DIM)
         width = Int64(tiles) * TILE_ROWS
         for col in cutlass.range_constexpr(2):
             for half in cutlass.range_constexpr(2):

@@ -324,3 +324,40 @@ def test_rank_step_packet_layout():
     # Greedy padding row 3: the value word is the bits of its max cached logit.
     best = cached[3].float().max()
     assert int(packets[3, 0]) == int(best.view(torch.int32))
+
+
+def test_mma_bias_equals_the_exact_bias_where_every_partial_sum_is_exact():
+    # Small integers: every FP32 partial sum of the MMA chain is exact, so one rounding of the exact sum.
+    from golden.markov_fused import markov_bias, mma_bias
+
+    g = torch.Generator().manual_seed(5)
+    emb = torch.randint(-8, 9, (8, 256), generator=g).to(torch.bfloat16)
+    w2 = torch.randint(-8, 9, (40, 256), generator=g).to(torch.bfloat16)
+    assert torch.equal(mma_bias(emb, w2, slice_rows=16).view(torch.int16), markov_bias(emb, w2).view(torch.int16))
+
+
+def test_mma_bias_follows_the_mma_chain_not_the_exact_sum():
+    # 2^27 + 1 - 2^27 in one MMA: the exact sum is 1; aligned to 2^(27 - 25), the 1 is truncated away.
+    from golden.markov_fused import markov_bias, mma_bias
+
+    emb = torch.zeros(1, 32, dtype=torch.bfloat16)
+    emb[0, :3] = 1.0
+    w2 = torch.zeros(1, 32, dtype=torch.bfloat16)
+    w2[0, 0], w2[0, 1], w2[0, 2] = 2.0**27, 1.0, -(2.0**27)
+    w2 = torch.cat([w2, torch.zeros(15, 32, dtype=torch.bfloat16)])
+    assert markov_bias(emb, w2)[0, 0].item() == 1.0
+    assert mma_bias(emb, w2)[0, 0].item() == 0.0
+
+
+def test_mma_bias_canonical_nan_and_argument_errors():
+    from golden.markov_fused import mma_bias
+
+    emb = torch.ones(2, 32, dtype=torch.bfloat16)
+    w2 = torch.ones(16, 32, dtype=torch.bfloat16)
+    w2[3, 4] = float("nan")
+    bits = mma_bias(emb, w2).view(torch.int16)
+    assert bits[0, 3].item() == 0x7FFF and bits[1, 3].item() == 0x7FFF
+    with pytest.raises(TypeError, match="emb: expected a 2-D torch.bfloat16"):
+        mma_bias(emb.float(), w2)
+    with pytest.raises(ValueError, match="a multiple of 32"):
+        mma_bias(emb[:, :16], w2[:, :16])

@@ -213,7 +213,7 @@ def test_kernel_ptx_carries_the_protocol_instructions():
     assert ".reqntid 512" in text or ".maxntid 512" in text
 
 
-def _sample_ptx(steps: int, stamps: bool) -> str:
+def _sample_ptx(steps: int, stamps: bool, **config) -> str:
     """The PTX of the coop BF16/BF16 ``ShardedMarkovSample`` variant of ``steps``, with or without stamps."""
     import cutlass.cute as cute
     from cutlass import Int32, Int64
@@ -221,7 +221,7 @@ def _sample_ptx(steps: int, stamps: bool) -> str:
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
     args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
-    kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps)
+    kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps, **config)
     text = cute.compile(kernel, *args, options="--keep-ptx --gpu-arch sm_90a").artifacts.PTX
     return text if isinstance(text, str) else text.decode()
 
@@ -233,7 +233,7 @@ def test_stamps_are_a_separate_variant_of_nine_timer_stores():
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
     assert ShardedMarkovSample(8, "bfloat16", "bfloat16").key() == (
-        "ShardedMarkovSample", "s8", "bfloat16", "bfloat16", "coop")
+        "ShardedMarkovSample", "s8", "bfloat16", "bfloat16", "coop", "keep50")
     assert ShardedMarkovSample(8, "bfloat16", "bfloat16", stamps=True).key()[-1] == "stamps"
     with pytest.raises(TypeError, match="stamps"):
         ShardedMarkovSample(8, "bfloat16", "bfloat16", stamps=1)
@@ -408,3 +408,22 @@ def test_the_config_has_every_field_the_host_code_reads():
     cfg = check_config(config(), 2)
     assert read and not [name for name in sorted(read) if not hasattr(cfg, name)]
     assert cfg.cache_bytes == torch.empty(0, dtype=getattr(torch, config()["cache_dtype"])).element_size()
+
+
+def test_streamed_tiles_go_through_cp_async_with_the_l2_policy_only_when_asked():
+    """The streamed head tiles are copied into shared memory with 16 cp.async per lane and tile (the
+    prologue's, the loop's), waited for with wait_group 0; the default marks half of them evict_last,
+    ``l2_keep=0`` issues no policy; a fraction outside [0, 1] is refused."""
+    from kernels.markov.sharded_kernel import ShardedMarkovSample
+
+    kept, plain = _sample_ptx(2, False), _sample_ptx(2, False, l2_keep=0.0)
+    assert "createpolicy.fractional.L2::evict_last.L2::evict_first.b64" in kept and " 0.5;" in kept
+    assert kept.count("cp.async.cg.shared.global.L2::cache_hint") == 2 * 16
+    assert "createpolicy" not in plain and "cache_hint" not in plain
+    assert plain.count("cp.async.cg.shared.global") == 2 * 16
+    for text in (kept, plain):
+        assert "cp.async.wait_group 0;" in text and "cp.async.commit_group;" in text
+    assert ShardedMarkovSample(8, "bfloat16", "bfloat16", l2_keep=0.0).key()[-1] == "coop"
+    for bad in (-0.1, 1.5, True, "half"):
+        with pytest.raises(ValueError, match="l2_keep"):
+            ShardedMarkovSample(8, "bfloat16", "bfloat16", l2_keep=bad)

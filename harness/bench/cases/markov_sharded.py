@@ -20,6 +20,9 @@ are read once; the head rows that do not fit are read once per step; the
 noise (FP32) and the base logits (BF16) once; every rank's cache rows
 (BF16, each rank ends with the full rows) written once. Plus one launch per
 rank. The eager case has the one-rank floor: the task's limit, not cuBLAS's.
+It is a DRAM floor: the kernel keeps half of the streamed rows in L2
+between steps (``ShardedMarkovSample``'s ``l2_keep``), which is how it can
+come closer to this floor than DRAM alone would allow.
 
 Sanity, before timing (``checks.py``): rows 0-3 greedy, rows 4-7 sample at
 temperature 1 (exact division), every row a distinct request. Each case's
