@@ -50,7 +50,8 @@ from cutlass.memory import SmemAllocator
 
 from kernels import ptx
 from kernels.markov.head_gemv import MAX_DIM, MAX_ROWS
-from kernels.markov.head_tile import TILE_ROWS, VECTOR_BYTES, WARP, copy_tile, slot_fragment, stream_bytes, tile_bias
+from kernels.markov.head_tile import (TILE_ROWS, VECTOR_BYTES, WARP, copy_tile, slot_fragment, stream_bytes,
+                                     thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 
 WARPS = 8
@@ -108,13 +109,7 @@ class HeadGemvKernel(KernelVariant):
     def kernel(self, emb: Int64, head: Int64, bias: Int64, bias_stride: Int64, rows: Int32, n: Int32):
         """One CTA of 8 warps; see the module docstring."""
         dim, tile_bytes = self.dim, self.tile_bytes
-        thread, _, _ = cute.arch.thread_idx()
-        cta, _, _ = cute.arch.block_idx()
-        ctas, _, _ = cute.arch.grid_dim()
-        warp = thread // WARP
-        lane = thread % WARP
-        g = lane // 4
-        t = lane % 4
+        thread, cta, ctas, warp, lane, g, t = thread_coordinates()
         tiles = n // TILE_ROWS
         stride = ctas * WARPS
         first = cta * WARPS + warp

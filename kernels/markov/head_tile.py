@@ -20,6 +20,7 @@ back and ``cp.async.wait_group`` alone orders the two (no barrier).
 
 from __future__ import annotations
 
+import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64
 
 from kernels import ptx
@@ -29,6 +30,16 @@ WARP = 32
 VECTOR_BYTES = 16
 # One (chunk, half) slot of a warp's stream buffer: 32 lanes x 16 bytes.
 STREAM_SLOT_BYTES = WARP * VECTOR_BYTES
+
+
+def thread_coordinates() -> tuple:
+    """The thread's ``(thread, cta, ctas, warp, lane, g, t)``: its index, the grid's, and its place
+    ``lane = 4 g + t`` in the MMA fragments."""
+    thread, _, _ = cute.arch.thread_idx()
+    cta, _, _ = cute.arch.block_idx()
+    ctas, _, _ = cute.arch.grid_dim()
+    lane = thread % WARP
+    return thread, cta, ctas, thread // WARP, lane, lane // 4, lane % 4
 
 
 def stream_bytes(dim: int) -> int:
@@ -72,4 +83,5 @@ def tile_bias(fragment, embedding_row: Int32, dim: int) -> list:
     return acc
 
 
-__all__ = ["STREAM_SLOT_BYTES", "TILE_ROWS", "chunk_mma", "copy_tile", "slot_fragment", "stream_bytes", "tile_bias"]
+__all__ = ["STREAM_SLOT_BYTES", "TILE_ROWS", "chunk_mma", "copy_tile", "slot_fragment", "stream_bytes", "thread_coordinates",
+           "tile_bias"]

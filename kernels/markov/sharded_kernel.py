@@ -126,7 +126,7 @@ from cutlass.memory import SmemAllocator
 
 from kernels import ptx
 from kernels.markov.arguments import BaseLogits, LogitsCache, Rows
-from kernels.markov.head_tile import chunk_mma, copy_tile, slot_fragment, stream_bytes, tile_bias
+from kernels.markov.head_tile import chunk_mma, copy_tile, slot_fragment, stream_bytes, thread_coordinates, tile_bias
 from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.markov.sharded_layout import (
@@ -585,13 +585,7 @@ class ShardedMarkovSample(KernelVariant):
         self._stamp(control, "start")
         steps = self.steps
         cache_bytes = self.cache_bytes
-        thread, _, _ = cute.arch.thread_idx()
-        cta, _, _ = cute.arch.block_idx()
-        ctas, _, _ = cute.arch.grid_dim()
-        warp = thread // WARP
-        lane = thread % WARP
-        g = lane // 4
-        t = lane % 4
+        thread, cta, ctas, warp, lane, g, t = thread_coordinates()
         tiles = vocab_local // TILE_ROWS
         first_tile = cta * WARPS + warp
         vocab_offset = rank * vocab_local
