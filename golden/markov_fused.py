@@ -125,18 +125,25 @@ def _exact_dots_bf16(emb: torch.Tensor, w2: torch.Tensor, pairs: list[list[int]]
     return sums
 
 
+def _check_gemv_operands(emb: torch.Tensor, w2: torch.Tensor) -> None:
+    """Reject GEMV operands that are not 2-D BF16 tensors sharing their row length R."""
+    for name, t in (("emb", emb), ("w2", w2)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 2:
+            raise TypeError(f"{name}: expected a 2-D torch.bfloat16 tensor, got "
+                            f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
+    if emb.shape[1] != w2.shape[1]:
+        raise ValueError(f"emb [rows, {emb.shape[1]}] and w2 [V, {w2.shape[1]}] must share the row length R")
+
+
 def mma_bias(emb: torch.Tensor, w2: torch.Tensor, *, slice_rows: int = 16384) -> torch.Tensor:
     """``kernels.markov.head_gemv``'s bias on the H200: ``cvt.rn.bf16.f32`` of each FP32 sum of the
     chained ``m16n8k16`` MMAs of ``golden.markov_sharded.hopper_mma_bias`` (the kernel's k order, from
     +0.0), NaN as 0x7FFF; the head is taken ``slice_rows`` rows at a time to bound the float64 work."""
     from golden.markov_sharded import hopper_mma_bias
 
-    for name, t in (("emb", emb), ("w2", w2)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 2:
-            raise TypeError(f"{name}: expected a 2-D torch.bfloat16 tensor, got "
-                            f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
-    if emb.shape[1] != w2.shape[1] or emb.shape[1] % 32:
-        raise ValueError(f"emb [rows, {emb.shape[1]}] and w2 [V, {w2.shape[1]}] must share a row length R, a multiple of 32")
+    _check_gemv_operands(emb, w2)
+    if emb.shape[1] % 32:
+        raise ValueError(f"emb [rows, {emb.shape[1]}]: the MMA chain needs a row length R that is a multiple of 32")
     parts = [bf16_round(hopper_mma_bias(emb, w2[start : start + slice_rows]))
              for start in range(0, w2.shape[0], slice_rows)]
     return torch.cat(parts, dim=1) if parts else torch.empty(emb.shape[0], 0, dtype=torch.bfloat16, device=emb.device)
@@ -152,12 +159,7 @@ def markov_bias(emb: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     element, and the rare element that fails it is summed exactly with Python
     integers. An exact zero is ``+0.0``. Infinities and NaN follow IEEE (NaN as
     bf16 0x7FFF)."""
-    for name, t in (("emb", emb), ("w2", w2)):
-        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 2:
-            raise TypeError(f"{name}: expected a 2-D torch.bfloat16 tensor, got "
-                            f"{getattr(t, 'dtype', type(t).__name__)} {tuple(getattr(t, 'shape', ()))}")
-    if emb.shape[1] != w2.shape[1]:
-        raise ValueError(f"emb [rows, {emb.shape[1]}] and w2 [V, {w2.shape[1]}] must share the row length R")
+    _check_gemv_operands(emb, w2)
     a, b = emb.to(torch.float64), w2.to(torch.float64)
     s = a @ b.T
     low = _lowest_lsb_exponent(emb)[:, None] + _lowest_lsb_exponent(w2)[None, :]

@@ -45,13 +45,13 @@ from __future__ import annotations
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64, Uint32, const_expr
+from cutlass import Int32, Int64, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
 from kernels.markov.head_gemv import MAX_DIM, MAX_ROWS
-from kernels.markov.head_tile import (TILE_ROWS, VECTOR_BYTES, WARP, copy_tile, slot_fragment, stream_bytes,
-                                     thread_coordinates, tile_bias)
+from kernels.markov.head_tile import (TILE_ROWS, VECTOR_BYTES, WARP, bf16_bits, check_l2_keep, copy_tile,
+                                     slot_fragment, stream_bytes, thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 
 WARPS = 8
@@ -72,11 +72,9 @@ class HeadGemvKernel(KernelVariant):
     def __init__(self, dim: int, *, l2_keep: float = 0.0, pdl: bool = False) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim % 32 or not 32 <= dim <= MAX_DIM:
             raise ValueError(f"dim: expected a multiple of 32 in [32, {MAX_DIM}], got {dim!r}")
-        if isinstance(l2_keep, bool) or not isinstance(l2_keep, (int, float)) or not 0.0 <= l2_keep <= 1.0:
-            raise ValueError(f"l2_keep: expected a float in [0, 1], got {l2_keep!r}")
         if not isinstance(pdl, bool):
             raise TypeError(f"pdl: expected a bool, got {pdl!r}")
-        self.dim, self.l2_keep, self.pdl = dim, float(l2_keep), pdl
+        self.dim, self.l2_keep, self.pdl = dim, check_l2_keep(l2_keep), pdl
         self.tile_bytes = stream_bytes(dim)
 
     def key(self) -> tuple:
@@ -102,8 +100,7 @@ class HeadGemvKernel(KernelVariant):
 
     def _store_bf16(self, bias: Int64, bias_stride: Int64, r, v, value, live) -> None:
         """``cvt.rn.bf16`` of ``value`` into ``bias[r, v]`` if ``live``."""
-        bits = ptx.cvt_rn_bf16x2_f32(Float32(0.0), value) & Uint32(0xFFFF)
-        ptx.st_global(bias + (Int64(r) * bias_stride + Int64(v)) * 2, [bits], 2, live)
+        ptx.st_global(bias + (Int64(r) * bias_stride + Int64(v)) * 2, [bf16_bits(value)], 2, live)
 
     @cute.kernel
     def kernel(self, emb: Int64, head: Int64, bias: Int64, bias_stride: Int64, rows: Int32, n: Int32):

@@ -21,7 +21,7 @@ back and ``cp.async.wait_group`` alone orders the two (no barrier).
 from __future__ import annotations
 
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Int64
+from cutlass import Float32, Int32, Int64, Uint32
 
 from kernels import ptx
 
@@ -30,6 +30,18 @@ WARP = 32
 VECTOR_BYTES = 16
 # One (chunk, half) slot of a warp's stream buffer: 32 lanes x 16 bytes.
 STREAM_SLOT_BYTES = WARP * VECTOR_BYTES
+
+
+def check_l2_keep(l2_keep) -> float:
+    """``l2_keep`` as a float, or ``ValueError`` unless it is a fraction in [0, 1] (not a bool)."""
+    if isinstance(l2_keep, bool) or not isinstance(l2_keep, (int, float)) or not 0.0 <= l2_keep <= 1.0:
+        raise ValueError(f"l2_keep: expected a float in [0, 1], got {l2_keep!r}")
+    return float(l2_keep)
+
+
+def bf16_bits(value: Float32) -> Uint32:
+    """``cvt.rn.bf16.f32`` of ``value``, its 16 bits in the low half."""
+    return ptx.cvt_rn_bf16x2_f32(Float32(0.0), value) & Uint32(0xFFFF)
 
 
 def thread_coordinates() -> tuple:
@@ -83,5 +95,5 @@ def tile_bias(fragment, embedding_row: Int32, dim: int) -> list:
     return acc
 
 
-__all__ = ["STREAM_SLOT_BYTES", "TILE_ROWS", "chunk_mma", "copy_tile", "slot_fragment", "stream_bytes", "thread_coordinates",
+__all__ = ["STREAM_SLOT_BYTES", "TILE_ROWS", "bf16_bits", "check_l2_keep", "chunk_mma", "copy_tile", "slot_fragment", "stream_bytes", "thread_coordinates",
            "tile_bias"]

@@ -126,7 +126,8 @@ from cutlass.memory import SmemAllocator
 
 from kernels import ptx
 from kernels.markov.arguments import BaseLogits, LogitsCache, Rows
-from kernels.markov.head_tile import chunk_mma, copy_tile, slot_fragment, stream_bytes, thread_coordinates, tile_bias
+from kernels.markov.head_tile import (bf16_bits, check_l2_keep, chunk_mma, copy_tile, slot_fragment, stream_bytes,
+                                     thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.markov.sharded_layout import (
@@ -178,11 +179,6 @@ STREAM_BYTES = stream_bytes(HEAD_DIM)
 def _widen_bf16(bits: Uint32) -> Float32:
     """The FP32 value of the BF16 held in the low half of ``bits``."""
     return ptx.f32_from_bits(bits << Uint32(16))
-
-
-def _bf16_bits(value: Float32) -> Uint32:
-    """``cvt.rn.bf16.f32`` of ``value``, its 16 bits in the low half."""
-    return ptx.cvt_rn_bf16x2_f32(Float32(0.0), value) & Uint32(0xFFFF)
 
 
 def _candidate_key(score: Float32, index: Int32) -> Int64:
@@ -256,14 +252,12 @@ class ShardedMarkovSample(KernelVariant):
         # The bench-only phase stamps (module docstring), compiled in or not at all.
         self.stamps = stamps
         self.stamp_count = len(stamp_names(steps))
-        if isinstance(l2_keep, bool) or not isinstance(l2_keep, (int, float)) or not 0.0 <= l2_keep <= 1.0:
-            raise ValueError(f"l2_keep: expected a float in [0, 1], got {l2_keep!r}")
         # The fraction of streamed-tile copies that carry an L2 evict_last
         # policy (0: no policy), so that part of the head streamed at every
         # step stays in L2 between steps. At world 1 (49 MB streamed per
         # step) 0.5 took the bench from 196.5 to 178.2 us; 0.4-0.7 measured
         # within 2% of it, 1.0 195.2 us (docs/results/gpu-run-10_2026-12-01.md).
-        self.l2_keep = float(l2_keep)
+        self.l2_keep = check_l2_keep(l2_keep)
         for name, dtype in (("base_dtype", base_dtype), ("cache_dtype", cache_dtype)):
             if dtype not in DTYPE_BYTES:
                 raise ValueError(f"{name}: expected one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
@@ -371,10 +365,10 @@ class ShardedMarkovSample(KernelVariant):
                 gumbel = ptx.f32_from_bits(ptx.ld_global_nc(noise_at, 4, live)[0])
                 # The bias GEMM's BF16 output, then the eager add's FP32 sum
                 # rounded once to the cache type.
-                bias = _widen_bf16(_bf16_bits(ptx.select_f32(first, sums[0], sums[1])))
+                bias = _widen_bf16(bf16_bits(ptx.select_f32(first, sums[0], sums[1])))
                 value = ptx.add_rn_f32(base, bias)
                 if const_expr(self.cache_bf16):
-                    bits = _bf16_bits(value)
+                    bits = bf16_bits(value)
                     value = _widen_bf16(bits)
                 else:
                     bits = ptx.f32_bits(value)
