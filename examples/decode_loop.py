@@ -125,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     import rankcheck
-    from harness.dist_comm import DistComm
-    from harness.worker import _distributed_handle
+    from harness.rank.dist_comm import DistComm
+    from harness.rank.worker import _distributed_handle
 
     device = "cpu"
     if args.impl == "kernel":

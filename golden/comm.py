@@ -10,7 +10,7 @@ satisfy that interface:
   barrier over a shared slot table (``contracts.rendezvous``, the one the
   kernels' virtual fabric meets through; torch ops release the GIL, so ranks
   run in parallel). Used to shard a golden loop over ``tp`` ranks on one CPU.
-- ``harness.dist_comm.DistComm`` (in the harness): torch.distributed over
+- ``harness.rank.dist_comm.DistComm`` (in the harness): torch.distributed over
   real processes (gloo or NCCL).
 
 Every wait has a deadline: a rank that does not arrive makes the others

@@ -2,12 +2,12 @@
 
 The interrupt handlers go in first, before anything can start a process:
 SIGINT and SIGTERM alike end every process tree this harness started, once,
-whatever signals follow (``harness.watchdog.install_interrupt_handlers``).
+whatever signals follow (``harness.launch.supervision.install_interrupt_handlers``).
 """
 
 import sys
 
-from harness.watchdog import install_interrupt_handlers
+from harness.launch.supervision import install_interrupt_handlers
 
 install_interrupt_handlers()
 

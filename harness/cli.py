@@ -8,14 +8,14 @@ Subcommands:
 - ``replay SCENARIO``: one scenario, verbose: each rank's progress and the
   diagnostic records side by side (``harness.replay``); ``replay --bundle
   DIR``: a world recorded by ``rankcheck.recording``, replayed offline
-  (``harness.world_replay``).
+  (``harness.recording.replay``).
 - ``golden [--regenerate]``: check (or record, on purpose) the stored golden
   bits of every cpu scenario through a cpu validation run;
   ``golden --measure-rcp [T...]`` measures the GPU's reciprocal table
-  (``harness.rcp_table``); ``golden --probe`` measures all of a GPU type's
-  arithmetic facts (``harness.probe``); ``golden --arch sm_XY`` validates
+  (``harness.calibration.rcp_table``); ``golden --probe`` measures all of a GPU type's
+  arithmetic facts (``harness.calibration.probe``); ``golden --arch sm_XY`` validates
   with that architecture's facts where no GPU is present.
-- ``record``, ``bench``, ``compile``, ``fuzz``: dispatched to ``harness.record``,
+- ``record``, ``bench``, ``compile``, ``fuzz``: dispatched to ``harness.recording.recorder``,
   ``harness.bench``, ``harness.compile_gate`` and ``harness.fuzz`` (random
   valid scenarios, the first failure shrunk to a minimal file; imported only when used,
   so a missing module is a clear message, not an import error at start).
@@ -24,7 +24,7 @@ Bad arguments are reported by argparse (exit 2) or as one line naming the
 argument (exit 2) before anything runs; a number that does not parse says
 what was expected in words (``argument --world: expected a whole number >=
 1, got 'x'``). The exit codes of ``validate`` and ``replay`` are their
-report's verdict (``harness.report.Report.verdict``: 0 ok, 1 failed, 2
+report's verdict (``harness.reports.report.Report.verdict``: 0 ok, 1 failed, 2
 nothing run or bad arguments, 3 nothing available, 130 interrupted).
 """
 
@@ -36,9 +36,9 @@ import math
 import sys
 from typing import Callable, Sequence
 
-from harness.report import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
+from harness.reports.report import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
 
-DISPATCHED = {"record": "harness.record", "bench": "harness.bench", "compile": "harness.compile_gate",
+DISPATCHED = {"record": "harness.recording.recorder", "bench": "harness.bench", "compile": "harness.compile_gate",
               "fuzz": "harness.fuzz"}
 # Bad arguments run nothing: argparse's code, the same as a selection that plans no case.
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
@@ -187,7 +187,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run ``validate``."""
-    from harness.launchers.rendezvous import Rendezvous  # noqa: PLC0415
+    from harness.launch.torchrun_options import Rendezvous  # noqa: PLC0415
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
 
     req = ValidateRequest(launcher=args.launcher, family=args.family, scenarios=args.scenario, worlds=args.world,
@@ -208,7 +208,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print("replay: give a scenario or --bundle DIR (exactly one)", file=sys.stderr)
         return EXIT_NOTHING_RUN
     if args.bundle is not None:
-        from harness.world_replay import run_bundle_replay  # noqa: PLC0415
+        from harness.recording.replay import run_bundle_replay  # noqa: PLC0415
 
         return run_bundle_replay(args.bundle, impl=args.impl, launcher=args.launcher, deadline=args.deadline,
                                  run_dir=args.run_dir)
@@ -224,13 +224,13 @@ def cmd_golden(args: argparse.Namespace) -> int:
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
 
     if args.probe:
-        from harness.probe import run_probe  # noqa: PLC0415
+        from harness.calibration.probe import run_probe  # noqa: PLC0415
 
         if args.measure_rcp is not None or args.arch:
             raise ValueError("--probe measures the GPU present: no --measure-rcp or --arch with it")
         return run_probe(args.run_dir, replace=args.regenerate)
     if args.measure_rcp is not None:
-        from harness.rcp_table import measure  # noqa: PLC0415
+        from harness.calibration.rcp_table import measure  # noqa: PLC0415
 
         if args.regenerate:
             raise ValueError("--measure-rcp and --regenerate: run one at a time")
@@ -239,7 +239,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
         import os  # noqa: PLC0415
 
         from golden.arch import normalize_arch  # noqa: PLC0415
-        from harness.arch_facts import ARCH_ENV  # noqa: PLC0415
+        from harness.families.arch_facts import ARCH_ENV  # noqa: PLC0415
 
         os.environ[ARCH_ENV] = normalize_arch(args.arch)  # read by every rank (they inherit the environment)
     return run_validate(ValidateRequest(launcher="cpu", size="cpu", run_dir=args.run_dir,
@@ -247,8 +247,8 @@ def cmd_golden(args: argparse.Namespace) -> int:
 
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
-    """Merge per-node reports into one (``harness.merge_reports``)."""
-    from harness.merge_reports import run_merge  # noqa: PLC0415
+    """Merge per-node reports into one (``harness.reports.merge``)."""
+    from harness.reports.merge import run_merge  # noqa: PLC0415
 
     if not (args.junit or args.json):
         raise ValueError("--junit or --json: say where the merged report goes")
@@ -290,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> int:
     """The ``rankcheck`` console script: the interrupt handlers first (as ``python -m harness``), then ``main``."""
-    from harness.watchdog import install_interrupt_handlers  # noqa: PLC0415
+    from harness.launch.supervision import install_interrupt_handlers  # noqa: PLC0415
 
     install_interrupt_handlers()
     return main()

@@ -3,7 +3,7 @@
 For a developer reproducing a hang or a disagreement. The scenario runs
 once through the chosen launcher (as ``validate`` would run it), optionally
 with extra injections given on the command line (``--inject
-hang:rank=1,launch=2``; ``harness.injected``): each is checked first
+hang:rank=1,launch=2``; ``harness.launch.inject_option``): each is checked first
 against the scenario at the world being run, and an error names the
 ``--inject`` argument and that world. The run then uses a copy of the
 scenario file in the run directory with ``worlds`` narrowed to the world
@@ -19,12 +19,12 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from harness.case_files import CaseId
+from harness.wire.case_files import CaseId
 from harness.families.catalog import discover, select
-from harness.injected import checked_injections, write_injected_copy
-from harness.launchers import records
+from harness.launch.inject_option import checked_injections, write_injected_copy
+from harness.launch import records
 from harness.validate import ValidateRequest, default_run_dir, run_validate
-from harness.watchdog import diagnose, kernel_diag_records
+from harness.launch.supervision import diagnose, kernel_diag_records
 
 
 def _cell(record: dict) -> str:

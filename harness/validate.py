@@ -17,7 +17,7 @@ have ranks on it, into report files with its node rank in the name
 them for the job.
 
 ``--inject SCENARIO:KIND:key=value,...`` plants a fault in one scenario of
-the selection for this run only (``harness.injected``; the nightly's
+the selection for this run only (``harness.launch.inject_option``; the nightly's
 planted hang: ``markov_sharded/basic:hang:rank=1,launch=1,group=5``), checked
 at every world the plan runs it. An injection's ``group`` (in a file or
 given here) must be a TP group the run has (``check_fault_groups``).
@@ -53,21 +53,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from harness.case_files import stored_case
+from harness.wire.case_files import stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
-from harness.injected import checked_injections, split_target, write_injected_copy
-from harness.launchers import argv_builder, gpu_count, resolve, settings_for
-from harness.evidence import stacks_dir
-from harness.launchers.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
-from harness.launchers.rendezvous import Rendezvous
-from harness.launchers.standby import StandbyPool
-from harness.launchers.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
-from harness.launchers.schedule import DevicePool, default_lanes, job_units, order_units, run_units
-from harness.refcache import cache_root, kernel_cache_env
-from harness.refpool import ReferencePool, queue_items
-from harness import provenance
-from harness.arch_facts import describe_choice
-from harness.report import Report
+from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
+from harness.launch.launchers import argv_builder, gpu_count, resolve, settings_for
+from harness.launch.evidence import stacks_dir
+from harness.launch.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
+from harness.launch.torchrun_options import Rendezvous
+from harness.launch.spares import StandbyPool
+from harness.launch.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
+from harness.launch.schedule import DevicePool, default_lanes, job_units, order_units, run_units
+from harness.references.cache import cache_root, kernel_cache_env
+from harness.references.pool import ReferencePool, queue_items
+from harness.reports import provenance
+from harness.families.arch_facts import describe_choice
+from harness.reports.report import Report
 
 
 @dataclass
@@ -90,11 +90,11 @@ class ValidateRequest:
     store: str | None = "check"
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     allow_unavailable: bool = False
-    cache: bool = True  # the persistent reference and kernel cache (harness.refcache); False: --no-cache
-    lanes: int | None = None  # job units at once (harness.launchers.schedule); None: from the machine
-    ref_workers: int | None = None  # reference pool processes (harness.refpool); None: from the machine
-    standby: bool = True  # spare processes for virtual jobs (harness.launchers.standby); False: --no-standby
-    inject: Sequence[str] = ()  # SCENARIO:KIND:key=value,... (harness.injected), this run only
+    cache: bool = True  # the persistent reference and kernel cache (harness.references.cache); False: --no-cache
+    lanes: int | None = None  # job units at once (harness.launch.schedule); None: from the machine
+    ref_workers: int | None = None  # reference pool processes (harness.references.pool); None: from the machine
+    standby: bool = True  # spare processes for virtual jobs (harness.launch.spares); False: --no-standby
+    inject: Sequence[str] = ()  # SCENARIO:KIND:key=value,... (harness.launch.inject_option), this run only
 
 
 def default_run_dir() -> Path:
@@ -228,7 +228,7 @@ def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
 
 
 def run_validate(req: ValidateRequest, *, stream=None) -> int:
-    """Run the requested validation and return the report's exit code (``harness.report.Report.verdict``)."""
+    """Run the requested validation and return the report's exit code (``harness.reports.report.Report.verdict``)."""
     gpus = gpu_count()
     launcher, why = resolve(req.launcher, gpus)
     size = req.size or ("all" if launcher != "cpu" and gpus else "cpu")
@@ -276,7 +276,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
 
 def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,
              job_numbers) -> None:
-    """Run every planned case: the reference pool in the background, job units in lanes (harness.launchers.schedule)."""
+    """Run every planned case: the reference pool in the background, job units in lanes (harness.launch.schedule)."""
     root = cache_root() if req.cache else None
     cache_dir = root / "references" if root else run_dir / "refcache"
     impl = req.impl or settings_for(launcher, run_dir, 1, gpus).impl

@@ -47,7 +47,7 @@ from typing import Iterator, Sequence
 from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
 from harness.cli import number_type
-from harness.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
+from harness.reports.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "results")
 

@@ -42,7 +42,7 @@ import platform
 import subprocess
 from typing import Any, Mapping
 
-from harness.provenance import package_version
+from harness.reports.provenance import package_version
 
 SCHEMA = "rankcheck-bench/1"
 _NUMBER = (int, float)

@@ -3,9 +3,9 @@
 A case declared with ``launcher="torchrun"`` (``harness.bench.registry``)
 is run by ``run_case``: ``python -m torch.distributed.run --standalone
 --nproc-per-node N -m harness.bench.torchrun_rank`` under the harness's
-watchdog (``harness.watchdog.Supervised``: a deadline over the whole tree,
+watchdog (``harness.launch.supervision.Supervised``: a deadline over the whole tree,
 every process group it started ended and verified gone, whatever happens).
-Its environment keeps NVLink multicast off (``harness.launchers.MULTICAST_OFF``)
+Its environment keeps NVLink multicast off (``harness.launch.launchers.MULTICAST_OFF``)
 and picks the backend as the validation launchers do: NCCL where every rank
 has its own GPU, gloo with ``TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1``
 where ranks share one (those times prove the path; they are not NVLink's).
@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Sequence
 
 from harness.bench.torchrun_rank import BACKEND_VAR
-from harness.launchers import GLOO_LAZY_INIT, MULTICAST_OFF, gpu_count
-from harness.launchers.jobs import REPO_ROOT, python
-from harness.watchdog import Supervised
+from harness.launch.launchers import GLOO_LAZY_INIT, MULTICAST_OFF, gpu_count
+from harness.launch.jobs import REPO_ROOT, python
+from harness.launch.supervision import Supervised
 
 DEFAULT_DEADLINE_S = 300.0
 LOG_TAIL = 2000

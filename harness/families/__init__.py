@@ -52,7 +52,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from harness.arch_facts import golden_entries
+from harness.families.arch_facts import golden_entries
 
 
 class NotAvailable(RuntimeError):
@@ -192,7 +192,7 @@ class FamilyAdapter:
     golden_only_config: tuple[str, ...] = ()
     golden_config_extras: Mapping[str, Any] = field(default_factory=dict)
     # Golden config entries taken from the architecture's facts (config key -> golden.arch.ArchFacts
-    # field), resolved on the rank for its GPU or --arch (harness.arch_facts); none: no facts needed.
+    # field), resolved on the rank for its GPU or --arch (harness.families.arch_facts); none: no facts needed.
     arch_facts: Mapping[str, str] = field(default_factory=dict)
     kernel_kwargs: Mapping[str, str] = field(default_factory=dict)
     kernel_inputs_on_device: bool = False

@@ -15,7 +15,7 @@ identical operands (the kernel's default is a plain bf16 matmul). ``pdl``
 and ``sharded`` are kernel-only config keys; the golden rejects them.
 The golden's ``rcp_table`` (the ``div.full.f32`` reciprocals of temperatures
 that are not powers of two) comes from the architecture's facts
-(``harness.arch_facts``), so its whole fp32 contract (libdevice logf and
+(``harness.families.arch_facts``), so its whole fp32 contract (libdevice logf and
 tanhf, the Gumbel noise, ``div.full.f32``) is that of the GPU probed; an
 architecture without facts makes this family's cases not available.
 

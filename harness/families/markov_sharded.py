@@ -5,7 +5,7 @@ Compared outputs: ``draft_tokens`` [rows, steps] and ``logits_cache``
 in config key ``world``.
 
 The golden gets two entries from the architecture's facts (``golden.arch``,
-chosen on the rank by ``harness.arch_facts``: the GPU's, else ``--arch``), on
+chosen on the rank by ``harness.families.arch_facts``: the GPU's, else ``--arch``), on
 the CPU path (the golden system) and for the reference alike: ``bias_fn``,
 the facts' ``mma_model`` (the model of ``golden.markov_sharded.BIAS_FUNCTIONS``
 that the GPU's ``mma.sync`` chain follows, decided by ``harness golden

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from golden.families import FAMILIES
-from harness.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
+from harness.reports.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
 
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 
@@ -66,7 +66,7 @@ def check_worlds(family: str, worlds: Sequence[int]) -> None:
 
 def _launcher_name(launcher: str) -> str:
     """The launcher ``auto`` resolves to here (the replay command names it)."""
-    from harness.launchers import gpu_count, resolve  # noqa: PLC0415
+    from harness.launch.launchers import gpu_count, resolve  # noqa: PLC0415
 
     return resolve(launcher, gpu_count())[0]
 

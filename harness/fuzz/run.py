@@ -37,7 +37,7 @@ import yaml
 
 from harness.fuzz.draw import draw_scenario
 from harness.fuzz.shrink import shrink
-from harness.report import EXIT_INTERRUPTED
+from harness.reports.report import EXIT_INTERRUPTED
 
 
 class FuzzInterrupted(KeyboardInterrupt):

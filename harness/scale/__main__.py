@@ -29,7 +29,7 @@ from pathlib import Path
 from harness.scale.measure import world_costs
 from harness.scale.nightly import run_world, shape_of
 from harness.scale.summary import load_results, write_summary
-from harness.watchdog import install_interrupt_handlers
+from harness.launch.supervision import install_interrupt_handlers
 
 DEFAULT_SCENARIOS = ("markov_sharded/basic", "allreduce_mhc/basic_ll", "markov_fused/basic")
 # A world is not started with less time left than this (its two jobs' start-up alone take longer).

@@ -34,7 +34,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.progress import read_progress
+from harness.wire.progress import read_progress
 
 WORK_PHASES = ("kernel", "reference", "compare")
 

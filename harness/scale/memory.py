@@ -1,6 +1,6 @@
 """Memory of the worker processes of a run, sampled from ``/proc``: each rank's high-water mark.
 
-A worker (``python -m harness.worker --job <run>/jobs/...``) is found by its
+A worker (``python -m harness.rank.worker --job <run>/jobs/...``) is found by its
 command line, which names its job file and so the run's directory. Each
 sample reads ``VmHWM`` (the process's peak resident set, kept by the kernel,
 so a peak between samples is not lost) and ``VmRSS`` from
@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from harness.evidence import WORKER_MODULE, runs_module
+from harness.launch.evidence import WORKER_MODULE, runs_module
 
 
 def status_kib(pid: int, keys: tuple[str, ...] = ("VmHWM", "VmRSS")) -> dict[str, int]:

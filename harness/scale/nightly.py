@@ -7,7 +7,7 @@ starts one agent per node (every one at once, the last node first, so that
 c10d meets them out of node order as on a real machine), samples the
 workers' memory while they run, and returns when every agent has exited or
 the deadline has passed; every process of every agent is then ended and
-verified gone (``harness.watchdog.end_trees``: the agents' own process
+verified gone (``harness.launch.supervision.end_trees``: the agents' own process
 trees are nested in theirs, so a killed agent leaves nothing behind).
 ``run_world`` does that for one world and merges the per-node reports. The
 simulated nodes share the host's cores: their ranks get their share of
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from harness.merge_reports import MergeError, run_merge
+from harness.reports.merge import MergeError, run_merge
 from harness.scale.memory import MemorySampler, processes_mentioning
-from harness.watchdog import Supervised, end_trees
+from harness.launch.supervision import Supervised, end_trees
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_NAME = "nightly"

@@ -2,7 +2,7 @@
 
 ``kernels/markov/probe.py`` runs single sequences of ``kernels/ptx.py`` (the
 very text the Markov step kernel embeds) elementwise over CUDA tensors;
-``harness.probe_fp32`` holds the checks (the same ones ``harness golden
+``harness.calibration.fp32`` holds the checks (the same ones ``harness golden
 --probe`` records in the architecture's facts): every exact op must match the
 golden bit for bit; tanhf's approximate range (``ex2.approx``/``rcp.approx``)
 is bounded in fp32 ulps by ``golden.fp32.TANHF_ULP_BOUND`` and the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.probe_fp32 import CHECKS, CHUNK, N
+from harness.calibration.fp32 import CHECKS, CHUNK, N
 
 pytestmark = pytest.mark.gpu
 

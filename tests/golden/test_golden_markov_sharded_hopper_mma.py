@@ -35,7 +35,7 @@ from golden.markov_sharded import (
     mma_chain_bias,
     mma_k_groups,
 )
-from harness.probe_mma import KINDS, REPORT_SIZES, operands
+from harness.calibration.mma import KINDS, REPORT_SIZES, operands
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RECORD = os.path.join(ROOT, "docs", "results", "markov_sharded_mma_probe_2026-11-29.json")

@@ -1,7 +1,7 @@
 """Per-architecture arithmetic facts on the CPU: selection, NOT-AVAILABLE without facts, corrupt files, the probe's
 bookkeeping.
 
-The GPU is mocked where a test needs one (``harness.arch_facts.device_capability``);
+The GPU is mocked where a test needs one (``harness.families.arch_facts.device_capability``);
 the probe's measurements are stood in for by the golden's own functions (the
 hardware cannot be reached here), so what is tested is the decision and the
 files: which model fits, what a check's verdict says, and whether a re-run
@@ -25,10 +25,15 @@ from golden.comm import ThreadWorld
 from golden.gumbel import draft_hash, draft_uniform, noised_scores
 from golden.markov_fused import logit_transform
 from golden.markov_sharded import BIAS_FUNCTIONS, hopper_mma_bias
-from harness.rank_result import RankResult
-from harness import arch_facts, case_run, cli, probe, probe_fp32, probe_mma
+from harness.wire.rank_result import RankResult
+from harness import cli
+from harness.families import arch_facts
+from harness.rank import case_run
+from harness.calibration import probe
+from harness.calibration import fp32 as probe_fp32
+from harness.calibration import mma as probe_mma
 from harness.families import NotAvailable, adapter
-from harness.report import CaseResult, junit_xml
+from harness.reports.report import CaseResult, junit_xml
 
 ROOT = Path(__file__).resolve().parents[2]
 SM90 = ROOT / "golden" / "data" / "arch" / "sm_90.json"

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from harness.families.catalog import discover
-from harness.refcache import kernel_cache_env
-from harness.refpool import ReferencePool, queue_items
+from harness.references.cache import kernel_cache_env
+from harness.references.pool import ReferencePool, queue_items
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -100,7 +100,7 @@ def test_the_ranks_mark_the_items_they_computed(tmp_path):
 
 def test_an_item_waiting_for_another_process_comes_back_and_is_marked_later(tmp_path, monkeypatch):
     """While another process computes one of an item's references the item is re-queued, not marked."""
-    from harness import refpool
+    from harness.references import pool as refpool
 
     queue, cache = tmp_path / "queue", tmp_path / "cache"
     refpool.write_queue(queue, [{"path": "x.yaml", "key": "f/x", "world": 2}])
@@ -114,7 +114,7 @@ def test_an_item_waiting_for_another_process_comes_back_and_is_marked_later(tmp_
 
 
 def test_a_marker_is_written_only_when_every_reference_is_stored(tmp_path, monkeypatch):
-    from harness import refpool
+    from harness.references import pool as refpool
 
     monkeypatch.setattr(refpool, "item_marker", lambda item, cache_dir: Path(cache_dir) / "items" / "m.json")
     key = "ab" + "0" * 38

@@ -1,11 +1,11 @@
-"""harness.compare on planted differences: exact bits, locations, hex and numbers, NaN payloads, signed zeros, ulps."""
+"""harness.rank.compare on planted differences: exact bits, locations, hex and numbers, NaN payloads, signed zeros, ulps."""
 
 import struct
 
 import pytest
 import torch
 
-from harness.compare import compare_outputs, compare_tensor
+from harness.rank.compare import compare_outputs, compare_tensor
 
 AXES = {"cache": ("row", "step", "vocab"), "tokens": ("row", "step")}
 

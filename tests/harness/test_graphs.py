@@ -1,4 +1,4 @@
-"""harness.graphs and the worker's graph choice, on the CPU.
+"""harness.rank.graphs and the worker's graph choice, on the CPU.
 
 A CUDA graph needs a GPU; here ``GraphLaunches._capture`` is replaced by a
 stand-in whose ``replay`` calls the captured launch again, which is what a
@@ -15,11 +15,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import graphs as graphs_mod
-from harness.graphs import GraphLaunches, capture_problem
-from harness.launchers.verdict import _graph_note
-from harness.case_run import _graph_launches
-from harness.rank_result import RankResult
+from harness.rank import graphs as graphs_mod
+from harness.rank.graphs import GraphLaunches, capture_problem
+from harness.launch.verdict import _graph_note
+from harness.rank.case_run import _graph_launches
+from harness.wire.rank_result import RankResult
 
 
 class ReplayByCalling:

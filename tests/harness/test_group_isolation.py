@@ -8,7 +8,7 @@ too and must run again, alone). The job runner must settle group 0 as soon
 as its own files are complete, judge group 1 alone, name its group, rank
 and launch, and run group 0 again where it lost its run. Run-again jobs
 name their groups in the job file (``groups``), which the stand-in obeys as
-the worker does (``harness.worker.runs_in_group``). A job whose ranks wait
+the worker does (``harness.rank.worker.runs_in_group``). A job whose ranks wait
 in the rendezvous for nodes still ending the last job (``late``) is not
 timed out for it.
 """
@@ -19,15 +19,15 @@ import textwrap
 import time
 
 from harness.families.catalog import Case
-from harness.launchers.jobs import JobRunner, JobSequence, JobSettings
-from harness.case_files import runs_in_group
+from harness.launch.jobs import JobRunner, JobSequence, JobSettings
+from harness.wire.case_files import runs_in_group
 
 WORLD, TP = 4, 2
 
 WORKER = textwrap.dedent('''
     import json, os, sys, time
-    from harness.progress import ProgressWriter
-    from harness.case_files import case_dir, result_path, runs_in_group
+    from harness.wire.progress import ProgressWriter
+    from harness.wire.case_files import case_dir, result_path, runs_in_group
     job = json.load(open(sys.argv[1]))
     tp, world = job["tp"], 4
 
@@ -134,9 +134,9 @@ def test_a_job_file_case_runs_in_the_groups_it_names():
 
 def test_a_node_polls_only_its_own_ranks_files_of_a_group(tmp_path):
     """On a run directory shared by the nodes, the other node's ranks of a group are not this node's to poll."""
-    from harness.launchers import records
-    from harness.progress import ProgressWriter
-    from harness.case_files import CaseId, case_dir, result_path
+    from harness.launch import records
+    from harness.wire.progress import ProgressWriter
+    from harness.wire.case_files import CaseId, case_dir, result_path
 
     directory = case_dir(tmp_path, "markov_sharded", "basic", 4, None)
     for rank in (2, 3):  # written by the other node

@@ -2,14 +2,14 @@
 
 Unit tests use real faulthandler dumps of this process (a thread parked in
 a named function) and a stand-in process tree shaped like torchrun's: an
-"agent" whose command line names ``harness.worker`` only after its own
+"agent" whose command line names ``harness.rank.worker`` only after its own
 ``-m`` (it must never get SIGUSR1, whose default action would end it) and a
-worker started as ``-m harness.worker`` that registers the stack dump. The
+worker started as ``-m harness.rank.worker`` that registers the stack dump. The
 process tests run the injected hang of tests/harness/scenarios (rank 1
 hangs before launch 1, at world 2) with the cpu launcher (torchrun + gloo,
 a process per rank) and with the virtual launcher (ranks as threads of one
 process), and check that the report's diagnosis carries rank 1's stack with
-``_sleep_forever`` (the injected hang's frame in harness/rank_faults.py), the
+``_sleep_forever`` (the injected hang's frame in harness/rank/faults.py), the
 other rank's without it, and each rank's log path (files that exist).
 """
 
@@ -21,13 +21,13 @@ import threading
 import time
 from pathlib import Path
 
-from harness import evidence
-from harness.evidence import flight_recorder_env, nccl_dumps, rank_stacks, thread_frames, torchrun_rank_log
+from harness.launch import evidence
+from harness.launch.evidence import flight_recorder_env, nccl_dumps, rank_stacks, thread_frames, torchrun_rank_log
 from harness.families import catalog
-from harness.launchers import settings_for
-from harness.launchers.records import CaseEnd
-from harness.launchers.verdict import judge
-from harness.watchdog import Supervised, diagnose, processes_with_token
+from harness.launch.launchers import settings_for
+from harness.launch.records import CaseEnd
+from harness.launch.verdict import judge
+from harness.launch.supervision import Supervised, diagnose, processes_with_token
 from test_cpu_launcher import SCENARIOS, harness, processes_of, report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,7 @@ run_dir = sys.argv[-1]
 os.makedirs(os.path.join(run_dir, "stacks"), exist_ok=True)
 # a stack file as a registered worker has: only the command line tells this agent apart
 open(os.path.join(run_dir, "stacks", f"{os.getpid()}.txt"), "w").close()
-subprocess.Popen([sys.executable, "-u", "-m", "harness.worker", "--job", run_dir], start_new_session=True)
+subprocess.Popen([sys.executable, "-u", "-m", "harness.rank.worker", "--job", run_dir], start_new_session=True)
 time.sleep(600)
 """
 
@@ -145,7 +145,7 @@ def test_an_expired_tree_dumps_its_workers_stacks_but_never_signals_the_agent(tm
         FAKE_WORKER.format(evidence=str(Path(evidence.__file__)), run_dir=str(run_dir)))
     (fake / "fakeagent.py").write_text(FAKE_AGENT)
     env = dict(os.environ, PYTHONPATH=str(fake), **{evidence.NCCL_TRACE_PREFIX_VAR: str(run_dir / "trace" / "rank_")})
-    argv = [sys.executable, "-m", "fakeagent", "-m", "harness.worker", str(run_dir)]
+    argv = [sys.executable, "-m", "fakeagent", "-m", "harness.rank.worker", str(run_dir)]
     sup = Supervised(argv, env=env, cwd=str(fake), grace_s=1.0, stacks_dir=evidence.stacks_dir(run_dir))
     outcome = sup.wait(60, poll=lambda: (run_dir / "ready").exists(), interval_s=0.05)
     assert outcome.timed_out and outcome.elapsed_s < 60

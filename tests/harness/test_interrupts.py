@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import watchdog
-from harness.watchdog import Supervised, TreesEnded, end_every_tree, group_alive, processes_with_token
+from harness.launch import supervision as watchdog
+from harness.launch.supervision import Supervised, TreesEnded, end_every_tree, group_alive, processes_with_token
 from test_cpu_launcher import SCENARIOS, STARTUP_S, processes_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -79,7 +79,7 @@ def test_end_every_tree_ends_every_live_tree_and_refuses_new_ones(monkeypatch):
 
 STUBBORN = r"""
 import os, signal, subprocess, sys, time
-from harness.watchdog import Supervised, install_interrupt_handlers, processes_with_token
+from harness.launch.supervision import Supervised, install_interrupt_handlers, processes_with_token
 
 install_interrupt_handlers()
 # Processes that ignore SIGTERM: ending them takes the grace period, so a second signal
@@ -193,8 +193,8 @@ def agent_started(tree: dict[int, int]) -> bool:
 
 
 def workers_started(tree: dict[int, int]) -> bool:
-    """Whether both ranks' worker processes (``-m harness.worker`` as the interpreter's module) exist."""
-    return sum(command_line(pid)[1:4] == ["-u", "-m", "harness.worker"] for pid in tree) == 2
+    """Whether both ranks' worker processes (``-m harness.rank.worker`` as the interpreter's module) exist."""
+    return sum(command_line(pid)[1:4] == ["-u", "-m", "harness.rank.worker"] for pid in tree) == 2
 
 
 def rank_hung(run_dir: Path) -> bool:

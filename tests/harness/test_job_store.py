@@ -9,8 +9,8 @@ unanswered (False), quickly, without raising.
 
 import time
 
-from harness.launchers.rendezvous import Rendezvous
-from harness.launchers.job_store import CONNECT_TIMEOUT_S, HeldStore, HeldStores, NodesDone
+from harness.launch.torchrun_options import Rendezvous
+from harness.launch.job_store import CONNECT_TIMEOUT_S, HeldStore, HeldStores, NodesDone
 from harness.scale.nightly import free_ports
 
 

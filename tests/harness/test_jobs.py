@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 
 from harness.families.catalog import Case
-from harness.launchers.jobs import JobRunner, JobSettings
+from harness.launch.jobs import JobRunner, JobSettings
 
 WORKER = textwrap.dedent('''
     import json, os, sys, time
-    from harness.progress import ProgressWriter
-    from harness.case_files import ABANDON_EXIT, case_dir, result_path
+    from harness.wire.progress import ProgressWriter
+    from harness.wire.case_files import ABANDON_EXIT, case_dir, result_path
     job = json.load(open(sys.argv[1]))
     world = int(sys.argv[2])
     for spec in job["cases"]:
@@ -102,9 +102,9 @@ def test_case_after_an_abandoned_case_reruns_and_reference_time_is_not_the_case_
 
 
 def test_a_case_judged_after_its_job_ended_keeps_the_time_its_ranks_measured():
-    from harness.launchers.jobs import _ranks_time
+    from harness.launch.jobs import _ranks_time
 
-    from harness.rank_result import RankResult
+    from harness.wire.rank_result import RankResult
 
     assert _ranks_time({None: {0: RankResult(time_s=1.5), 1: RankResult(time_s=2.25)}, 1: {0: RankResult(time_s=0.5)}}) == 2.25
     assert _ranks_time({None: {}}) == 0.0
@@ -114,10 +114,10 @@ def test_a_case_judged_after_its_job_ended_keeps_the_time_its_ranks_measured():
 def test_a_node_clears_only_its_own_ranks_files(tmp_path):
     from types import SimpleNamespace
 
-    from harness.launchers.rendezvous import Rendezvous
-    from harness.launchers.records import clear_rank_files
-    from harness.progress import progress_path
-    from harness.case_files import case_dir, result_path
+    from harness.launch.torchrun_options import Rendezvous
+    from harness.launch.records import clear_rank_files
+    from harness.wire.progress import progress_path
+    from harness.wire.case_files import case_dir, result_path
 
     case = SimpleNamespace(family="markov_fused", name="basic")
     directory = case_dir(tmp_path, case.family, case.name, 4, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from golden.comm import ThreadWorld
-from harness import case_run
+from harness.rank import case_run
 from harness.families import FamilyAdapter, adapter
 from scenarios.loader import get
 

@@ -12,11 +12,11 @@ import sys
 import textwrap
 import time
 
-from harness.watchdog import Supervised, process_alive, processes_with_token
+from harness.launch.supervision import Supervised, process_alive, processes_with_token
 
 INNER = textwrap.dedent('''
     import os, signal, sys, time
-    from harness.watchdog import Supervised
+    from harness.launch.supervision import Supervised
     inner = Supervised([sys.executable, "-c", "import time; time.sleep(600)"])
     open(sys.argv[1], "w").write(str(inner.proc.pid))
     time.sleep(0.5)

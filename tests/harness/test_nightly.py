@@ -2,7 +2,7 @@
 
 The unit tests check the planning (``plan_worlds`` with torchrun's node
 options and ``--tp``), the per-node names and groups (``Rendezvous``) and
-the merge (``harness.merge_reports``) on reports written by the real
+the merge (``harness.reports.merge``) on reports written by the real
 ``Report``. The process test takes README's nightly script, replaces the
 scheduler's variables (2 nodes of 2 processes on this host, a c10d
 rendezvous on localhost with a free port, ``--tp`` scaled as README scales
@@ -11,7 +11,7 @@ implementation over torchrun + gloo) and adds a two-scenario selection; it
 starts both agents (node 1 first, so that c10d meets the agents out of
 node order), merges with README's merge line and checks the merged report.
 Every wait has a deadline; the teardown ends every process tree the test
-started (``harness.watchdog.Supervised``), verified gone.
+started (``harness.launch.supervision.Supervised``), verified gone.
 """
 
 import io
@@ -28,13 +28,13 @@ from types import SimpleNamespace
 import pytest
 
 from harness.cli import main
-from harness.launchers.rendezvous import Rendezvous
-from harness.merge_reports import run_merge
-from harness.report import CaseResult, Report
+from harness.launch.torchrun_options import Rendezvous
+from harness.reports.merge import run_merge
+from harness.reports.report import CaseResult, Report
 from harness.validate import ValidateRequest, plan_worlds
 from harness.scale.measure import world_costs
 from harness.scale.nightly import free_ports, one_host_env, run_agents
-from harness.watchdog import Supervised
+from harness.launch.supervision import Supervised
 from test_cpu_launcher import STARTUP_S, free_port, processes_of
 
 ROOT = Path(__file__).resolve().parents[2]

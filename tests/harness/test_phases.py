@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import phases
-from harness.phases import PHASES, PhaseClock, slowest
-from harness.report import CaseResult, Report, phase_summary
+from harness.wire import phases
+from harness.wire.phases import PHASES, PhaseClock, slowest
+from harness.reports.report import CaseResult, Report, phase_summary
 from kernels.compile_clock import compile_seconds, compiling
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import rcp_table
+from harness.calibration import rcp_table
 
 ROOT = Path(__file__).resolve().parents[2]
 SM90_TABLE = rcp_table.table_path("sm_90")

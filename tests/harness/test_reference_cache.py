@@ -10,8 +10,8 @@ import time
 import pytest
 import torch
 
-from harness import refcache
-from harness.refcache import ReferenceCache
+from harness.references import cache as refcache
+from harness.references.cache import ReferenceCache
 
 
 def cache(tmp_path) -> ReferenceCache:
@@ -83,7 +83,7 @@ def test_waits_are_bounded(tmp_path):
 
 RANK_SCRIPT = """
 import sys, time, torch
-from harness.refcache import ReferenceCache
+from harness.references.cache import ReferenceCache
 refs = ReferenceCache(sys.argv[1], "markov_sharded", "world", {"vocab": 8, "world": 2}, {"w": torch.ones(2)})
 key = refs.key({"x": torch.zeros(3)}, {"rows": 1})
 def compute():

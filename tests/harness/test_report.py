@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.report import CaseResult, Report, atomic_write
+from harness.reports.report import CaseResult, Report, atomic_write
 
 
 def result(status, scenario="s", mismatches=0, **kw):

@@ -11,10 +11,10 @@ import io
 import json
 import xml.etree.ElementTree as ET
 
-from harness.launchers.rendezvous import Rendezvous
-from harness.merge_reports import run_merge
-from harness.report import CaseResult, Report, diagnoses
-from harness.watchdog import Diagnosis
+from harness.launch.torchrun_options import Rendezvous
+from harness.reports.merge import run_merge
+from harness.reports.report import CaseResult, Report, diagnoses
+from harness.launch.supervision import Diagnosis
 
 
 def verdict(group: int, status: str = "pass", scenario: str = "basic", rank: int | None = None) -> CaseResult:

@@ -51,7 +51,7 @@ def test_a_world_that_shows_what_the_nightly_must_passes_every_check():
     (world(failing=(9, 3), passing=16), "failing groups [9, 3], expected [9]"),
     (world(named_after=15.5), "named 15.5 s after its hang, more than 15 s"),
     (world(top_group=3), "not group 9's"),
-    (world(left=("python -m harness.worker",)), "processes left"),
+    (world(left=("python -m harness.rank.worker",)), "processes left"),
 ])
 def test_a_world_that_misses_any_of_it_says_what(measured, needle):
     assert any(needle in miss for miss in checks(measured, shape_of(72), deadline_s=5))

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from harness.launchers.durations import MAX_UNITS, UnitDurations, unit_key
-from harness.launchers.schedule import JobUnit, default_lanes, order_units, run_units
+from harness.launch.durations import MAX_UNITS, UnitDurations, unit_key
+from harness.launch.schedule import JobUnit, default_lanes, order_units, run_units
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Spare processes for virtual jobs (harness.launchers.standby, harness.standby), with real processes.
+"""Spare processes for virtual jobs (harness.launch.spares, harness.rank.standby), with real processes.
 
 A virtual run hands its jobs to spares that started up ahead: the jobs'
 verdicts and records are those of fresh processes, each job has a process
@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from harness.launchers.standby import StandbyPool
-from harness.standby import PARENT_VAR
+from harness.launch.spares import StandbyPool
+from harness.rank.standby import PARENT_VAR
 from harness.scale.memory import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,9 +60,9 @@ def test_no_standby_starts_each_job_itself(tmp_path):
 def test_a_spare_fits_only_a_virtual_job_of_its_environment(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with StandbyPool(sys.executable, 1, env=env, cwd=str(ROOT), spare_dir=tmp_path) as pool:
-        torchrun = [sys.executable, "-m", "torch.distributed.run", "-m", "harness.worker", "--job", "j.json"]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "-m", "harness.rank.worker", "--job", "j.json"]
         assert pool.take(torchrun, env, tmp_path / "log") is None
-        virtual = [sys.executable, "-m", "harness.worker", "--job", str(tmp_path / "j.json"), "--virtual", "2"]
+        virtual = [sys.executable, "-m", "harness.rank.worker", "--job", str(tmp_path / "j.json"), "--virtual", "2"]
         assert pool.take(virtual, dict(env, OMP_NUM_THREADS="99"), tmp_path / "log") is None
         assert pool.handed == 0
     deadline = time.monotonic() + 10
@@ -77,7 +77,7 @@ def test_a_spare_ends_by_itself_when_its_parent_is_gone(tmp_path):
     # (it names itself as the spare's parent, as StandbyPool does)
     spawn = ("import os, subprocess, sys; "
              f"env = dict(os.environ, {PARENT_VAR}=str(os.getpid())); "
-             f"subprocess.Popen([sys.executable, '-m', 'harness.worker', '--standby', {str(handoff)!r}], env=env)")
+             f"subprocess.Popen([sys.executable, '-m', 'harness.rank.worker', '--standby', {str(handoff)!r}], env=env)")
     parent = subprocess.run([sys.executable, "-c", spawn], cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
                             timeout=60)
     assert parent.returncode == 0

@@ -3,7 +3,7 @@
 import torch
 
 from harness.families.catalog import Case
-from harness.golden_check import store_golden
+from harness.rank.golden_check import store_golden
 
 
 def case() -> Case:
@@ -28,7 +28,7 @@ def test_record_then_check_then_differences(tmp_path):
 
 
 def test_only_cpu_size_golden_cases_are_stored():
-    from harness.case_files import stored_case  # noqa: PLC0415
+    from harness.wire.case_files import stored_case  # noqa: PLC0415
 
     gpu = Case("markov_sharded", "gpu_probe", "", (2,), "gpu", ("golden",), None, None, 1, None, None, "", ())
     err = Case("markov_sharded", "bad", "", (2,), "cpu", ("error",), None, None, 1, None, None, "", ())

@@ -2,11 +2,11 @@
 
 Reads the sources with ``ast`` (nothing is imported): every function or
 method in ``harness/**/*.py`` spans at most ``MAX_FUNCTION_LINES`` lines
-(decorators to last line), ``harness/worker.py`` at most
-``MAX_WORKER_LINES``, and the launcher side (``harness/launchers/``,
+(decorators to last line), ``harness/rank/worker.py`` at most
+``MAX_WORKER_LINES``, and the launcher side (``harness/launch/``,
 ``harness/replay.py``, ``harness/validate.py``) imports none of the rank
-side's modules: what both need is in ``harness.case_files`` and
-``harness.rank_result``. Between the packages (docs/interfaces.md):
+side's modules: what both need is in ``harness.wire.case_files`` and
+``harness.wire.rank_result``. Between the packages (docs/interfaces.md):
 ``contracts/`` is a leaf (the standard library and torch only),
 ``kernels/`` imports none of ``golden``, ``scenarios`` and ``harness``,
 ``golden/`` none of ``kernels``, ``scenarios`` and ``harness``, and
@@ -24,9 +24,9 @@ FORBIDDEN = {"contracts": set(PACKAGES) - {"contracts"}, "kernels": {"golden", "
              "golden": {"kernels", "scenarios", "harness"}, "scenarios": {"kernels", "harness"}}
 MAX_FUNCTION_LINES = 80
 MAX_WORKER_LINES = 400
-RANK_SIDE = {"harness.worker", "harness.case_run", "harness.agreement", "harness.rank_faults",
-             "harness.golden_check"}
-LAUNCHER_SIDE = sorted((HARNESS / "launchers").glob("*.py")) + [HARNESS / "replay.py", HARNESS / "validate.py"]
+RANK_SIDE = {"harness.rank.worker", "harness.rank.case_run", "harness.rank.agreement", "harness.rank.faults",
+             "harness.rank.golden_check"}
+LAUNCHER_SIDE = sorted((HARNESS / "launch").glob("*.py")) + [HARNESS / "replay.py", HARNESS / "validate.py"]
 
 
 def function_lengths(path: Path) -> list[tuple[str, int]]:
@@ -58,8 +58,8 @@ def test_the_checks_can_fail(tmp_path):
     long.write_text("def f():\n" + "    x = 1\n" * MAX_FUNCTION_LINES)
     assert function_lengths(long) == [("f:1", MAX_FUNCTION_LINES + 1)]
     rank = tmp_path / "rank.py"
-    rank.write_text("from harness import worker\nfrom harness.case_run import run_case\n")
-    assert {"harness.worker", "harness.case_run"} <= imported_modules(rank)
+    rank.write_text("from harness.rank import worker\nfrom harness.rank.case_run import run_case\n")
+    assert {"harness.rank.worker", "harness.rank.case_run"} <= imported_modules(rank)
 
 
 def test_no_harness_function_is_longer_than_80_lines():
@@ -70,7 +70,7 @@ def test_no_harness_function_is_longer_than_80_lines():
 
 
 def test_the_worker_is_at_most_400_lines():
-    lines = len((HARNESS / "worker.py").read_text(encoding="utf-8").splitlines())
+    lines = len((HARNESS / "rank" / "worker.py").read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_WORKER_LINES, lines
 
 

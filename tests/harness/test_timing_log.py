@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.timing_log import main
+from harness.reports.timing_log import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -72,7 +72,7 @@ def test_an_out_file_that_is_not_a_timing_log_is_not_overwritten(tmp_path, capsy
 
 def test_the_command_line_refuses_an_unknown_cache_state_and_an_empty_command(tmp_path):
     report, out = write_report(tmp_path / "report.json"), tmp_path / "timing.json"
-    base = [sys.executable, "-m", "harness.timing_log", str(report), "--out", str(out)]
+    base = [sys.executable, "-m", "harness.reports.timing_log", str(report), "--out", str(out)]
     bad_cache = subprocess.run([*base, "--command", "make validate", "--cache", "lukewarm"], cwd=ROOT,
                                capture_output=True, text=True, timeout=60)
     assert bad_cache.returncode == 2 and "--cache" in bad_cache.stderr

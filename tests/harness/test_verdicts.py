@@ -17,10 +17,11 @@ import pytest
 import yaml
 from rich.console import Console
 
-from harness import cli, provenance, replay
+from harness import cli, replay
+from harness.reports import provenance
 from harness.families.catalog import discover, select
-from harness.live import LiveView, eta_s, rows_to_show, world_counts
-from harness.report import CaseResult, Report, failure_text
+from harness.reports.live import LiveView, eta_s, rows_to_show, world_counts
+from harness.reports.report import CaseResult, Report, failure_text
 from harness.validate import ValidateRequest, run_validate
 
 SCENARIOS = str(Path(__file__).resolve().parent / "scenarios")
@@ -151,7 +152,7 @@ def test_planned_total_counts_each_tp_group_once_per_case(monkeypatch, tmp_path)
 
 def test_reports_can_be_fed_from_several_threads(monkeypatch, tmp_path):
     inside, most = [0], [0]
-    real_write = __import__("harness.report", fromlist=["atomic_write"]).atomic_write
+    real_write = __import__("harness.reports.report", fromlist=["atomic_write"]).atomic_write
 
     def watched_write(path, text):
         inside[0] += 1
@@ -160,7 +161,7 @@ def test_reports_can_be_fed_from_several_threads(monkeypatch, tmp_path):
         real_write(path, text)
         inside[0] -= 1
 
-    monkeypatch.setattr("harness.report.atomic_write", watched_write)
+    monkeypatch.setattr("harness.reports.report.atomic_write", watched_write)
     with Report(header="h", json_path=tmp_path / "r.json", stream=io.StringIO(), live=False) as report:
         threads = [threading.Thread(target=lambda t=t: [report.add(result("pass", f"t{t}c{i}")) for i in range(10)])
                    for t in range(4)]

@@ -5,8 +5,8 @@ import subprocess
 import sys
 import time
 
-from harness.progress import ProgressWriter, read_all_progress, read_progress
-from harness.watchdog import Supervised, diagnose, group_alive, processes_with_token
+from harness.wire.progress import ProgressWriter, read_all_progress, read_progress
+from harness.launch.supervision import Supervised, diagnose, group_alive, processes_with_token
 
 
 def records(*events):
@@ -109,7 +109,7 @@ def test_clean_exit_is_reported():
 def test_ranks_all_inside_a_launch_name_the_one_whose_call_deviates():
     """Kernels given disagreeing calls can all wait inside the launch: the rank that began it with other
     parameters than the call's is the one named (two ranks have no majority to tell it)."""
-    from harness.watchdog import diagnose
+    from harness.launch.supervision import diagnose
 
     def recs(deviates):
         return [{"event": "begin", "launch": 0, "params": {"rows": 8}}, {"event": "end", "launch": 0},
@@ -125,7 +125,7 @@ def test_ranks_all_inside_a_launch_name_the_one_whose_call_deviates():
 def test_a_deviating_call_is_named_ahead_of_a_rank_merely_behind():
     """One virtual rank's kernel trapped (ending the process) before its peer wrote ``begin``: the peer is
     behind, but the rank that began the launch with another call is the cause."""
-    from harness.watchdog import diagnose
+    from harness.launch.supervision import diagnose
 
     first = [{"event": "begin", "launch": 0, "params": {"rows": 8}}, {"event": "end", "launch": 0}]
     d = diagnose({0: list(first), 1: first + [{"event": "begin", "launch": 1, "params": {"rows": 20},

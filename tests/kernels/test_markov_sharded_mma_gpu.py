@@ -6,8 +6,8 @@ it: ``fp32_k_order`` (sequential FP32), ``mma_chain`` (exact sum per MMA,
 rounded to nearest) and ``hopper_mma`` (terms truncated to 2^(E-25) of the
 largest exponent, the sum rounded toward zero: fitted to the first H200
 report). The test requires the model the harness uses on this GPU (its
-architecture's facts, ``golden/data/arch/<arch>.json``, ``harness.arch_facts``)
-to match every sum. The operands and the comparison are ``harness.probe_mma``'s,
+architecture's facts, ``golden/data/arch/<arch>.json``, ``harness.families.arch_facts``)
+to match every sum. The operands and the comparison are ``harness.calibration.mma``'s,
 which ``harness golden --probe`` runs over the full set. The probe (``kernels.markov.sharded_probe``) runs
 the kernel's own chain and fragment layout on given operands; this test
 compares its FP32 bits with the model on random operands: ordinary
@@ -43,8 +43,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from golden.markov_sharded import BIAS_FUNCTIONS  # noqa: E402
-from harness.arch_facts import choose_arch, facts_for  # noqa: E402
-from harness.probe_mma import REPORT_SIZES, compare, probe_models  # noqa: E402
+from harness.families.arch_facts import choose_arch, facts_for  # noqa: E402
+from harness.calibration.mma import REPORT_SIZES, compare, probe_models  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 

@@ -13,7 +13,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from golden.store import raw_sha256
-from harness.record import Recorder, compare_replay, main, record, replay_bundle, state_tensors
+from harness.recording.recorder import Recorder, compare_replay, main, record, replay_bundle, state_tensors
 from scenarios.bundle import MANIFEST, PAYLOAD, BundleError, load_bundle
 
 

@@ -18,8 +18,8 @@ import yaml
 
 import rankcheck
 from harness.cli import main as cli_main
-from harness.record import Recorder
-from harness.world_recording import load_world
+from harness.recording.recorder import Recorder
+from harness.recording.world import load_world
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -136,7 +136,7 @@ def test_written_on_sigterm(tmp_path, capsys):
 
 def test_a_recording_without_calls_is_never_a_pass(tmp_path, capsys):
     """A job that failed before its first call (as a GPU run did: the sampler's constructor raised) replays nothing."""
-    from harness.world_replay import run_bundle_replay
+    from harness.recording.replay import run_bundle_replay
 
     _signal_child(tmp_path, signal.SIGTERM, "0")
     code = run_bundle_replay(str(tmp_path), impl="golden")
@@ -220,7 +220,7 @@ def _recorded_disagreement(directory: Path) -> None:
 def test_a_kernel_replay_runs_in_a_child_whose_death_keeps_the_findings(tmp_path, monkeypatch, child):
     """``--impl kernel`` replays in a child process: one that dies (a trap) still leaves the recording's findings
     and a REPLAY ABORTED line; one that writes its report is believed. Real processes; the child is a stand-in."""
-    from harness import world_replay
+    from harness.recording import replay as world_replay
     from harness.families import adapter
 
     _recorded_disagreement(tmp_path)
@@ -256,8 +256,8 @@ def test_a_kernel_replay_without_a_gpu_is_refused_before_any_process(tmp_path, c
 def test_a_world_that_fails_as_a_whole_keeps_the_recordings_findings(tmp_path, monkeypatch):
     """A replayed world that raises outside any call (its teardown after a kernel trap) is a finding in one
     line; the disagreement the recording shows is still reported, and an exception's advice lines are cut."""
-    import harness.record
-    from harness import world_replay
+    import harness.recording.recorder
+    from harness.recording import replay as world_replay
 
     _recorded_disagreement(tmp_path)
     entry = yaml.safe_load((tmp_path / "rank0.yaml").read_text())
@@ -267,7 +267,7 @@ def test_a_world_that_fails_as_a_whole_keeps_the_recordings_findings(tmp_path, m
     def failing_world(*args, **kwargs):
         raise RuntimeError("torn down after a trap\nCUDA kernel errors might be asynchronously reported")
 
-    monkeypatch.setattr(harness.record, "run_world", failing_world)
+    monkeypatch.setattr(harness.recording.recorder, "run_world", failing_world)
     report = world_replay.replay_one(tmp_path, "golden", 5.0)
     text = "\n".join(report["findings"])
     assert "rank 1 deviates at launch 1" in text, text

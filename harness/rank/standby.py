@@ -1,0 +1,98 @@
+"""A virtual job's process, started before its job is known (rank side of ``harness.launch.spares``).
+
+A virtual job (``python -m harness.rank.worker --job J --virtual N``) spends its
+first seconds on work that does not depend on the job: starting Python,
+importing torch, initializing CUDA, importing CuTe DSL and the kernel
+modules. The launcher therefore starts the next job's process while the
+current job runs, as ``python -m harness.rank.worker --standby HANDOFF``, and
+hands it the job when one is due. Isolation is unchanged: every job still has
+a process of its own, started fresh; only its start-up happened earlier.
+
+Protocol (files, both written by atomic rename):
+
+- The process imports torch, initializes CUDA where a GPU is visible, and
+  imports every family's golden and kernel modules (one that cannot be
+  imported here is left for the job, which reports it as it would in a fresh
+  process), then writes ``HANDOFF.ready``.
+- The launcher writes ``HANDOFF`` as JSON ``{"job": path, "virtual": N,
+  "log": path}``; the process sends its stdout and stderr to the job's log
+  (appending) and returns the job to run, exactly as ``--job`` and
+  ``--virtual`` would give it.
+- The process exits (status 0, nothing run) when its parent is gone, or after
+  ``IDLE_LIMIT_S`` without a job, so a spare never outlives its harness.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from harness.reports.report import atomic_write
+from harness.wire.phases import mark_startup
+
+IDLE_LIMIT_S = 1800.0
+PARENT_VAR = "RANKCHECK_STANDBY_PARENT"  # the harness's pid: a spare whose parent changed is orphaned
+POLL_S = 0.02
+
+
+class NoJob(Exception):
+    """The standby process ended without a job (its parent is gone, or it waited ``IDLE_LIMIT_S``)."""
+
+
+def preload() -> list[str]:
+    """Import torch, initialize CUDA (not its context) where a GPU is visible, import every family's modules; return those that failed."""
+    import torch  # noqa: PLC0415
+
+    mark_startup("torch")
+    if torch.cuda.is_available():
+        # CUDA state only: the context itself is made by the job's first stream. Making it here, in every
+        # spare, was measured slower on the H200 (docs/results/gpu-run-9_2026-12-01.md: warm run 120 -> 167 s).
+        torch.cuda.init()
+        mark_startup("cuda")
+    from golden.store import FAMILIES  # noqa: PLC0415
+    from harness.families import adapter  # noqa: PLC0415
+
+    failed = []
+    for family in FAMILIES:
+        fam = adapter(family)
+        for module in (fam.golden_module, fam.kernel_module):
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - the job reports it, as a fresh process would
+                failed.append(module)
+    mark_startup("preloaded")
+    return failed
+
+
+def await_job(handoff: str | os.PathLike) -> tuple[Path, int]:
+    """Preload, say ready, wait for the job; return ``(job file, virtual ranks)`` with stdout and stderr on its log."""
+    handoff = Path(handoff)
+    parent = int(os.environ.get(PARENT_VAR) or os.getppid())
+    preload()
+    atomic_write(handoff.with_name(handoff.name + ".ready"), str(os.getpid()))
+    waited_from = time.monotonic()
+    while not handoff.exists():
+        if os.getppid() != parent or time.monotonic() - waited_from > IDLE_LIMIT_S:
+            raise NoJob(f"no job came for {handoff}")
+        time.sleep(POLL_S)
+    job = json.loads(handoff.read_text(encoding="utf-8"))
+    _redirect_output(job["log"])
+    mark_startup("handed")
+    return Path(job["job"]), int(job["virtual"])
+
+
+def _redirect_output(log_path: str) -> None:
+    """Point file descriptors 1 and 2 (and Python's streams) at ``log_path``, appending."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+__all__ = ["IDLE_LIMIT_S", "PARENT_VAR", "NoJob", "await_job", "preload"]

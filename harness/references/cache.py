@@ -1,0 +1,404 @@
+"""Reference outputs cached across runs: content-addressed, shared by concurrent ranks and nodes, bounded.
+
+The unsharded reference of a launch is the same for every rank of a TP
+group, for every launch of one call (repeats, replays), for every world size
+whose inputs are equal, and for every later run on the same inputs with the
+same golden code. So it is computed once and kept:
+
+- Where: ``cache_root()``, i.e. ``$RANKCHECK_CACHE_DIR`` or
+  ``~/.cache/rankcheck``, under ``references/<key[:2]>/<key>.safetensors``.
+  ``validate --no-cache`` points the ranks at ``<run>/refcache`` instead: the
+  ranks of that run still share their references, no earlier run's are read.
+- The key (``ReferenceCache.key``): sha256 over the golden code's digest
+  (every source and data file of ``golden/`` and ``harness/families/`` plus
+  the torch version, ``code_digest``), the family, the config without its TP
+  key, the static tensors, the call's agreed inputs (dtype, shape, bytes)
+  and parameters. A change to any of them is another key, so a cached entry
+  is never a stale answer; the cache holds reference tensors, never a
+  verdict.
+- Integrity: each file carries, in its safetensors metadata, the sha256 of
+  its tensors' bytes (``payload_digest``). A file that does not load or whose
+  digest differs is removed and the reference recomputed.
+- Concurrency: the first rank that needs a reference claims it
+  (``<key>.claim``, created exclusively through a hard link so it appears
+  with its owner ``host pid`` already written), computes it, stores it
+  atomically (temporary file + ``os.replace``) and drops the claim; the
+  others wait for the file, beating their progress heartbeat, up to
+  ``wait_s``, then compute it themselves. The owner refreshes the claim's
+  modification time while it computes. A claim is dead when its owner is a
+  process of this host that no longer exists, or (another host's, on a shared
+  file system) when it has not been refreshed for ``CLAIM_STALE_S``; a dead
+  claim is taken over. An owner whose computation fails drops its claim, so
+  the next rank computes it and meets the same error.
+- Size: after each store the directory is trimmed to
+  ``$RANKCHECK_CACHE_MAX_BYTES`` (default 32 GiB), least recently used first
+  (a load refreshes an entry's modification time).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from harness.launch.supervision import process_alive
+
+CACHE_DIR_VAR = "RANKCHECK_CACHE_DIR"
+MAX_BYTES_VAR = "RANKCHECK_CACHE_MAX_BYTES"
+DEFAULT_MAX_BYTES = 32 << 30
+REFERENCE_POLL_S = 0.02
+# How long a rank waits for the rank computing a reference (which beats every HEARTBEAT_S meanwhile)
+# before computing it itself; a realistic-size golden reference on one CPU core takes minutes.
+REFERENCE_WAIT_S = 1800.0
+HEARTBEAT_S = 5.0
+# A claim of another host not refreshed for this long is taken over (its owner refreshes every HEARTBEAT_S).
+CLAIM_STALE_S = 120.0
+DIGEST_KEY = "rankcheck_payload_sha256"
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CODE_DIRS = ("golden", "harness/families")
+
+
+def cache_root() -> Path:
+    """The persistent cache directory: ``$RANKCHECK_CACHE_DIR``, else ``~/.cache/rankcheck``."""
+    configured = os.environ.get(CACHE_DIR_VAR)
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rankcheck"
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """sha256 over every file of the code a reference depends on (golden/, harness/families/) and the torch version."""
+    import torch  # noqa: PLC0415
+
+    h = hashlib.sha256(f"torch {torch.__version__}|".encode())
+    for folder in CODE_DIRS:
+        for path in sorted((REPO_ROOT / folder).rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                h.update(f"{path.relative_to(REPO_ROOT)}|".encode())
+                h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def tensor_digest(h: Any, name: str, tensor: Any) -> None:
+    """Feed a tensor's name, dtype, shape and bytes (not its strides) into hash ``h``."""
+    import torch  # noqa: PLC0415
+
+    t = tensor.detach().cpu().contiguous()
+    h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def payload_digest(tensors: dict) -> str:
+    """sha256 over the named tensors (sorted by name): what a stored file's metadata must repeat."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor_digest(h, name, tensors[name])
+    return h.hexdigest()
+
+
+def threading_ident() -> int:
+    """The current thread's id (virtual ranks share a process)."""
+    return threading.get_ident()
+
+
+def _owner() -> str:
+    """This process as a claim's owner: ``host pid``."""
+    return f"{socket.gethostname()} {os.getpid()}"
+
+
+def claim_dead(claim: Path) -> bool:
+    """Whether a claim's owner is gone: a dead process of this host, or another host's claim left unrefreshed."""
+    try:
+        owner = claim.read_text(encoding="utf-8").split()
+        age = time.time() - claim.stat().st_mtime
+    except FileNotFoundError:
+        return False  # just dropped: look again at the next poll
+    if len(owner) != 2 or not owner[1].isdigit():
+        return age > CLAIM_STALE_S  # torn or foreign: trust only its age
+    host, pid = owner[0], int(owner[1])
+    if host == socket.gethostname():
+        return not process_alive(pid)
+    return age > CLAIM_STALE_S
+
+
+def kernel_cache_env(root: Path | None) -> dict:
+    """The job environment for CuTe DSL's own file cache of compiled kernels: ``<root>/cute-dsl``, or off without a root.
+
+    CuTe DSL writes its entries atomically and checks a CRC32 on reading, so
+    concurrent ranks and nodes may share it; a directory the user chose
+    (``CUTE_DSL_CACHE_DIR``) wins. The directory is trimmed like the
+    references (``trim``) each time a run starts.
+    """
+    if root is None:
+        return {"CUTE_DSL_DISABLE_FILE_CACHING": "1"}
+    if os.environ.get("CUTE_DSL_CACHE_DIR"):
+        return {}
+    directory = root / "cute-dsl"
+    directory.mkdir(parents=True, exist_ok=True)
+    trim(directory, int(os.environ.get(MAX_BYTES_VAR, DEFAULT_MAX_BYTES)), pattern="*")
+    return {"CUTE_DSL_CACHE_DIR": str(directory)}
+
+
+def reference_path(directory: Path, key: str) -> Path:
+    """Where the reference of ``key`` is stored under a cache ``directory``."""
+    return Path(directory) / key[:2] / f"{key}.safetensors"
+
+
+def trim(directory: Path, max_bytes: int, pattern: str = "*.safetensors") -> int:
+    """Remove the least recently used files matching ``pattern`` until ``directory`` holds at most ``max_bytes``."""
+    entries = []
+    for path in directory.rglob(pattern):
+        if not path.is_file():
+            continue
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            continue
+        entries.append((st.st_mtime, st.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    removed = 0
+    for _, size, path in sorted(entries):
+        if total <= max_bytes:
+            break
+        path.unlink(missing_ok=True)  # a concurrent trim may have taken it already
+        total -= size
+        removed += 1
+    return removed
+
+
+class ReferenceCache:
+    """Reference outputs of one case's config and static tensors, shared through ``directory`` (see the module)."""
+
+    def __init__(self, directory: str | Path, family: str, tp_key: str, config: dict, static: dict,
+                 *, max_bytes: int | None = None, shared_in_process: bool = False) -> None:
+        self.directory = Path(directory)
+        # the ranks of one process (a virtual job's threads) hand each other what they loaded or computed
+        self._shared = _SHARED if shared_in_process else None
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = int(os.environ.get(MAX_BYTES_VAR, DEFAULT_MAX_BYTES)) if max_bytes is None else max_bytes
+        base = hashlib.sha256(f"{code_digest()}|{family}|".encode())
+        base.update(repr(sorted((k, repr(v)) for k, v in config.items() if k != tp_key)).encode())
+        for name in sorted(static):
+            tensor_digest(base, name, static[name])
+        self._base = base
+        self.computed = 0
+        self.loaded = 0
+        self.discarded = 0
+
+    def key(self, inputs: dict, params: dict) -> str:
+        """The digest of one launch's reference."""
+        h = self._base.copy()
+        for name in sorted(inputs):
+            value = inputs[name]
+            if hasattr(value, "shape"):
+                tensor_digest(h, name, value)
+            else:
+                h.update(f"{name}={value!r}".encode())
+        h.update(repr(sorted((k, repr(v)) for k, v in params.items())).encode())
+        return h.hexdigest()[:40]
+
+    def path(self, key: str) -> Path:
+        """Where the reference of ``key`` is stored."""
+        return reference_path(self.directory, key)
+
+    def has(self, key: str) -> bool:
+        """Whether a stored reference exists for ``key`` (not yet checked against its digest)."""
+        return self.path(key).exists()
+
+    def claimed(self, key: str) -> bool:
+        """Whether a live owner is computing the reference of ``key`` now."""
+        claim = self.path(key).with_suffix(".claim")
+        return claim.exists() and not claim_dead(claim)
+
+    def _load(self, path: Path) -> dict | None:
+        """The stored reference at ``path`` when it loads and matches its digest; a bad file is removed (None)."""
+        from safetensors import safe_open  # noqa: PLC0415
+
+        try:
+            with safe_open(str(path), framework="pt") as f:
+                stored = (f.metadata() or {}).get(DIGEST_KEY)
+                tensors = {name: f.get_tensor(name) for name in f.keys()}
+        except FileNotFoundError:
+            return None
+        except Exception:  # noqa: BLE001 - a torn or corrupt file: recompute it
+            stored, tensors = None, {}
+        if stored is None or payload_digest(tensors) != stored:
+            path.unlink(missing_ok=True)
+            self.discarded += 1
+            return None
+        try:
+            os.utime(path)  # least recently used is trimmed first
+        except FileNotFoundError:
+            pass
+        self.loaded += 1
+        return tensors
+
+    def _store(self, path: Path, outputs: dict) -> None:
+        """Write ``outputs`` to ``path`` atomically with their digest, then trim the cache to its bound."""
+        from safetensors.torch import save_file  # noqa: PLC0415
+
+        tensors = {k: v.detach().cpu().contiguous() for k, v in outputs.items()}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")
+        save_file(tensors, str(tmp), metadata={DIGEST_KEY: payload_digest(tensors)})
+        os.replace(tmp, path)
+        trim(self.directory, self.max_bytes)
+
+    def _claim(self, claim: Path) -> bool:
+        """Create ``claim`` exclusively (True), or take over a dead one; False while a live owner holds it."""
+        staged = claim.with_name(f".{claim.name}.{os.getpid()}.{threading_ident()}")
+        claim.parent.mkdir(parents=True, exist_ok=True)
+        staged.write_text(_owner(), encoding="utf-8")
+        try:
+            os.link(staged, claim)
+            return True
+        except FileExistsError:
+            if not claim_dead(claim):
+                return False
+            claim.unlink(missing_ok=True)
+            return self._claim(claim)
+        finally:
+            staged.unlink(missing_ok=True)
+
+    def get(self, key: str, compute: Callable[[], dict], *, wait_s: float = REFERENCE_WAIT_S,
+            heartbeat: Callable[[], None] = lambda: None) -> dict:
+        """The reference for ``key``: this process's copy, else loaded, or computed (and stored) by the one rank
+        that claims it."""
+        if self._shared is None:
+            return self._get_stored(key, compute, wait_s=wait_s, heartbeat=heartbeat)
+        path = self.path(key)
+        with self._shared.lock_of(path):
+            found = self._shared.get(path)
+            if found is not None:
+                self.loaded += 1
+                return found
+            found = self._get_stored(key, compute, wait_s=wait_s, heartbeat=heartbeat)
+            self._shared.put(path, found)
+            return found
+
+    def _get_stored(self, key: str, compute: Callable[[], dict], *, wait_s: float,
+                    heartbeat: Callable[[], None]) -> dict:
+        """The reference for ``key`` from the directory, or computed (and stored) by the one rank that claims it."""
+        path = self.path(key)
+        claim = path.with_suffix(".claim")
+        deadline = time.monotonic() + wait_s
+        beat = time.monotonic()
+        owned = False
+        while True:
+            found = self._load(path) if path.exists() else None
+            if found is not None:
+                return found
+            if self._claim(claim):
+                owned = True
+                # An owner that finished between the look above and this claim left the file behind.
+                found = self._load(path) if path.exists() else None
+                if found is not None:
+                    claim.unlink(missing_ok=True)
+                    return found
+                break
+            if time.monotonic() >= deadline:
+                break  # the owner is too slow: compute it here, leave its claim alone
+            if time.monotonic() - beat >= HEARTBEAT_S:
+                heartbeat()
+                beat = time.monotonic()
+            time.sleep(REFERENCE_POLL_S)
+        try:
+            with _Heartbeat(heartbeat, claim if owned else None):
+                outputs = compute()
+            self.computed += 1
+            self._store(path, outputs)
+        finally:
+            if owned:
+                claim.unlink(missing_ok=True)
+        return outputs
+
+
+class _ProcessReferences:
+    """References this process has loaded or computed, shared by its ranks (a virtual job's threads read the same
+    ones): the most recent up to ``max_bytes``, handed out as they are (readers never write to them). An entry
+    holds while its file is the one it came from (same size and modification time): a file rewritten, removed
+    or trimmed since is read again, so the cache's digest check still sees every change."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._path_locks: dict[Path, threading.Lock] = {}
+        self._entries: dict[Path, tuple[dict, int, tuple[int, int]]] = {}
+
+    def lock_of(self, path: Path) -> threading.Lock:
+        """The lock of ``path``: one rank of this process loads or computes it while the others wait."""
+        with self._lock:
+            return self._path_locks.setdefault(path, threading.Lock())
+
+    def get(self, path: Path) -> dict | None:
+        """The reference stored at ``path`` if this process holds it and the file is unchanged since."""
+        stamp = _stamp(path)
+        with self._lock:
+            entry = self._entries.pop(path, None)
+            if entry is None or stamp is None or entry[2] != stamp:
+                return None
+            self._entries[path] = entry  # most recently used last
+            return entry[0]
+
+    def put(self, path: Path, outputs: dict) -> None:
+        """Hold ``outputs`` for ``path`` (as its file is now), dropping the least recently used beyond ``max_bytes``."""
+        stamp = _stamp(path)
+        if stamp is None:
+            return
+        size = sum(t.numel() * t.element_size() for t in outputs.values() if hasattr(t, "element_size"))
+        with self._lock:
+            self._entries[path] = (outputs, size, stamp)
+            total = sum(entry[1] for entry in self._entries.values())
+            for old in list(self._entries):
+                if total <= self.max_bytes or old == path:
+                    break
+                total -= self._entries.pop(old)[1]
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """``(size, modification time in ns)`` of ``path``, or None when it is missing."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_size, st.st_mtime_ns
+
+
+_SHARED = _ProcessReferences(max_bytes=2 << 30)
+
+
+class _Heartbeat:
+    """Calls ``beat`` (and refreshes an owned claim) every ``HEARTBEAT_S`` seconds from a daemon thread."""
+
+    def __init__(self, beat: Callable[[], None], claim: Path | None) -> None:
+        self._beat = beat
+        self._claim = claim
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="reference-heartbeat")
+
+    def _run(self) -> None:
+        """Beat until stopped."""
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self._beat()
+                if self._claim is not None:
+                    os.utime(self._claim)
+            except Exception:  # noqa: BLE001 - a missed heartbeat only shortens the others' patience
+                pass
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=HEARTBEAT_S + 1)
+
+
+__all__ = ["CACHE_DIR_VAR", "MAX_BYTES_VAR", "REFERENCE_WAIT_S", "ReferenceCache", "cache_root", "claim_dead",
+           "code_digest", "kernel_cache_env", "payload_digest", "reference_path", "tensor_digest", "trim"]
