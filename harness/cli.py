@@ -33,10 +33,21 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import sys
 from typing import Callable, Sequence
 
-from harness.reports.report import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
+from rich.console import Console
+from rich.table import Table
+
+from golden.arch import normalize_arch
+from harness.calibration.rcp_table import measure
+from harness.families.arch_facts import ARCH_ENV
+from harness.families.catalog import discover, select
+from harness.launch.supervision import install_interrupt_handlers
+from harness.launch.torchrun_options import Rendezvous
+from harness.reports.merge import run_merge
+from harness.wire.case_result import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
 
 DISPATCHED = {"record": "harness.recording.recorder", "bench": "harness.bench", "compile": "harness.compile_gate",
               "fuzz": "harness.fuzz"}
@@ -169,11 +180,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print every scenario with its cases."""
-    from rich.console import Console  # noqa: PLC0415
-    from rich.table import Table  # noqa: PLC0415
-
-    from harness.families.catalog import discover, select  # noqa: PLC0415
-
     cases = select(discover(args.scenario_root), family=args.family, size=args.size)
     table = Table(title=f"{len(cases)} scenarios")
     for col in ("family", "name", "size", "worlds", "launches", "expected", "description"):
@@ -187,8 +193,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_validate(args: argparse.Namespace) -> int:
     """Run ``validate``."""
-    from harness.launch.torchrun_options import Rendezvous  # noqa: PLC0415
-    from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
+    from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415 - imports torch: --help and list start without it
 
     req = ValidateRequest(launcher=args.launcher, family=args.family, scenarios=args.scenario, worlds=args.world,
                           size=args.size, tp=args.tp, junit=args.junit, json=args.json, run_dir=args.run_dir,
@@ -208,11 +213,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print("replay: give a scenario or --bundle DIR (exactly one)", file=sys.stderr)
         return EXIT_NOTHING_RUN
     if args.bundle is not None:
-        from harness.recording.replay import run_bundle_replay  # noqa: PLC0415
+        from harness.recording.replay import run_bundle_replay  # noqa: PLC0415 - imports torch: --help and list start without it
 
         return run_bundle_replay(args.bundle, impl=args.impl, launcher=args.launcher, deadline=args.deadline,
                                  run_dir=args.run_dir)
-    from harness.replay import run_replay  # noqa: PLC0415
+    from harness.replay import run_replay  # noqa: PLC0415 - imports torch: --help and list start without it
 
     return run_replay(args.scenario, world=args.world, launcher=args.launcher, inject=args.inject,
                       run_dir=args.run_dir, deadline=args.deadline, impl=args.impl, scenario_root=args.scenario_root,
@@ -221,26 +226,19 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_golden(args: argparse.Namespace) -> int:
     """Check the stored golden bits of every cpu scenario (or record them with --regenerate)."""
-    from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
+    from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415 - imports torch: --help and list start without it
 
     if args.probe:
-        from harness.calibration.probe import run_probe  # noqa: PLC0415
+        from harness.calibration.probe import run_probe  # noqa: PLC0415 - imports torch: --help and list start without it
 
         if args.measure_rcp is not None or args.arch:
             raise ValueError("--probe measures the GPU present: no --measure-rcp or --arch with it")
         return run_probe(args.run_dir, replace=args.regenerate)
     if args.measure_rcp is not None:
-        from harness.calibration.rcp_table import measure  # noqa: PLC0415
-
         if args.regenerate:
             raise ValueError("--measure-rcp and --regenerate: run one at a time")
         return measure(args.measure_rcp or None)
     if args.arch:
-        import os  # noqa: PLC0415
-
-        from golden.arch import normalize_arch  # noqa: PLC0415
-        from harness.families.arch_facts import ARCH_ENV  # noqa: PLC0415
-
         os.environ[ARCH_ENV] = normalize_arch(args.arch)  # read by every rank (they inherit the environment)
     return run_validate(ValidateRequest(launcher="cpu", size="cpu", run_dir=args.run_dir,
                                         store="record" if args.regenerate else "check"))
@@ -248,8 +246,6 @@ def cmd_golden(args: argparse.Namespace) -> int:
 
 def cmd_merge_reports(args: argparse.Namespace) -> int:
     """Merge per-node reports into one (``harness.reports.merge``)."""
-    from harness.reports.merge import run_merge  # noqa: PLC0415
-
     if not (args.junit or args.json):
         raise ValueError("--junit or --json: say where the merged report goes")
     return run_merge(args.inputs, junit=args.junit, json_path=args.json, allow_unavailable=args.allow_unavailable)
@@ -290,7 +286,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def entry() -> int:
     """The ``rankcheck`` console script: the interrupt handlers first (as ``python -m harness``), then ``main``."""
-    from harness.launch.supervision import install_interrupt_handlers  # noqa: PLC0415
-
     install_interrupt_handlers()
     return main()

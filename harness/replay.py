@@ -19,12 +19,15 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from harness.wire.case_files import CaseId
+from rich.console import Console
+from rich.table import Table
+
 from harness.families.catalog import discover, select
-from harness.launch.inject_option import checked_injections, write_injected_copy
 from harness.launch import records
-from harness.validate import ValidateRequest, default_run_dir, run_validate
-from harness.launch.supervision import diagnose, kernel_diag_records
+from harness.launch.diagnosis import diagnose, kernel_diag_records
+from harness.launch.inject_option import checked_injections, write_injected_copy
+from harness.validate import ValidateRequest, run_validate
+from harness.wire.case_files import CaseId, default_run_dir
 
 
 def _cell(record: dict) -> str:
@@ -46,8 +49,6 @@ def _cell(record: dict) -> str:
 
 def side_by_side(progress: dict[int, list[dict]]):
     """A rich table: one column per rank, one row per record index."""
-    from rich.table import Table  # noqa: PLC0415
-
     table = Table(title="progress records (one column per rank)")
     table.add_column("#")
     for rank in sorted(progress):
@@ -62,8 +63,6 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
                run_dir: str | None = None, deadline: float | None = None, impl: str | None = None,
                scenario_root: str | None = None, allow_unavailable: bool = False) -> int:
     """Run one scenario verbosely and print the per-rank diagnostics; return the validate exit code."""
-    from rich.console import Console  # noqa: PLC0415
-
     [case] = select(discover(scenario_root), names=[scenario], option="scenario")
     world = world or case.worlds[0]
     if world not in case.worlds:

@@ -53,18 +53,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from harness.wire.case_files import stored_case
+from harness.wire.case_files import default_run_dir, stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
 from harness.launch.launchers import argv_builder, gpu_count, resolve, settings_for
-from harness.launch.evidence import stacks_dir
+from harness.wire.worker_evidence import stacks_dir
 from harness.launch.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
 from harness.launch.torchrun_options import Rendezvous
 from harness.launch.spares import StandbyPool
 from harness.launch.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
 from harness.launch.schedule import DevicePool, default_lanes, job_units, order_units, run_units
 from harness.references.cache import cache_root, kernel_cache_env
-from harness.references.pool import ReferencePool, queue_items
+from harness.launch.reference_pool import ReferencePool
+from harness.references.pool import queue_items
 from harness.reports import provenance
 from harness.families.arch_facts import describe_choice
 from harness.reports.report import Report
@@ -95,11 +96,6 @@ class ValidateRequest:
     ref_workers: int | None = None  # reference pool processes (harness.references.pool); None: from the machine
     standby: bool = True  # spare processes for virtual jobs (harness.launch.spares); False: --no-standby
     inject: Sequence[str] = ()  # SCENARIO:KIND:key=value,... (harness.launch.inject_option), this run only
-
-
-def default_run_dir() -> Path:
-    """``runs/<UTC timestamp>`` under the repository root."""
-    return Path(__file__).resolve().parents[1] / "runs" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
 
 
 class WorldPlan(list):
@@ -336,5 +332,5 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
             durations.save()  # what the finished units took, also when the run was cut short
 
 
-__all__ = ["ValidateRequest", "WorldPlan", "check_fault_groups", "default_run_dir", "plan_worlds", "planned_cases",
+__all__ = ["ValidateRequest", "WorldPlan", "check_fault_groups", "plan_worlds", "planned_cases",
            "plant_injections", "requested_worlds", "run_plan", "run_validate"]

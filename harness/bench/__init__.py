@@ -44,10 +44,17 @@ import sys
 import time
 from typing import Iterator, Sequence
 
+import torch
+
 from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
+from harness.bench.console import LiveConsole
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
+from harness.bench.report import write_report
+from harness.bench.results import ResultsWriter, write_results
+from harness.bench.runner import run_cases
+from harness.bench.torchrun import run_spawned
 from harness.cli import number_type
-from harness.reports.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
+from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "results")
 
@@ -139,7 +146,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             launcher = f"\ttorchrun x{case.world}" if case.launcher == "torchrun" else ""
             print(f"{case.key}\t{'default' if case.default else '--all'}{launcher}\t{case.description}")
         return EXIT_FAILED if failures else EXIT_OK
-    import torch
 
     in_process = [case for case in selected if case.launcher != "torchrun"]
     if in_process and not torch.cuda.is_available():
@@ -153,11 +159,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespace, command: list[str]) -> int:
     """Run ``selected`` with live output and incremental results (torchrun cases after the others), then report."""
-    from harness.bench.console import LiveConsole
-    from harness.bench.results import ResultsWriter
-    from harness.bench.runner import run_cases
-    from harness.bench.torchrun import run_spawned
-
     started = time.monotonic()
     writer = ResultsWriter(args.out)
     interrupted = False
@@ -193,9 +194,6 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
 
 def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allow_unavailable: bool = False) -> int:
     """Write the final document, its summary and plots, print the summary and the footer; return the exit status."""
-    from harness.bench.report import write_report
-    from harness.bench.results import write_results
-
     path = write_results(document, out_dir)
     written = write_report(document, out_dir)
     print(written["text"], end="")

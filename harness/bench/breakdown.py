@@ -48,6 +48,12 @@ import statistics
 import sys
 from typing import Sequence
 
+import torch
+
+from harness.bench.cases import markov_fused as fused_case
+from harness.bench.cases import markov_sharded as sharded_case
+from harness.bench.cases.virtual import build_ranks, launch_ranks
+
 FAMILIES = ("markov_sharded", "markov_fused")
 
 
@@ -143,24 +149,20 @@ def format_table(table: dict, title: str) -> str:
 
 def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, warmup: int, reps: int):
     """``(stamp names, [launch][ctas][stamps], call times in us)`` of the stamped sampler on this GPU."""
-    import torch
-
-    from harness.bench.cases import markov_sharded as case
-    from harness.bench.cases.virtual import build_ranks, launch_ranks
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov.sharded import ShardedMarkovSampler  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
 
     device = torch.device("cuda", torch.cuda.current_device())
-    static = case.make_static(device, vocab=vocab)
+    static = sharded_case.make_static(device, vocab=vocab)
     ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSampler(
         static["embed_table"], static["head"], steps=steps, base_dtype="bfloat16", cache_dtype="bfloat16",
-        max_rows=rows, max_reqs=rows, group=fabric, timeout_ns=case.TIMEOUT_NS, stamps=True))
+        max_rows=rows, max_reqs=rows, group=fabric, timeout_ns=sharded_case.TIMEOUT_NS, stamps=True))
     gen = torch.Generator(device=device).manual_seed(4)
-    inputs = case.make_inputs(device, gen, world, rows=rows, steps=steps, vocab=vocab)
+    inputs = sharded_case.make_inputs(device, gen, world, rows=rows, steps=steps, vocab=vocab)
     tokens = [torch.empty(rows, steps, dtype=torch.int64, device=device) for _ in range(world)]
 
     def launch(rank: int, sampler) -> None:
         """Rank ``rank``'s launch on the case inputs."""
-        sampler(inputs["base_logits"], inputs["input_ids"], case.PARAMS["query_per_row"], inputs["idx_mapping"],
+        sampler(inputs["base_logits"], inputs["input_ids"], sharded_case.PARAMS["query_per_row"], inputs["idx_mapping"],
                 inputs["temperature"], inputs["noise"], inputs["caches"][rank], tokens[rank], rows)
 
     for _ in range(warmup):
@@ -184,17 +186,14 @@ def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, war
 
 def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
     """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
-    import torch
-
-    from harness.bench.cases import markov_fused as case
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
-    from kernels.markov.head_gemv import HeadGemv
+    from harness.families.markov_fused_kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+    from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
 
     device = torch.device("cuda", torch.cuda.current_device())
-    static = case.make_static(device, vocab=vocab, dim=case.DIM)
-    loop = FusedMarkovLoop(None, static, case.make_config(vocab=vocab, dim=case.DIM, max_reqs=rows), stamps=True,
-                           bias_fn=HeadGemv(case.DIM, device))
-    inputs = case.make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps,
+    static = fused_case.make_static(device, vocab=vocab, dim=fused_case.DIM)
+    loop = FusedMarkovLoop(None, static, fused_case.make_config(vocab=vocab, dim=fused_case.DIM, max_reqs=rows), stamps=True,
+                           bias_fn=HeadGemv(fused_case.DIM, device))
+    inputs = fused_case.make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps,
                               vocab=vocab)
     for _ in range(warmup):
         loop.launch(inputs)
@@ -242,7 +241,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reps < 1 or args.warmup < 0 or args.world < 1 or (args.family == "markov_fused" and args.world != 1):
         print("breakdown: --reps must be >= 1, --warmup >= 0, --world >= 1 (markov_fused: 1)", file=sys.stderr)
         return 2
-    import torch
 
     if not torch.cuda.is_available():
         print("breakdown: needs a GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)

@@ -38,7 +38,7 @@ BARS = (("kernel", "kernel", "tab:blue"), ("eager", "eager torch loop", "tab:ora
 def plotting_unavailable() -> str | None:
     """Why no figure can be drawn here (matplotlib missing), or None when it can."""
     try:
-        import matplotlib  # noqa: F401
+        import matplotlib  # noqa: F401, PLC0415 - optional dependency: its presence is the question
     except ImportError as exc:
         return f"matplotlib is not importable ({exc}); install it (the project's dev extra) to get the plots"
     return None
@@ -46,17 +46,17 @@ def plotting_unavailable() -> str | None:
 
 def _pyplot():
     """matplotlib's pyplot on the file-only Agg backend."""
-    import matplotlib
+    import matplotlib  # noqa: PLC0415 - optional dependency (the dev extra)
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # noqa: PLC0415 - optional dependency (the dev extra)
 
     return plt
 
 
 def _plain_log_ticks(axis) -> None:
     """Label a log ``axis`` at 1, 2 and 5 per decade with plain numbers (10^2 reads worse than 100)."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullLocator  # noqa: PLC0415 - optional dependency (the dev extra)
 
     axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))

@@ -29,7 +29,7 @@ from harness.bench.compare import compare, compare_markdown
 from harness.bench.plot import plot_results, plotting_unavailable
 from harness.bench.results import result_stem, validate_result
 from harness.bench.summary import summary_markdown
-from harness.reports.report import EXIT_NOTHING_RUN, EXIT_OK
+from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK
 
 
 class ReportInputError(ValueError):

@@ -42,6 +42,8 @@ import platform
 import subprocess
 from typing import Any, Mapping
 
+import torch
+
 from harness.reports.provenance import package_version
 
 SCHEMA = "rankcheck-bench/1"
@@ -147,8 +149,6 @@ def git_revision(root: str | None = None) -> str | None:
 
 def versions() -> dict:
     """Python, torch, CUDA, CuTe DSL and git revision of this run."""
-    import torch
-
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,

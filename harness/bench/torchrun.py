@@ -23,6 +23,7 @@ verdict (``Spawned``) is read from them and the exit status of the tree:
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tempfile
@@ -30,9 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from harness.bench.console import case_line
+from harness.bench.results import utc_now
+from harness.bench.runner import new_document
 from harness.bench.torchrun_rank import BACKEND_VAR
-from harness.launch.launchers import GLOO_LAZY_INIT, MULTICAST_OFF, gpu_count
 from harness.launch.jobs import REPO_ROOT, python
+from harness.launch.launchers import GLOO_LAZY_INIT, MULTICAST_OFF, gpu_count
 from harness.launch.supervision import Supervised
 
 DEFAULT_DEADLINE_S = 300.0
@@ -75,8 +79,6 @@ def spawn_argv(key: str, world: int, run_dir: Path, *, warmup: int, reps: int) -
 
 def _read_ranks(run_dir: Path, world: int) -> dict[int, dict]:
     """The rank results present in ``run_dir`` (a rank that wrote none is absent)."""
-    import json
-
     found = {}
     for rank in range(world):
         path = run_dir / f"rank{rank}.json"
@@ -143,10 +145,6 @@ def run_spawned(cases: Sequence, document: dict | None, *, command: Sequence[str
     ``failed``) and, when there is none (nothing measured anywhere), the
     failures it would have held; every outcome is also told through ``say``.
     """
-    from harness.bench.console import case_line
-    from harness.bench.results import utc_now
-    from harness.bench.runner import new_document
-
     pending_unavailable, pending_failed = [], list(failed)
     for case in cases:
         say(f"bench: torchrun {case.key}: {case.world} processes ...")

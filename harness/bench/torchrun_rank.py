@@ -37,6 +37,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
+import torch.distributed as dist
+
+from harness.bench.registry import REGISTRY, BenchCase, discover
+from harness.bench.runner import case_result, device_info, measure_machine, time_prepared
+from kernels.fabric import SymmetricFabric
+
 BACKEND_VAR = "RANKCHECK_BENCH_BACKEND"
 RANK_TIMEOUT_S = 120.0
 NO_GPU = "no GPU: torch.cuda.is_available() is False on this rank"
@@ -79,8 +86,6 @@ def write_json(path: Path, payload: dict) -> None:
 
 def _agree(fabric: Any, ok: bool) -> bool:
     """Whether every rank says ``ok`` (an all-gather over the fabric)."""
-    import torch
-
     flags = fabric.all_gather(torch.tensor([1 if ok else 0], dtype=torch.int32, device=fabric.device))
     return bool(flags.min().item() == 1)
 
@@ -107,13 +112,6 @@ def _prepare_all(impls: Sequence[RankImpl], fabric: Any, rank: int) -> tuple[lis
 
 def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict:
     """Join the group, build the fabric, set up and time every implementation; rank 0's payload."""
-    import torch
-    import torch.distributed as dist
-
-    from harness.bench.registry import BenchCase
-    from harness.bench.runner import case_result, device_info, measure_machine, time_prepared
-    from kernels.fabric import SymmetricFabric
-
     device = torch.device("cuda", local_rank % torch.cuda.device_count())
     torch.cuda.set_device(device)
     backend = os.environ.get(BACKEND_VAR, "gloo")
@@ -159,14 +157,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
     path = Path(args.dir) / f"rank{rank}.json"
-    import torch
 
     if not torch.cuda.is_available():
         write_json(path, {"rank": rank, "status": "not_available", "why": NO_GPU})
         return 0
     try:
-        from harness.bench.registry import REGISTRY, discover
-
         discover()
         family, name = args.case.split("/", 1)
         (case,) = REGISTRY.cases(family=family, name=name)
@@ -178,8 +173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                           "traceback": traceback.format_exc()[-4000:]})
         return 1
     finally:
-        import torch.distributed as dist
-
         if dist.is_initialized():
             dist.destroy_process_group()
 

@@ -50,11 +50,13 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
+import torch
+
 from golden import arch as golden_arch
-from harness.calibration import fp32 as probe_fp32
-from harness.calibration import mma as probe_mma
-from harness.calibration import rcp_table
-from harness.reports.report import atomic_write
+from golden.markov_sharded import BIAS_FUNCTIONS
+from harness.calibration import fp32 as probe_fp32, mma as probe_mma, rcp_table
+from harness.wire.atomic_file import atomic_write
+from harness.wire.case_files import default_run_dir
 
 MMA_SIZE = "full"
 REPORT_NAME = "probe-report.json"
@@ -73,7 +75,7 @@ def driver_version() -> str:
     except (OSError, subprocess.TimeoutExpired):
         pass
     try:
-        from cuda.bindings import driver  # noqa: PLC0415
+        from cuda.bindings import driver  # noqa: PLC0415 - cuda-python is the optional kernels extra
 
         _, version = driver.cuDriverGetVersion()
         return f"CUDA driver API {version // 1000}.{version % 1000 // 10}"
@@ -91,8 +93,6 @@ def package_version(name: str) -> str:
 
 def run_provenance() -> dict:
     """Device, driver, date, command and versions of this probe run."""
-    import torch  # noqa: PLC0415
-
     return {"device": torch.cuda.get_device_name(), "driver": driver_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": golden_arch.PROBE_COMMAND, "torch": torch.__version__, "cuda": str(torch.version.cuda),
@@ -101,8 +101,6 @@ def run_provenance() -> dict:
 
 def golden_models() -> list[str]:
     """The golden's candidate MMA models, in preference order."""
-    from golden.markov_sharded import BIAS_FUNCTIONS  # noqa: PLC0415
-
     return list(BIAS_FUNCTIONS)
 
 
@@ -192,8 +190,6 @@ def run_probe(run_dir: Path | None = None, *, replace: bool = False, out: TextIO
     if problem:
         print(f"rankcheck golden --probe: {problem}. Nothing written.", file=sys.stderr)
         return 2
-    import torch  # noqa: PLC0415
-    from harness.validate import default_run_dir  # noqa: PLC0415
 
     arch = golden_arch.arch_of_capability(*torch.cuda.get_device_capability())
     if run_dir is None:

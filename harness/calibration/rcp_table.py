@@ -20,6 +20,7 @@ the stored table instead of merging into it.
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import struct
 import sys
@@ -49,8 +50,6 @@ def needs_entry(t: float) -> bool:
 
 def stored_temperatures(table: Path | None) -> list[float]:
     """The temperatures already in ``table`` (decoded from their fp32 bit keys); empty when it does not exist."""
-    import json  # noqa: PLC0415
-
     if table is None or not table.exists():
         return []
     doc = json.loads(table.read_text(encoding="utf-8"))
@@ -59,7 +58,7 @@ def stored_temperatures(table: Path | None) -> list[float]:
 
 def scenario_temperatures(root: str | Path | None = None) -> list[float]:
     """Every temperature the markov scenarios use (``inputs.temperatures``, defaults filled by the schema)."""
-    from scenarios import loader  # noqa: PLC0415
+    from scenarios import loader  # noqa: PLC0415 - imports torch: the CLI imports this module at start
 
     temps = []
     for scenario in loader.discover(root):
@@ -80,7 +79,7 @@ def table_temperatures(table: Path | None) -> list[float]:
 def measuring_problem(modules: Sequence[str]) -> str | None:
     """Why nothing can be measured here (no CUDA GPU, or one of ``modules`` does not import); None when it can."""
     try:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415 - torch loads in seconds: the CLI imports this module at start
 
         if not torch.cuda.is_available():
             return "needs a CUDA GPU (the bits are measured by kernels on the GPU); none here"
@@ -104,8 +103,8 @@ def measure(temperatures: Iterable[float] | None = None, table: Path | None = No
     if problem:
         print(f"rankcheck golden --measure-rcp: {problem}. No table was changed.", file=sys.stderr)
         return 2
-    import torch  # noqa: PLC0415
-    from kernels.markov import probe  # noqa: PLC0415
+    import torch  # noqa: PLC0415 - torch loads in seconds: the CLI imports this module at start
+    from kernels.markov import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
 
     if table is None:
         table = table_path(golden_arch.arch_of_capability(*torch.cuda.get_device_capability()))
@@ -138,8 +137,6 @@ def measured_document(temperatures: Iterable[float], stored: dict | None, *, com
 
 def render_table(doc: dict) -> str:
     """The text of a reciprocal table as ``kernels.markov.probe`` writes it (one-space indent, final newline)."""
-    import json  # noqa: PLC0415
-
     return json.dumps(doc, indent=1) + "\n"
 
 

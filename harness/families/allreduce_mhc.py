@@ -11,7 +11,7 @@ the family's generic ``launch`` over the public ``kernels.allreduce.AllReduceMHC
 (``__call__`` / ``finalize`` on this rank's shard of each call).
 """
 
-from harness.families import FamilyAdapter
+from harness.families.family_adapter import FamilyAdapter
 
 ADAPTER = FamilyAdapter(
     family="allreduce_mhc",

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from golden import arch as golden_arch
+from harness.wire.errors import NotAvailable
 
 ARCH_ENV = "RANKCHECK_ARCH"
 CPU_DEFAULT_ARCH = "sm_90"
@@ -50,7 +51,7 @@ class ArchChoice:
 def device_capability() -> tuple[int, int] | None:
     """The compute capability of this process's current CUDA device, None without CUDA."""
     try:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415 - torch loads in seconds: `harness list` and the launching side never need it
 
         if not torch.cuda.is_available():
             return None
@@ -83,8 +84,6 @@ def _load(arch: str, data_dir: Path) -> golden_arch.ArchFacts:
 def facts_for(choice: ArchChoice, data_dir: Path | None = None) -> golden_arch.ArchFacts:
     """The facts of ``choice``'s architecture (under ``data_dir``, default ``golden/data``); NotAvailable naming
     it and the probe command when there are none."""
-    from harness.families import NotAvailable  # noqa: PLC0415 - harness.families imports this module
-
     try:
         return _load(choice.arch, Path(data_dir or golden_arch.DATA_DIR))
     except golden_arch.ArchFactsMissing as exc:

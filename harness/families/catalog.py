@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from harness.families import NotAvailable
+from harness.families.placement import placed
+from harness.wire.errors import NotAvailable
 
 DEFAULT_PER_LAUNCH_S = 30.0
 # An unknown name is answered with at most this many close names, never the whole list.
@@ -240,8 +241,6 @@ class BuildMemo:
 
     def get(self, scenario: Any, what: tuple, build: Any) -> Any:
         """A copy of ``build()``'s tensors for (scenario file, ``what``), built once per process."""
-        from harness.families import placed  # noqa: PLC0415
-
         file_key = self._file_key(scenario)
         with self._lock:
             if file_key not in self._files:

@@ -26,7 +26,7 @@ capture and replay is checked by ``tests/kernels/test_markov_fused_gpu.py``
 with a device GEMV.
 """
 
-from harness.families import FamilyAdapter
+from harness.families.family_adapter import FamilyAdapter
 
 ADAPTER = FamilyAdapter(
     family="markov_fused",

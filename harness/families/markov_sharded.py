@@ -21,7 +21,7 @@ the family's generic ``launch`` over the public
 ``kernels.markov.sharded.ShardedMarkovSampler`` (one ``__call__`` per launch).
 """
 
-from harness.families import FamilyAdapter
+from harness.families.family_adapter import FamilyAdapter
 
 ADAPTER = FamilyAdapter(
     family="markov_sharded",

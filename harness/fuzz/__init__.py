@@ -31,15 +31,19 @@ from pathlib import Path
 from typing import Sequence
 
 from golden.families import FAMILIES
-from harness.reports.report import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
+from harness.cli import number_type
+from harness.families import PLANTED_SYSTEM_VAR
+from harness.fuzz.draw import DEFAULT_WORLDS
+from harness.fuzz.run import BatchRunner, FuzzInterrupted, fuzz
+from harness.launch.launchers import gpu_count, resolve
+from harness.wire.case_files import default_run_dir
+from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
 
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``harness fuzz``."""
-    from harness.cli import number_type  # noqa: PLC0415
-
     p = argparse.ArgumentParser(prog="rankcheck fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--family", required=True, choices=FAMILIES)
     p.add_argument("--world", nargs="+", type=number_type(int, "a whole number", 1), metavar="N",
@@ -66,18 +70,11 @@ def check_worlds(family: str, worlds: Sequence[int]) -> None:
 
 def _launcher_name(launcher: str) -> str:
     """The launcher ``auto`` resolves to here (the replay command names it)."""
-    from harness.launch.launchers import gpu_count, resolve  # noqa: PLC0415
-
     return resolve(launcher, gpu_count())[0]
 
 
 def fuzz_command(args: argparse.Namespace) -> int:
     """Fuzz as ``args`` say; the exit code."""
-    from harness.families import PLANTED_SYSTEM_VAR  # noqa: PLC0415
-    from harness.fuzz.draw import DEFAULT_WORLDS  # noqa: PLC0415
-    from harness.fuzz.run import BatchRunner, fuzz  # noqa: PLC0415
-    from harness.validate import default_run_dir  # noqa: PLC0415
-
     worlds = tuple(args.world or DEFAULT_WORLDS)
     check_worlds(args.family, worlds)
     launcher = _launcher_name(args.launcher)
@@ -107,8 +104,6 @@ def fuzz_command(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m harness fuzz`` (dispatched by ``harness.cli``)."""
-    from harness.fuzz.run import FuzzInterrupted  # noqa: PLC0415
-
     try:
         args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as exc:  # argparse: --help is 0, a bad argument 2

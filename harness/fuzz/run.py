@@ -37,7 +37,7 @@ import yaml
 
 from harness.fuzz.draw import draw_scenario
 from harness.fuzz.shrink import shrink
-from harness.reports.report import EXIT_INTERRUPTED
+from harness.wire.case_result import EXIT_INTERRUPTED
 
 
 class FuzzInterrupted(KeyboardInterrupt):
@@ -76,7 +76,7 @@ class BatchRunner:
 
     def run(self, scenarios: Sequence[dict], tag: str | None = None) -> list:
         """The signature of each scenario (None: passed), in order; FuzzInterrupted when the run was interrupted."""
-        from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415
+        from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415 - imports torch: --help starts without it
 
         tag = tag or f"batch{self.batches:03d}"
         self.batches += 1

@@ -13,7 +13,7 @@ A unit's key is the launcher, the implementation, the world and the sorted
 keys of its cases (``unit_key``), so a unit whose cases changed is a new
 one. The file is a hint, never a verdict: a missing, unreadable or foreign
 file reads as empty, the newest ``MAX_UNITS`` keys are kept, and it is
-replaced atomically (``harness.reports.report.atomic_write``), so two runs (or two
+replaced atomically (``harness.wire.atomic_file.atomic_write``), so two runs (or two
 nodes on a shared file system) that write at once keep one of their views,
 which is all a hint needs.
 """
@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Mapping
 
-from harness.reports.report import atomic_write
+from harness.wire.atomic_file import atomic_write
 
 VERSION = 1
 MAX_UNITS = 2000

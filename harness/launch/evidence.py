@@ -7,7 +7,7 @@ kinds of evidence are gathered here, each without the hung rank's help:
 - Stacks. Every worker process (``harness.rank.worker``) opens
   ``<run>/stacks/<pid>.txt`` at start, keeps it open, and registers
   ``faulthandler`` on ``SIGUSR1`` to dump every thread's Python stack into
-  it. faulthandler dumps from its C signal handler, so a rank blocked in a
+  it (``harness.wire.worker_evidence``). faulthandler dumps from its C signal handler, so a rank blocked in a
   sleep, a collective or a CUDA synchronisation still answers. Before the
   watchdog ends a job on a deadline it calls ``request_stacks``: SIGUSR1 to
   each process of the tree that runs ``harness.rank.worker`` (read from
@@ -30,49 +30,21 @@ kinds of evidence are gathered here, each without the hung rank's help:
 
 from __future__ import annotations
 
-import faulthandler
 import os
 import re
-import signal
 import time
 from pathlib import Path
-from typing import IO, Iterable, Mapping
+from typing import Iterable, Mapping
 
-STACK_SIGNAL = signal.SIGUSR1
+from harness.wire.worker_evidence import NCCL_TRACE_PREFIX_VAR, STACK_SIGNAL, stack_path
+
 WORKER_MODULE = "harness.rank.worker"
-NCCL_TRACE_PREFIX_VAR = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
 NCCL_TRACE_ENTRIES = 2000
 # How many frames of a rank's stack the diagnosis keeps (innermost first).
 STACK_FRAMES = 8
 
 _THREAD_HEADER = re.compile(r"^(?:Current thread|Thread) (0x[0-9a-fA-F]+) \(most recent call first\):\s*$")
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line (?P<line>\d+) in (?P<func>.*)$')
-# Kept open for the life of the worker: faulthandler writes to its descriptor from a signal handler.
-_stack_file: IO[str] | None = None
-
-
-def stacks_dir(run_dir: str | os.PathLike) -> Path:
-    """The directory of the workers' stack files in a run directory."""
-    return Path(run_dir) / "stacks"
-
-
-def stack_path(directory: str | os.PathLike, pid: int) -> Path:
-    """The stack file of process ``pid`` in a stacks directory."""
-    return Path(directory) / f"{pid}.txt"
-
-
-def register_worker(run_dir: str | os.PathLike) -> Path:
-    """Make SIGUSR1 dump every thread's Python stack into this process's stack file; create the NCCL trace directory the environment names; return the stack file's path."""
-    global _stack_file
-    trace_prefix = os.environ.get(NCCL_TRACE_PREFIX_VAR)
-    if trace_prefix:
-        Path(trace_prefix).parent.mkdir(parents=True, exist_ok=True)
-    directory = stacks_dir(run_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = stack_path(directory, os.getpid())
-    _stack_file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - must outlive this call
-    faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
-    return path
 
 
 def runs_module(pid: int, module: str) -> bool:

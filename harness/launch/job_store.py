@@ -29,6 +29,7 @@ never waits on it more than once in a while.
 
 from __future__ import annotations
 
+import socket
 import time
 from datetime import timedelta
 
@@ -52,10 +53,8 @@ def split_endpoint(endpoint: str) -> tuple[str, int | None]:
 def on_this_machine(host: str) -> bool:
     """Whether ``host`` names this machine (as torchrun decides which agent may host its store)."""
     try:
-        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname  # noqa: PLC0415
+        from torch.distributed.elastic.rendezvous.utils import _matches_machine_hostname  # noqa: PLC0415 - torch: multi-node only
     except ImportError:
-        import socket  # noqa: PLC0415
-
         return host in ("localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn())
     return _matches_machine_hostname(host)
 
@@ -78,7 +77,7 @@ class NodesDone:
         if self._failed_at is not None and time.monotonic() - self._failed_at < RETRY_S:
             return None
         try:
-            from torch.distributed import TCPStore  # noqa: PLC0415
+            from torch.distributed import TCPStore  # noqa: PLC0415 - torch: multi-node only
 
             self._store = TCPStore(self.host, self.port, is_master=False, wait_for_workers=False,
                                    timeout=timedelta(seconds=CONNECT_TIMEOUT_S))
@@ -124,7 +123,7 @@ class HeldStore:
         if port is None or not on_this_machine(host):
             return None
         try:
-            from torch.distributed import TCPStore  # noqa: PLC0415
+            from torch.distributed import TCPStore  # noqa: PLC0415 - torch: multi-node only
 
             server = TCPStore(host, port, is_master=True, wait_for_workers=False,
                               timeout=timedelta(seconds=STORE_TIMEOUT_S))

@@ -63,7 +63,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from harness.wire.case_files import CaseId, group_ranks
-from harness.launch.evidence import nccl_dumps, rank_stacks, stacks_dir, torchrun_rank_log
+from harness.launch.evidence import nccl_dumps, rank_stacks, torchrun_rank_log
+from harness.wire.worker_evidence import stacks_dir
 from harness.families.catalog import Case
 from harness.launch import records
 from harness.launch.groups import GroupRun, case_budget
@@ -72,8 +73,9 @@ from harness.launch.job_store import HeldStores, NodesDone
 from harness.launch.torchrun_options import Rendezvous
 from harness.launch.verdict import judge
 from harness.wire.rank_result import RankResult
-from harness.reports.report import CaseResult
-from harness.launch.supervision import Supervised, diagnose, kernel_diag_records
+from harness.wire.case_result import CaseResult
+from harness.launch.diagnosis import diagnose, kernel_diag_records
+from harness.launch.supervision import Supervised
 
 if TYPE_CHECKING:
     from harness.launch.spares import StandbyPool

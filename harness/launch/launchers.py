@@ -37,7 +37,7 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1
 def gpu_count() -> int:
     """The number of CUDA devices this process sees (0 without CUDA)."""
     try:
-        import torch  # noqa: PLC0415
+        import torch  # noqa: PLC0415 - torch loads in seconds: asked only when no --gpus says
 
         return torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # noqa: BLE001

@@ -24,16 +24,15 @@ other job starts its own process as before.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from harness.reports.report import atomic_write
-from harness.rank.standby import PARENT_VAR
 from harness.launch.supervision import Supervised
+from harness.wire.atomic_file import atomic_write
+from harness.wire.spare_handoff import PARENT_VAR, handoff_text, ready_path
 
 SPARE_ARGV_FLAG = "--standby"
 READY_POLL_S = 0.25  # how often a full set of starting spares is checked for one that became ready
@@ -109,8 +108,9 @@ class StandbyPool:
         self.spare_dir.mkdir(parents=True, exist_ok=True)
         handoff = self.spare_dir / f"standby-{number}.json"
         with open(self.spare_dir / f"standby-{number}.log", "ab") as log:
-            sup = Supervised([self.python, "-m", "harness.rank.worker", SPARE_ARGV_FLAG, str(handoff)], env=dict(self.env, **{PARENT_VAR: str(os.getpid())}),
-                             cwd=self.cwd, stdout=log, stderr=log, grace_s=self.grace_s, stacks_dir=self.stacks_dir)
+            sup = Supervised([self.python, "-m", "harness.rank.worker", SPARE_ARGV_FLAG, str(handoff)],
+                             env=dict(self.env, **{PARENT_VAR: str(os.getpid())}), cwd=self.cwd, stdout=log,
+                             stderr=log, grace_s=self.grace_s, stacks_dir=self.stacks_dir)
         return sup, handoff
 
     def take(self, argv: Sequence[str], env: Mapping[str, str], log_path: Path) -> Supervised | None:
@@ -131,7 +131,7 @@ class StandbyPool:
         if spare is None:
             return None
         sup, handoff = spare
-        atomic_write(handoff, json.dumps({"job": job, "virtual": virtual, "log": str(log_path)}))
+        atomic_write(handoff, handoff_text(job, virtual, log_path))
         sup.spare = "ready" if _ready(handoff) else "starting"
         sup.started = time.monotonic()  # the job's deadline counts from its hand-over
         with self._lock:
@@ -154,7 +154,7 @@ class StandbyPool:
 
 def _ready(handoff: Path) -> bool:
     """Whether the spare of ``handoff`` has said it finished starting up (``harness.rank.standby`` writes the file)."""
-    return handoff.with_name(handoff.name + ".ready").exists()
+    return ready_path(handoff).exists()
 
 
 def _virtual_job(argv: Sequence[str]) -> tuple[str | None, int]:

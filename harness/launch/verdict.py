@@ -33,8 +33,8 @@ from harness.launch.evidence import short_frame
 from harness.launch.records import CaseEnd
 from harness.wire.phases import slowest
 from harness.wire.rank_result import RankResult
-from harness.reports.report import CaseResult
-from harness.launch.supervision import Diagnosis
+from harness.wire.case_result import CaseResult
+from harness.launch.diagnosis import Diagnosis
 
 # How many of the laggard's innermost frames a verdict's detail shows (the diagnosis keeps more).
 DETAIL_FRAMES = 4

@@ -42,13 +42,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from harness.families import NotAvailable, adapter, catalog, rank_device
+from harness.families.arch_facts import facts_file
 from harness.rank.agreement import CallDisagreement, check_agreement, deviations
-from harness.wire.case_files import case_dir, result_path, stored_case
-from harness.rank.golden_check import StoreCollector
-from harness.wire.phases import PhaseClock
+from harness.rank.compare import Comparison, compare_outputs
 from harness.rank.faults import InjectedCrash, act_before_launch, expected_of, launch_attempts, refusal
-from harness.wire.rank_result import RankResult, error_of
+from harness.rank.golden_check import StoreCollector
+from harness.rank.graphs import GraphLaunches, capture_problem
 from harness.references.cache import REFERENCE_WAIT_S, ReferenceCache
+from harness.references.pool import mark_stored
+from harness.wire.case_files import case_dir, result_path, stored_case
+from harness.wire.phases import PhaseClock
+from harness.wire.progress import ProgressWriter
+from harness.wire.rank_result import RankResult, error_of
 from kernels.hostcopy import outputs_to_host  # torch only, no CuTe DSL
 
 
@@ -62,7 +68,7 @@ def _safe_state(system: Any) -> dict:
 
 def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
     """Dump the system's kernel diagnostic record (``kernels.diag.DiagRecord``), if it keeps one, as JSON."""
-    from kernels.diag import record_of  # noqa: PLC0415
+    from kernels.diag import record_of  # noqa: PLC0415 - imports CuTe DSL: loaded only for a kernel run's record
 
     record = record_of(system)
     if record is not None:
@@ -79,8 +85,6 @@ def _graph_launches(impl: str, system: Any, handle: Any, launches: list,
         return None, None
     if impl != "kernel":
         return None, {"mode": "eager", "reason": "the golden implementation runs on the CPU"}
-    from harness.families import rank_device  # noqa: PLC0415
-    from harness.rank.graphs import GraphLaunches, capture_problem  # noqa: PLC0415
 
     problem = family_problem or capture_problem(system)
     if problem is not None:
@@ -95,8 +99,6 @@ class CaseRun:
     def __init__(self, spec: dict, *, rank: int, group_rank: int, tp: int, group: int | None, impl: str,
                  run_dir: str, make_handle: Callable[[Any], Any], store: str | None = None,
                  cache_dir: str | None = None, job_index: int | None = None) -> None:
-        from harness.wire.progress import ProgressWriter  # noqa: PLC0415
-
         self.spec, self.rank, self.group_rank, self.tp, self.group = spec, rank, group_rank, tp, group
         self.impl, self.run_dir, self.make_handle, self.store_mode = impl, run_dir, make_handle, store
         self.cache_dir = cache_dir
@@ -114,8 +116,6 @@ class CaseRun:
 
     def run(self) -> RankResult:
         """Run the case and write this rank's result; return it."""
-        from harness.families import NotAvailable  # noqa: PLC0415
-
         try:
             self.progress.write("start", -1)
             self._load()
@@ -142,10 +142,6 @@ class CaseRun:
 
     def _load(self) -> None:
         """The scenario, the family's adapter and facts, the plan of launches and the reference cache."""
-        from harness.families.arch_facts import facts_file  # noqa: PLC0415
-        from harness.rank.compare import Comparison  # noqa: PLC0415
-        from harness.families import adapter, catalog  # noqa: PLC0415
-
         full = catalog.load(self.spec["path"])
         self.scenario = full.in_group(self.group)  # the faults planted in another TP group are not this group's
         self.case = catalog.case_of(full).in_group(self.group)
@@ -255,8 +251,6 @@ class CaseRun:
 
     def _compare(self, launch: Any, outputs: dict) -> None:
         """Fetch the launch's reference (cached) and compare this rank's outputs with it bit for bit."""
-        from harness.rank.compare import compare_outputs  # noqa: PLC0415
-
         self.result.launches_done += 1
         self.progress.write("reference", launch.index, launch.call_params, self._state())
         key = self.refs.key(launch.agreed_inputs, launch.agreed_params)
@@ -300,8 +294,6 @@ class CaseRun:
     def _mark_references_stored(self) -> None:
         """As rank 0 of a case without TP groups that compared every launch: note in the shared cache that this
         (scenario, world)'s references are all stored (``harness.references.pool``), so the next run's pool skips it."""
-        from harness.references.pool import mark_stored  # noqa: PLC0415
-
         compared = len(self.reference_keys) == len(self.launches) and self.reference_keys
         if self.cache_dir and self.group_rank == 0 and self.group is None and self.result.status == "ok" and compared:
             mark_stored({"path": self.spec["path"], "world": self.tp}, self.reference_keys, Path(self.cache_dir))

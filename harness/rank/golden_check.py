@@ -45,7 +45,7 @@ def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict]
     ``root``: the store directory (default ``golden/data``).
     """
     try:
-        from golden import store  # noqa: PLC0415
+        from golden import store  # noqa: PLC0415 - inside the try: a store that cannot import is reported missing
     except Exception as exc:  # noqa: BLE001
         return {"status": "missing", "message": f"golden.store not importable: {exc}"}
     digest = store.inputs_digest(static, *agreed)

@@ -33,6 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import torch
+
+from harness.families import placed
+from kernels.hostcopy import copy_into
+
 
 def _kernel_system(system: Any) -> Any:
     """The kernel system itself: the one a ``DevicePlaced`` wrapper holds, else ``system``."""
@@ -50,8 +55,6 @@ def capture_problem(system: Any) -> str | None:
 
 def _describe(value: Any) -> Any:
     """What must match between a label's capture and its later launches: a tensor's dtype and shape, else the value."""
-    import torch  # noqa: PLC0415
-
     if isinstance(value, torch.Tensor):
         return ("tensor", str(value.dtype), tuple(value.shape), value.stride())
     return ("value", repr(value))
@@ -78,11 +81,6 @@ class GraphLaunches:
 
     def launch(self, label: str, call_inputs: Mapping[str, Any], call_params: Mapping[str, Any]) -> Any:
         """Run one launch of graph ``label``: capture it at its first launch, copy the inputs in, replay."""
-        import torch  # noqa: PLC0415
-
-        from harness.families import placed  # noqa: PLC0415
-        from kernels.hostcopy import copy_into  # noqa: PLC0415
-
         signature = {"params": repr(sorted(dict(call_params or {}).items())),
                      **{name: _describe(value) for name, value in call_inputs.items()}}
         entry = self.captured.get(label)
@@ -107,8 +105,6 @@ class GraphLaunches:
 
     def _capture(self, launch: Callable[[], Any]) -> tuple[Any, Any]:
         """``(graph, outputs)`` of ``launch()`` captured on a side stream of the device (thread-local mode)."""
-        import torch  # noqa: PLC0415
-
         graph = torch.cuda.CUDAGraph()
         current = torch.cuda.current_stream(self.device)
         side = torch.cuda.Stream(self.device)

@@ -8,7 +8,7 @@ current job runs, as ``python -m harness.rank.worker --standby HANDOFF``, and
 hands it the job when one is due. Isolation is unchanged: every job still has
 a process of its own, started fresh; only its start-up happened earlier.
 
-Protocol (files, both written by atomic rename):
+Protocol (files, both written by atomic rename; names in ``harness.wire.spare_handoff``):
 
 - The process imports torch, initializes CUDA where a GPU is visible, and
   imports every family's golden and kernel modules (one that cannot be
@@ -25,17 +25,20 @@ Protocol (files, both written by atomic rename):
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from harness.reports.report import atomic_write
+import torch
+
+from golden.store import FAMILIES
+from harness.families import adapter
+from harness.wire.atomic_file import atomic_write
 from harness.wire.phases import mark_startup
+from harness.wire.spare_handoff import PARENT_VAR, read_handoff, ready_path
 
 IDLE_LIMIT_S = 1800.0
-PARENT_VAR = "RANKCHECK_STANDBY_PARENT"  # the harness's pid: a spare whose parent changed is orphaned
 POLL_S = 0.02
 
 
@@ -44,17 +47,13 @@ class NoJob(Exception):
 
 
 def preload() -> list[str]:
-    """Import torch, initialize CUDA (not its context) where a GPU is visible, import every family's modules; return those that failed."""
-    import torch  # noqa: PLC0415
-
+    """Initialize CUDA (not its context) where a GPU is visible, import every family's modules; return those that failed."""
     mark_startup("torch")
     if torch.cuda.is_available():
         # CUDA state only: the context itself is made by the job's first stream. Making it here, in every
         # spare, was measured slower on the H200 (docs/results/gpu-run-9_2026-12-01.md: warm run 120 -> 167 s).
         torch.cuda.init()
         mark_startup("cuda")
-    from golden.store import FAMILIES  # noqa: PLC0415
-    from harness.families import adapter  # noqa: PLC0415
 
     failed = []
     for family in FAMILIES:
@@ -73,16 +72,16 @@ def await_job(handoff: str | os.PathLike) -> tuple[Path, int]:
     handoff = Path(handoff)
     parent = int(os.environ.get(PARENT_VAR) or os.getppid())
     preload()
-    atomic_write(handoff.with_name(handoff.name + ".ready"), str(os.getpid()))
+    atomic_write(ready_path(handoff), str(os.getpid()))
     waited_from = time.monotonic()
     while not handoff.exists():
         if os.getppid() != parent or time.monotonic() - waited_from > IDLE_LIMIT_S:
             raise NoJob(f"no job came for {handoff}")
         time.sleep(POLL_S)
-    job = json.loads(handoff.read_text(encoding="utf-8"))
-    _redirect_output(job["log"])
+    job, virtual, log_path = read_handoff(handoff)
+    _redirect_output(log_path)
     mark_startup("handed")
-    return Path(job["job"]), int(job["virtual"])
+    return job, virtual
 
 
 def _redirect_output(log_path: str) -> None:
@@ -95,4 +94,4 @@ def _redirect_output(log_path: str) -> None:
     os.close(fd)
 
 
-__all__ = ["IDLE_LIMIT_S", "PARENT_VAR", "NoJob", "await_job", "preload"]
+__all__ = ["IDLE_LIMIT_S", "NoJob", "await_job", "preload"]

@@ -29,7 +29,7 @@ whose case ended with an unexpected error inside a launch may have left
 peers inside a collective, so it gives the job up (``abandon``) and exits
 with ``ABANDON_EXIT``: the launcher ends the job and runs the remaining
 cases in a fresh one. At start every worker process registers a stack dump
-on SIGUSR1 (``harness.launch.evidence.register_worker``), so a rank that hangs
+on SIGUSR1 (``harness.wire.worker_evidence.register_worker``), so a rank that hangs
 still shows the watchdog where.
 """
 
@@ -43,12 +43,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+import torch.distributed as dist
+
+from golden.comm import ThreadWorld
 from harness.rank import standby
-from harness.wire.case_files import ABANDON_EXIT, runs_in_group
 from harness.rank.case_run import run_case
-from harness.launch.evidence import register_worker
+from harness.rank.dist_comm import DistComm
+from harness.wire.case_files import ABANDON_EXIT, runs_in_group
+from harness.wire.errors import NotAvailable
 from harness.wire.phases import count_start_up_from, mark_startup, process_started_at
 from harness.wire.rank_result import RankResult
+from harness.wire.worker_evidence import register_worker
 
 
 # ----------------------------------------------------------------------------- distributed (torchrun)
@@ -61,10 +67,9 @@ def _distributed_handle(impl: str, comm: Any, device: str) -> Callable[[Any], An
         """The golden Comm, or the kernel's fabric / Comm for this rank."""
         if impl == "golden" or fam.kernel_world_handle == "comm":
             return comm
-        from harness.families import NotAvailable  # noqa: PLC0415
 
         try:
-            from kernels import fabric  # noqa: PLC0415
+            from kernels import fabric  # noqa: PLC0415 - inside the try: a fabric that cannot import is not available
 
             return fabric.SymmetricFabric(comm.group, device=device)
         except Exception as exc:  # noqa: BLE001
@@ -75,11 +80,6 @@ def _distributed_handle(impl: str, comm: Any, device: str) -> Callable[[Any], An
 
 def run_distributed(job: dict) -> int:
     """Run the job's cases as this torchrun rank; return the process exit code."""
-    import torch  # noqa: PLC0415
-    import torch.distributed as dist  # noqa: PLC0415
-
-    from harness.rank.dist_comm import DistComm  # noqa: PLC0415
-
     mark_startup("torch")
     backend = job.get("backend", "gloo")
     device = "cpu"
@@ -129,8 +129,6 @@ def _unavailable_handle(reason: str) -> Callable[[Any], Any]:
 
     def make(fam: Any) -> Any:
         """Raise NotAvailable with the reason."""
-        from harness.families import NotAvailable  # noqa: PLC0415
-
         raise NotAvailable(reason)
 
     return make
@@ -138,8 +136,6 @@ def _unavailable_handle(reason: str) -> Callable[[Any], Any]:
 
 def run_virtual(job: dict, world: int) -> int:
     """Run the job's cases with ``world`` ranks as threads of this process (one GPU, or the CPU for golden)."""
-    from golden.comm import ThreadWorld  # noqa: PLC0415
-
     impl = job.get("impl", "golden")
     tp = int(job.get("tp") or world)
     if world % tp:
@@ -160,8 +156,7 @@ def run_virtual(job: dict, world: int) -> int:
             fabrics, reason = None, ""
             if impl == "kernel":
                 try:
-                    import torch  # noqa: PLC0415
-                    from kernels.fabric import VirtualFabric  # noqa: PLC0415
+                    from kernels.fabric import VirtualFabric  # noqa: PLC0415 - inside the try: not available when it cannot import
 
                     if not torch.cuda.is_available():
                         raise RuntimeError("no CUDA device")
@@ -169,7 +164,7 @@ def run_virtual(job: dict, world: int) -> int:
                 except Exception as exc:  # noqa: BLE001 - reported per rank as not available
                     reason = f"kernels.fabric.VirtualFabric: {type(exc).__name__}: {exc}"
             if fabrics is not None:
-                from kernels.fabric import VirtualFabric  # noqa: PLC0415
+                from kernels.fabric import VirtualFabric  # noqa: PLC0415 - imported by the try above
 
                 results = VirtualFabric.run(fabrics, lambda fab: body(fab, lambda fam, fab=fab: fab))
             elif impl == "kernel":

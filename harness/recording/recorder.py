@@ -47,6 +47,12 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 
+from golden.comm import run_ranks
+from harness.families import NotAvailable, adapter, catalog
+from harness.rank.compare import Comparison, Mismatch, compare_outputs
+from kernels.fabric import VirtualFabric
+from scenarios.bundle import MANIFEST, BundleError, load_bundle, save_bundle
+
 STATE_PREFIX = "state."
 
 
@@ -184,8 +190,6 @@ def record(
     Arguments are checked before the first call; nothing is written if the
     block raises or made no call.
     """
-    from scenarios.bundle import MANIFEST, save_bundle
-
     path = Path(bundle_path)
     if not isinstance(family, str) or not family:
         raise ValueError(f"family: expected a non-empty str, got {family!r}")
@@ -218,8 +222,6 @@ def record(
 def _as_bundle(bundle: Any) -> Any:
     """A loaded bundle from a ``RecordedScenario`` or a path."""
     if isinstance(bundle, (str, Path)):
-        from scenarios.bundle import load_bundle
-
         return load_bundle(bundle)
     return bundle
 
@@ -238,8 +240,6 @@ def replay_bundle(bundle: Any, system: Any) -> list[dict[str, torch.Tensor]]:
 
 def compare_replay(bundle: Any, produced: Sequence[Mapping[str, torch.Tensor]], *, rank: int = 0, keep: int = 8):
     """Bit-for-bit comparison (``harness.rank.compare.Comparison``) of replayed outputs with the recorded ones."""
-    from harness.rank.compare import Comparison, Mismatch, compare_outputs
-
     bundle = _as_bundle(bundle)
     total = Comparison()
     if len(produced) != len(bundle.calls):
@@ -280,8 +280,6 @@ def run_world(
     ``rank_configs`` (one per rank) replaces ``config`` where ranks start at
     different counters (a recorded world whose ranks had drifted apart).
     """
-    from harness.families import adapter
-
     fam = adapter(family)
     fam.check_available(impl)
 
@@ -292,12 +290,9 @@ def run_world(
         return body(system, handle.rank)
 
     if impl == "kernel":
-        from kernels.fabric import VirtualFabric
-
         if not torch.cuda.is_available():
             raise RuntimeError("--impl kernel needs a CUDA GPU")
         return VirtualFabric.run(VirtualFabric.create(world, "cuda", timeout_s=timeout_s), per_rank)
-    from golden.comm import run_ranks
 
     return run_ranks(world, per_rank, timeout_s=timeout_s)
 
@@ -305,8 +300,6 @@ def run_world(
 def capture(family: str, scenario_name: str, out_dir: str | Path, *, world: int | None = None,
             impl: str = "golden", overwrite: bool = False) -> tuple[Path, list[str]]:
     """Run scenario ``family/scenario_name`` while recording rank 0 into ``out_dir``; return (path, notes)."""
-    from harness.families import adapter, catalog
-
     cases = catalog.select(catalog.discover(), family=family, names=[scenario_name])
     scenario = catalog.load(cases[0].path)
     world = world or min(scenario.worlds)
@@ -342,9 +335,6 @@ def capture(family: str, scenario_name: str, out_dir: str | Path, *, world: int 
 
 def replay_dir(bundle_dir: str | Path, *, impl: str = "golden"):
     """Replay the bundle at ``bundle_dir`` on a fresh world of ``impl``; return rank 0's comparison."""
-    from harness.families import adapter
-    from scenarios.bundle import load_bundle
-
     bundle = load_bundle(bundle_dir)
     fam = adapter(bundle.family)
     config = fam.config_for(bundle.config, bundle.world)
@@ -375,9 +365,6 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``record capture`` or ``record replay``; return the exit status."""
-    from harness.families import NotAvailable
-    from scenarios.bundle import BundleError
-
     args = _parser().parse_args(list(argv) if argv is not None else None)
     try:
         if args.action == "capture":

@@ -46,11 +46,19 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Sequence
 
-from harness.recording.recorder import STATE_PREFIX, _snapshot, state_tensors
+from harness.families import NotAvailable, adapter
+from harness.launch.supervision import Supervised
+from harness.rank.compare import compare_outputs
+from harness.recording.recorder import STATE_PREFIX, _snapshot, run_world, state_tensors
 from harness.recording.world import WorldRecording, disagreements, first_line, load_world
+from harness.recording.writer import WORLD_MANIFEST
+from scenarios.bundle import BundleError
 
 ORDERLY_END = "exit"  # what harness.recording.writer writes when the recorded block ended without an exception
 
@@ -61,9 +69,6 @@ CHILD_START_S = 180.0  # the child's import, CUDA start and kernel compiles, bey
 
 def recordings_under(directory: str | Path) -> list[Path]:
     """The world recordings at ``directory``: itself when it is one, else its subdirectories that are."""
-    from harness.recording.writer import WORLD_MANIFEST
-    from scenarios.bundle import BundleError
-
     root = Path(directory)
     if (root / WORLD_MANIFEST).exists():
         return [root]
@@ -80,8 +85,6 @@ def replay_start(world: WorldRecording) -> int:
 
 def rank_config(world: WorldRecording, rank: int, start: int, notes: list[str]) -> tuple[dict, bool]:
     """(config starting ``rank``'s system at its counters before launch ``start``, whether counters compare)."""
-    from harness.families import adapter
-
     fam = adapter(world.family)
     config = fam.config_for(world.manifest["config"], world.world)
     record = world.ranks[rank]
@@ -103,8 +106,6 @@ def rank_config(world: WorldRecording, rank: int, start: int, notes: list[str]) 
 def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int,
                  configs: list[dict]) -> list[dict]:
     """Replay every rank's calls from launch ``start`` in one world; per rank ``{launch: outputs}``, ``error``, ``at``."""
-    from harness.recording.recorder import run_world
-
     first = next(r for r in world.ranks if r.bundle is not None)
 
     def body(system: Any, rank: int) -> dict:
@@ -131,7 +132,7 @@ def replay_calls(world: WorldRecording, impl: str, deadline_s: float, start: int
 def kernel_record_text(system: Any) -> str:
     """``"; kernel record: ..."`` when the system's kernels wrote a diagnostic record before a trap, else ``""``."""
     try:
-        from kernels.diag import record_of  # noqa: PLC0415
+        from kernels.diag import record_of  # noqa: PLC0415 - imports CuTe DSL: only a kernel replay's record needs it
 
         record = record_of(system)
         report = record.read() if record is not None else None
@@ -151,8 +152,6 @@ def mismatch_line(against: str, rank: int, launch: int, comparison: Any) -> list
 
 def compare_with_recording(world: WorldRecording, results: list[dict], counters: list[bool]) -> list[str]:
     """Lines naming each rank and launch whose replay differs from the recorded outputs (empty: identical)."""
-    from harness.rank.compare import compare_outputs
-
     lines = []
     for record, result, with_counters in zip(world.ranks, results, counters):
         for launch, produced in sorted(result["produced"].items()):
@@ -169,9 +168,6 @@ def compare_with_recording(world: WorldRecording, results: list[dict], counters:
 
 def compare_with_golden(world: WorldRecording, results: list[dict], configs: list[dict]) -> tuple[list[str], int]:
     """(lines naming each rank and launch whose replay differs from the golden reference, calls compared)."""
-    from harness.rank.compare import compare_outputs
-    from harness.families import adapter
-
     fam = adapter(world.family)
     static = next(r for r in world.ranks if r.bundle is not None).bundle.recorded_static()
     lines, compared = [], 0
@@ -240,8 +236,6 @@ def isolated_budget_s(world: WorldRecording, deadline_s: float) -> float:
 
 def child_argv(directory: Path, deadline_s: float, run_dir: str) -> list[str]:
     """The command that replays one recording's kernels in a child and writes its report into ``run_dir``."""
-    import sys  # noqa: PLC0415
-
     return [sys.executable, "-m", "harness", "replay", "--bundle", str(directory), "--impl", "kernel",
             "--deadline", str(deadline_s), "--run-dir", run_dir]
 
@@ -254,13 +248,6 @@ def replay_isolated(directory: Path, deadline_s: float) -> dict:
     runs past its budget, the report is the recording's offline findings
     plus a ``REPLAY ABORTED`` finding with the child's last lines.
     """
-    import subprocess  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    from harness.launch.supervision import Supervised  # noqa: PLC0415
-
-    from harness.families import adapter  # noqa: PLC0415
-
     world = load_world(directory)  # a bad recording is refused here, before any process starts
     adapter(world.family).check_available("kernel")  # no GPU or no CuTe DSL: NotAvailable, exit 2
     budget = isolated_budget_s(world, deadline_s)
@@ -286,9 +273,6 @@ def replay_isolated(directory: Path, deadline_s: float) -> dict:
 def run_bundle_replay(bundle: str, *, impl: str | None = None, launcher: str = "auto",
                       deadline: float | None = None, run_dir: str | None = None) -> int:
     """Replay every recording under ``bundle`` and print the report; return 0 / 1 (findings) / 2 (bad recording)."""
-    from harness.families import NotAvailable
-    from scenarios.bundle import BundleError
-
     if launcher not in ("auto", "virtual"):
         print(f"replay: --launcher {launcher}: a recorded world replays in one process (auto or virtual)")
         return 2

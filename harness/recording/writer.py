@@ -64,12 +64,19 @@ import socket
 import sys
 import threading
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+import torch
+import torch.distributed as dist
 import yaml
 
+from golden.store import provenance
+from harness.families import adapter
 from harness.recording.recorder import Recorder, _snapshot
+from harness.wire.atomic_file import atomic_write
+from scenarios.bundle import _plain, save_bundle
 
 WORLD_MANIFEST = "world.yaml"
 WORLD_FORMAT = 1
@@ -91,12 +98,6 @@ def rank_entry_name(rank: int) -> str:
 
 def versions() -> dict[str, str]:
     """The versions a replay may need to match: python, torch, CuTe DSL, the git revision and the host."""
-    from importlib import metadata
-
-    import torch
-
-    from golden.store import provenance
-
     try:
         cutlass = metadata.version("nvidia-cutlass-dsl")
     except metadata.PackageNotFoundError:
@@ -112,8 +113,6 @@ def rank_and_world(system: Any, rank: int | None, world: int | None) -> tuple[in
         if comm is not None and isinstance(getattr(comm, "rank", None), int):
             found = (comm.rank, comm.world)
         else:
-            import torch.distributed as dist
-
             if not (dist.is_available() and dist.is_initialized()):
                 raise ValueError("rank, world: not given, the system has no comm and torch.distributed is not "
                                  "initialised; pass rank= and world=")
@@ -130,9 +129,6 @@ def rank_and_world(system: Any, rank: int | None, world: int | None) -> tuple[in
 
 def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
     """Write ``data`` as YAML at ``path`` atomically."""
-    from harness.reports.report import atomic_write
-    from scenarios.bundle import _plain
-
     atomic_write(path, yaml.safe_dump(_plain(dict(data)), sort_keys=False, default_flow_style=None))
 
 
@@ -174,8 +170,6 @@ class RankRecording:
 
     def _write_bundle(self, calls: list, outputs: list) -> str:
         """Write the bundle into a new version directory (complete before it gets its name); return its name."""
-        from scenarios.bundle import save_bundle
-
         self.version += 1
         name = f"{rank_dir_name(self.rank)}.v{self.version}"
         partial = self.directory / f".{name}.partial"
@@ -244,8 +238,6 @@ def recording(system: Any, directory: str | os.PathLike, *, family: str, config:
     ``world`` default to the system's ``comm``, else the default process
     group. Every argument is checked before the first call.
     """
-    from harness.families import adapter
-
     fam = adapter(family)
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected a mapping, got {type(config).__name__}")

@@ -46,7 +46,11 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.launch.supervision import process_alive
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from harness.wire.processes import process_alive
 
 CACHE_DIR_VAR = "RANKCHECK_CACHE_DIR"
 MAX_BYTES_VAR = "RANKCHECK_CACHE_MAX_BYTES"
@@ -72,8 +76,6 @@ def cache_root() -> Path:
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
     """sha256 over every file of the code a reference depends on (golden/, harness/families/) and the torch version."""
-    import torch  # noqa: PLC0415
-
     h = hashlib.sha256(f"torch {torch.__version__}|".encode())
     for folder in CODE_DIRS:
         for path in sorted((REPO_ROOT / folder).rglob("*")):
@@ -85,8 +87,6 @@ def code_digest() -> str:
 
 def tensor_digest(h: Any, name: str, tensor: Any) -> None:
     """Feed a tensor's name, dtype, shape and bytes (not its strides) into hash ``h``."""
-    import torch  # noqa: PLC0415
-
     t = tensor.detach().cpu().contiguous()
     h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
     if t.numel():
@@ -217,8 +217,6 @@ class ReferenceCache:
 
     def _load(self, path: Path) -> dict | None:
         """The stored reference at ``path`` when it loads and matches its digest; a bad file is removed (None)."""
-        from safetensors import safe_open  # noqa: PLC0415
-
         try:
             with safe_open(str(path), framework="pt") as f:
                 stored = (f.metadata() or {}).get(DIGEST_KEY)
@@ -240,8 +238,6 @@ class ReferenceCache:
 
     def _store(self, path: Path, outputs: dict) -> None:
         """Write ``outputs`` to ``path`` atomically with their digest, then trim the cache to its bound."""
-        from safetensors.torch import save_file  # noqa: PLC0415
-
         tensors = {k: v.detach().cpu().contiguous() for k, v in outputs.items()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")

@@ -15,9 +15,9 @@ reference is the same bits whoever made it.
 Work queue: one JSON file per (scenario file, world) under
 ``<run>/refpool/queue/``; a pool process takes an item by renaming its file
 (atomic: exactly one process gets it), so the processes share the queue
-without a coordinator. Each process runs under ``harness.launch.supervision.Supervised``
-(its own session, ended as a whole with the run or on an interrupt) and logs
-to ``<run>/logs/refpool<i>.log``. An item whose references are all stored
+without a coordinator. ``harness.launch.reference_pool`` starts the
+processes (``python -m harness.references.pool``), each under the
+harness's supervision, logging to ``<run>/logs/refpool<i>.log``. An item whose references are all stored
 leaves a marker ``<cache>/items/<digest>.json`` (its reference keys; the
 digest covers the golden code, the architecture, the scenario file and the
 world): a later run skips the item while every one of those files exists,
@@ -41,11 +41,11 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from harness.families.arch_facts import ARCH_ENV, choose_arch
-from harness.reports.report import atomic_write
+from harness.families import adapter, catalog
+from harness.families.arch_facts import choose_arch
 from harness.references.cache import ReferenceCache, code_digest, reference_path
+from harness.wire.atomic_file import atomic_write
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 # An item waiting for references another process computes comes back this many times, this far apart at least.
 REQUEUE_LIMIT = 200
 REQUEUE_PAUSE_S = 0.5
@@ -117,8 +117,6 @@ def already_stored(item: dict, cache_dir: Path) -> bool:
 def compute_item(item: dict, cache_dir: Path) -> tuple[int, int, int]:
     """Store every reference of one (scenario, world) item in the cache that no other process is computing; return
     (computed, already there, being computed elsewhere); the item's marker is written once nothing is pending."""
-    from harness.families import adapter, catalog  # noqa: PLC0415
-
     scenario = catalog.load(item["path"])
     fam = adapter(scenario.family)
     static, config, calls = catalog.agreed_calls(scenario, int(item["world"]))
@@ -168,75 +166,6 @@ def drain(queue_dir: Path, cache_dir: Path) -> int:
             failed += 1
             print(f"refpool: {item['key']} world {item['world']}: {type(exc).__name__}: {exc}", flush=True)
     return 1 if failed else 0
-
-
-class ReferencePool:
-    """Background processes draining a reference queue; started before the jobs, ended after them."""
-
-    def __init__(self, run_dir: Path, cache_dir: Path, items: Sequence[dict], *, processes: int,
-                 threads: int) -> None:
-        self.queue_dir = run_dir / "refpool" / "queue"
-        self.log_dir = run_dir / "logs"
-        self.cache_dir = cache_dir
-        # a warm cache: what a past pool stored needs no process of this one
-        self.items = [item for item in items if not already_stored(item, cache_dir)]
-        self.skipped = len(items) - len(self.items)
-        self.processes = max(0, min(processes, len(self.items)))
-        self.threads = max(1, threads)
-        self.children: list = []
-
-    def start(self) -> "ReferencePool":
-        """Write the queue and start the processes (none when there is nothing to compute)."""
-        from harness.launch.supervision import Supervised  # noqa: PLC0415
-
-        if not self.processes:
-            return self
-        write_queue(self.queue_dir, self.items)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ)
-        env["OMP_NUM_THREADS"] = str(self.threads)
-        # The pool never touches the GPU; it takes the architecture (whose facts the golden uses) from here.
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        env[ARCH_ENV] = choose_arch().arch
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
-        argv = [sys.executable, "-m", "harness.references.pool", "--queue", str(self.queue_dir),
-                "--cache-dir", str(self.cache_dir)]
-        for index in range(self.processes):
-            log = open(self.log_dir / f"refpool{index}.log", "ab")  # noqa: SIM115 - the child writes it
-            self.children.append((Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log), log))
-        return self
-
-    def describe(self) -> str:
-        """One header line: how many references the pool precomputes, with how many processes."""
-        if not self.processes:
-            return "# reference pool: off" + (f" ({self.skipped} item(s) already stored)" if self.skipped else "")
-        return (f"# reference pool: {len(self.items)} (case, world) item(s) precomputed by {self.processes} "
-                f"process(es) x {self.threads} thread(s) into {self.cache_dir}"
-                + (f"; {self.skipped} item(s) already stored" if self.skipped else ""))
-
-    def join(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for every pool process to drain the queue and exit; True when all did."""
-        deadline = time.monotonic() + timeout_s
-        while any(child.proc.poll() is None for child, _ in self.children):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
-    def stop(self) -> list[int]:
-        """End every pool process (finished or not: the ranks compute what is left); return pids left alive."""
-        leftovers = []
-        for child, log in self.children:
-            leftovers += child.end_all()
-            log.close()
-        self.children = []
-        return leftovers
-
-    def __enter__(self) -> "ReferencePool":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,7 +42,8 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from harness.reports import provenance as provenance_facts
-from harness.reports.report import FAILING, STORED_BITS_LAUNCHER, CaseResult, Report
+from harness.reports.report import Report
+from harness.wire.case_result import FAILING, STORED_BITS_LAUNCHER, CaseResult
 
 # Worst first: the status a case gets when nodes disagree about it.
 STATUS_ORDER = FAILING + ("not-available", "pass")

@@ -26,6 +26,8 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.launch.launchers import MULTICAST_OFF
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # An external command (git, nvidia-smi) that takes longer than this says nothing about the run.
 COMMAND_DEADLINE_S = 10.0
@@ -76,8 +78,6 @@ def gpus() -> dict:
 
 def multicast_environment(job_env: Mapping[str, str] | None = None) -> dict:
     """The NVLink multicast variables as the jobs run with them (the launcher's values win over this process's)."""
-    from harness.launch.launchers import MULTICAST_OFF  # noqa: PLC0415 - launchers import the report, which imports us
-
     job_env = job_env or {}
     return {name: job_env.get(name, os.environ.get(name)) for name in MULTICAST_OFF}
 

@@ -51,62 +51,29 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict
 from typing import Mapping, Sequence
 
+from rich.console import Console
+
 from harness.reports import provenance as provenance_facts
-
-STATUSES = ("pass", "fail", "timeout", "error", "not-available")
-FAILING = ("fail", "timeout", "error")
-JSON_SCHEMA = "rankcheck-validate/2"
-# The launcher name the job runner gives a stored-golden-bits check (a check attached to a case, not a case).
-STORED_BITS_LAUNCHER = "store"
-LOG_TAIL_LINES = 40
-LOG_TAIL_BYTES = 64 * 1024
-EXIT_OK, EXIT_FAILED, EXIT_NOTHING_RUN, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-
-
-@dataclass
-class CaseResult:
-    """The verdict of one scenario at one world size under one launcher."""
-
-    family: str
-    scenario: str
-    world: int
-    launcher: str
-    status: str
-    expected: str = "golden"
-    detail: str = ""
-    mismatch_count: int = 0
-    first_mismatch: str = ""
-    mismatches: list = field(default_factory=list)
-    max_ulps: int = 0
-    time_s: float = 0.0
-    group: int | None = None
-    diagnosis: dict | None = None
-    impl: str = "golden"
-    phases: dict = field(default_factory=dict)  # seconds per phase, the slowest rank's (harness.wire.phases)
-    facts: str | None = None  # the architecture facts file the golden used (harness.families.arch_facts), None: none needed
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
-
-    @property
-    def is_stored_bits_check(self) -> bool:
-        """True for a stored-golden-bits check (a check attached to a case, not a case of its own)."""
-        return self.launcher == STORED_BITS_LAUNCHER
-
-    @property
-    def case_id(self) -> str:
-        """A stable name: family/scenario[world=N,launcher=L(,group=G)]."""
-        group = f",group={self.group}" if self.group is not None else ""
-        return f"{self.family}/{self.scenario}[world={self.world},launcher={self.launcher}{group}]"
+from harness.reports.diagnoses import diagnoses
+from harness.reports.junit import junit_xml
+from harness.reports.live import LiveView
+from harness.wire.atomic_file import atomic_write
+from harness.wire.case_result import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_NOTHING_RUN,
+    EXIT_OK,
+    EXIT_UNAVAILABLE,
+    FAILING,
+    JSON_SCHEMA,
+    STATUSES,
+    CaseResult,
+)
 
 
 def phase_summary(results: Sequence[CaseResult]) -> str:
@@ -118,137 +85,6 @@ def phase_summary(results: Sequence[CaseResult]) -> str:
     if not totals:
         return "none recorded"
     return "  ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1]))
-
-
-def atomic_write(path: str | os.PathLike, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temp file in the same directory, fsync, rename)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def log_tail(path: str | os.PathLike, lines: int = LOG_TAIL_LINES) -> str:
-    """The last ``lines`` lines of the file at ``path`` ("" when it cannot be read)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(f.tell() - LOG_TAIL_BYTES, 0))
-            text = f.read().decode("utf-8", errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def failing_rank_log(diagnosis: Mapping | None) -> tuple[str, str] | None:
-    """(rank, log path) of the rank the diagnosis blames (else its first logged rank); None without logs."""
-    logs = (diagnosis or {}).get("logs") or {}
-    if not isinstance(logs, Mapping) or not logs:
-        return None
-    by_rank = {str(rank): str(path) for rank, path in logs.items()}
-    blamed = str(diagnosis.get("rank"))
-    rank = blamed if blamed in by_rank else next(iter(by_rank))
-    return rank, by_rank[rank]
-
-
-def failure_text(r: CaseResult) -> str:
-    """The body of a failing JUnit case: detail, first mismatch, diagnosis, mismatches, the failing rank's log tail."""
-    body = r.detail
-    if r.first_mismatch and r.first_mismatch != r.detail:
-        body += "\nfirst mismatch: " + r.first_mismatch
-    if r.diagnosis:
-        body += "\n" + json.dumps(r.diagnosis, indent=1, sort_keys=True, default=str)
-    if r.mismatches:
-        body += "\n" + "\n".join(m if isinstance(m, str) else json.dumps(m, default=str) for m in r.mismatches)
-    logged = failing_rank_log(r.diagnosis)
-    if logged:
-        rank, path = logged
-        tail = log_tail(path)
-        body += f"\n--- rank {rank} log {path} (last {LOG_TAIL_LINES} lines) ---\n" + (tail or "(no such file)")
-    return body
-
-
-# The order diagnoses are listed in: a hang or a crash first, then other errors, then wrong bits.
-DIAGNOSIS_ORDER = ("timeout", "error", "fail")
-
-
-def diagnoses(results: Sequence[CaseResult]) -> list[dict]:
-    """Every failing result's diagnosis, timeouts first: case, group, status, blamed rank (group and global), launch."""
-    found = []
-    for index, r in enumerate(results):
-        d = r.diagnosis
-        if r.status not in FAILING or not d:
-            continue
-        members = d.get("group_ranks") or []
-        rank = d.get("rank")
-        entry = {"case_id": r.case_id, "group": r.group, "status": r.status, "rank": rank,
-                 "global_rank": members[rank] if rank is not None and 0 <= rank < len(members) else rank,
-                 "launch": d.get("launch"), "text": d.get("text", "")}
-        if getattr(r, "nodes", None):
-            entry["nodes"] = [n["node"] for n in r.nodes]
-        found.append((DIAGNOSIS_ORDER.index(r.status), index, entry))
-    return [entry for _, _, entry in sorted(found, key=lambda t: t[:2])]
-
-
-def testcase_classname(r: CaseResult) -> str:
-    """A JUnit case's classname: ``family.scenario``, under ``group<G>.`` when the case ran in TP group G."""
-    base = f"{r.family}.{r.scenario}"
-    return base if r.group is None else f"group{r.group}.{base}"
-
-
-def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None,
-              result: str | None = None) -> str:
-    """Render results as a JUnit XML document (one testcase per result); the suite's properties: the result and
-    every diagnosis first, then the header and the provenance."""
-    counts = {s: sum(r.status == s for r in results) for s in STATUSES}
-    root = ET.Element("testsuites")
-    ts = ET.SubElement(root, "testsuite", {
-        "name": suite,
-        "tests": str(len(results)),
-        "failures": str(counts["fail"]),
-        "errors": str(counts["error"] + counts["timeout"]),
-        "skipped": str(counts["not-available"]),
-        "time": f"{sum(r.time_s for r in results):.3f}",
-    })
-    props = ET.SubElement(ts, "properties")
-    if result is not None:
-        ET.SubElement(props, "property", {"name": "result", "value": result})
-    for i, d in enumerate(diagnoses(results)):
-        ET.SubElement(props, "property", {"name": f"diagnosis.{i}",
-                                          "value": f"{d['status'].upper()} {d['case_id']}: {d['text']}"})
-    ET.SubElement(props, "property", {"name": "header", "value": header})
-    ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
-    for name, value in provenance_facts.flat(provenance or {}, "provenance.").items():
-        ET.SubElement(props, "property", {"name": name, "value": value})
-    for r in results:
-        case = ET.SubElement(ts, "testcase", {
-            "classname": testcase_classname(r),
-            "name": f"world={r.world},launcher={r.launcher}" + (f",group={r.group}" if r.group is not None else ""),
-            "time": f"{r.time_s:.3f}",
-        })
-        if r.facts:
-            ET.SubElement(ET.SubElement(case, "properties"), "property", {"name": "facts", "value": r.facts})
-        if r.status == "fail":
-            ET.SubElement(case, "failure", {"message": (r.first_mismatch or r.detail)[:500],
-                                            "type": "mismatch"}).text = failure_text(r)
-        elif r.status in ("error", "timeout"):
-            ET.SubElement(case, "error", {"message": r.detail[:500], "type": r.status}).text = failure_text(r)
-        elif r.status == "not-available":
-            ET.SubElement(case, "skipped", {"message": r.detail[:500]})
-        else:
-            ET.SubElement(case, "system-out").text = r.detail
-    return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
 
 class Report:
@@ -279,15 +115,11 @@ class Report:
         self._lock = threading.RLock()
 
     def __enter__(self) -> "Report":
-        from rich.console import Console  # noqa: PLC0415 - only the report draws
-
         with self._lock:
             self._console = Console(file=self.stream, force_terminal=self._live_enabled or None,
                                     highlight=False, width=None if self._live_enabled else 200)
             self._console.print(self.header, markup=False)
             if self._live_enabled:
-                from harness.reports.live import LiveView  # noqa: PLC0415
-
                 self._live = LiveView(self._console, total=self.total, planned=self.planned).__enter__()
             self._write_files()
         return self

@@ -28,7 +28,9 @@ import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from harness.reports.report import FAILING, atomic_write
+from harness.reports import provenance as facts
+from harness.wire.atomic_file import atomic_write
+from harness.wire.case_result import FAILING
 
 DEFAULT_OUT = "docs/results/validate-timing.json"
 CACHE_STATES = ("cold", "warm")
@@ -73,8 +75,6 @@ def summary_numbers(report: Any, path: Path) -> dict:
 def device_name(provenance: Mapping | None) -> str:
     """The device a run used, from a provenance block (this machine's when None): ``NxGPU name`` or ``cpu``."""
     if provenance is None:
-        from harness.reports import provenance as facts  # noqa: PLC0415 - imports torch: only when the report lacks it
-
         gpus = facts.gpus()
     else:
         gpus = provenance.get("gpus") or {}
@@ -88,8 +88,6 @@ def device_name(provenance: Mapping | None) -> str:
 
 def run_facts(report: Any, path: Path, device: str | None = None) -> dict:
     """``device`` (unless given), ``date`` and ``commit`` of the run: the report's provenance first, this machine's after."""
-    from harness.reports import provenance as facts  # noqa: PLC0415
-
     provenance = report.get("provenance") if isinstance(report, Mapping) else None
     provenance = provenance if isinstance(provenance, Mapping) else None
     git = (provenance or {}).get("git")

@@ -85,10 +85,10 @@ PLOTTED = (("rendezvous_s", "rendezvous"), ("setup_s", "setup"), ("overhead_s", 
 def plot(rows: Sequence[dict], path: Path) -> str:
     """Seconds per cost and memory per rank against the world, into ``path``; return what was written, in words."""
     try:
-        import matplotlib  # noqa: PLC0415
+        import matplotlib  # noqa: PLC0415 - optional dependency (the dev extra)
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # noqa: PLC0415
+        import matplotlib.pyplot as plt  # noqa: PLC0415 - optional dependency (the dev extra)
     except ImportError as exc:
         return f"no plot: matplotlib is not importable ({exc}); `python -m harness.scale summary` redraws it"
     worlds = [r["world"] for r in rows]

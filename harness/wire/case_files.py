@@ -13,15 +13,19 @@ live here, so that neither imports policy from the other:
   again runs only in the groups that lost it);
 - ``stored_case``: which cases the golden store holds bits for;
 - ``CRASH_EXIT`` / ``ABANDON_EXIT``: the exit codes a rank ends with on an
-  injected crash and when it gives a job up.
+  injected crash and when it gives a job up;
+- ``default_run_dir``: where a run's files go when no ``--run-dir`` says
+  (``runs/<UTC time>`` under the repository root, git-ignored).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
 # Exit code of a rank ended by a ``crash`` injection (``how: exit``).
 CRASH_EXIT = 43
 # Exit code of a rank that gave its job up after an unexpected error inside a launch.
@@ -82,3 +86,8 @@ def stored_case(case: Any) -> bool:
     cases are checked by recomputing the reference with the golden instead.
     """
     return case.outcomes == ("golden",) and case.size == "cpu"
+
+
+def default_run_dir() -> Path:
+    """``runs/<UTC timestamp>`` under the repository root."""
+    return REPO_ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())

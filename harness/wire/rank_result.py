@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.wire.atomic_file import atomic_write
+
 
 class _Unset:
     """The value of a result field the case never got to (left out of the file; false)."""
@@ -87,8 +89,6 @@ class RankResult:
 
     def write(self, path: Path) -> None:
         """Write the result to ``path`` atomically."""
-        from harness.reports.report import atomic_write  # noqa: PLC0415
-
         atomic_write(path, json.dumps(self.to_json(), indent=1, sort_keys=True, default=str))
 
     @classmethod

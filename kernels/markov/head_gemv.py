@@ -21,10 +21,8 @@ from cutlass import Int32, Int64
 
 from kernels.compile import compiled
 from kernels.markov.fused_checks import _check_tensor, _require
+from kernels.markov.head_gemv_kernel import MAX_DIM, MAX_ROWS, HeadGemvKernel
 
-# The buffers take 512 dim bytes of a CTA's shared memory (head_gemv_kernel).
-MAX_DIM = 384
-MAX_ROWS = 8
 TILE_ROWS = 16
 # The fraction of head copies marked L2 evict_last (docs/results: measured on the H200 at V 129280, dim 256).
 DEFAULT_L2_KEEP = 0.5
@@ -37,8 +35,6 @@ def supports(dim: int, n: int) -> bool:
 
 def compiled_kernel(dim: int, l2_keep: float, pdl: bool, options: str | None = None):
     """The compiled ``HeadGemvKernel`` variant (``kernels.compile``: cached; ``CaptureError`` under capture)."""
-    from kernels.markov.head_gemv_kernel import HeadGemvKernel  # CuTe DSL, imported on first compile
-
     return compiled(HeadGemvKernel(dim, l2_keep=l2_keep, pdl=pdl), options, remedy="construct the HeadGemv")
 
 

@@ -49,11 +49,14 @@ from cutlass import Int32, Int64, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
-from kernels.markov.head_gemv import MAX_DIM, MAX_ROWS
 from kernels.markov.head_tile import (TILE_ROWS, VECTOR_BYTES, WARP, bf16_bits, check_l2_keep, copy_tile,
                                      slot_fragment, stream_bytes, thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 
+# The buffers take 512 dim bytes of a CTA's shared memory (shared_bytes): the widest row the kernel takes,
+# and the most rows of one call.
+MAX_DIM = 384
+MAX_ROWS = 8
 WARPS = 8
 THREADS = WARPS * WARP
 BUFFERS = 2

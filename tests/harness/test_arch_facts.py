@@ -33,7 +33,8 @@ from harness.calibration import probe
 from harness.calibration import fp32 as probe_fp32
 from harness.calibration import mma as probe_mma
 from harness.families import NotAvailable, adapter
-from harness.reports.report import CaseResult, junit_xml
+from harness.reports.junit import junit_xml
+from harness.wire.case_result import CaseResult
 
 ROOT = Path(__file__).resolve().parents[2]
 SM90 = ROOT / "golden" / "data" / "arch" / "sm_90.json"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from harness.families.catalog import discover
 from harness.references.cache import kernel_cache_env
-from harness.references.pool import ReferencePool, queue_items
+from harness.launch.reference_pool import ReferencePool
+from harness.references.pool import queue_items
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"

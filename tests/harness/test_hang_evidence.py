@@ -21,13 +21,14 @@ import threading
 import time
 from pathlib import Path
 
-from harness.launch import evidence
 from harness.launch.evidence import flight_recorder_env, nccl_dumps, rank_stacks, thread_frames, torchrun_rank_log
+from harness.wire import worker_evidence
 from harness.families import catalog
 from harness.launch.launchers import settings_for
 from harness.launch.records import CaseEnd
 from harness.launch.verdict import judge
-from harness.launch.supervision import Supervised, diagnose, processes_with_token
+from harness.launch.diagnosis import diagnose
+from harness.launch.supervision import Supervised, processes_with_token
 from test_cpu_launcher import SCENARIOS, harness, processes_of, report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -87,10 +88,10 @@ def test_a_dump_is_cut_to_the_thread_that_wrote_each_ranks_records(tmp_path):
     stacks = tmp_path / "stacks"
     stacks.mkdir()
     try:
-        dump_all_threads(evidence.stack_path(stacks, os.getpid()))
-        first = (evidence.stack_path(stacks, os.getpid())).read_text()
+        dump_all_threads(worker_evidence.stack_path(stacks, os.getpid()))
+        first = (worker_evidence.stack_path(stacks, os.getpid())).read_text()
         parked.move_on()
-        dump_all_threads(evidence.stack_path(stacks, os.getpid()))  # asked again later: the last dump counts
+        dump_all_threads(worker_evidence.stack_path(stacks, os.getpid()))  # asked again later: the last dump counts
     finally:
         parked.stop()
     me = threading.get_ident()
@@ -110,7 +111,7 @@ def test_a_dump_is_cut_to_the_thread_that_wrote_each_ranks_records(tmp_path):
 
 FAKE_WORKER = """
 import importlib.util, os, sys, threading, time
-spec = importlib.util.spec_from_file_location("rankcheck_evidence", {evidence!r})
+spec = importlib.util.spec_from_file_location("rankcheck_worker_evidence", {evidence!r})
 evidence = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(evidence)
 evidence.register_worker({run_dir!r})
@@ -138,22 +139,23 @@ time.sleep(600)
 
 def test_an_expired_tree_dumps_its_workers_stacks_but_never_signals_the_agent(tmp_path):
     fake = tmp_path / "fake"
-    (fake / "harness").mkdir(parents=True)
+    (fake / "harness" / "rank").mkdir(parents=True)
     (fake / "harness" / "__init__.py").write_text("")
+    (fake / "harness" / "rank" / "__init__.py").write_text("")
     run_dir = tmp_path / "run"
-    (fake / "harness" / "worker.py").write_text(
-        FAKE_WORKER.format(evidence=str(Path(evidence.__file__)), run_dir=str(run_dir)))
+    (fake / "harness" / "rank" / "worker.py").write_text(
+        FAKE_WORKER.format(evidence=str(Path(worker_evidence.__file__)), run_dir=str(run_dir)))
     (fake / "fakeagent.py").write_text(FAKE_AGENT)
-    env = dict(os.environ, PYTHONPATH=str(fake), **{evidence.NCCL_TRACE_PREFIX_VAR: str(run_dir / "trace" / "rank_")})
+    env = dict(os.environ, PYTHONPATH=str(fake), **{worker_evidence.NCCL_TRACE_PREFIX_VAR: str(run_dir / "trace" / "rank_")})
     argv = [sys.executable, "-m", "fakeagent", "-m", "harness.rank.worker", str(run_dir)]
-    sup = Supervised(argv, env=env, cwd=str(fake), grace_s=1.0, stacks_dir=evidence.stacks_dir(run_dir))
+    sup = Supervised(argv, env=env, cwd=str(fake), grace_s=1.0, stacks_dir=worker_evidence.stacks_dir(run_dir))
     outcome = sup.wait(60, poll=lambda: (run_dir / "ready").exists(), interval_s=0.05)
     assert outcome.timed_out and outcome.elapsed_s < 60
     # the agent ended by the watchdog's SIGTERM, not by a SIGUSR1 meant for workers
     assert outcome.returncode == -signal.SIGTERM, outcome
     assert outcome.leftovers == [] and processes_with_token(sup.token) == {}
     worker_thread = int((run_dir / "ready").read_text())
-    dumps = {p: p.read_text() for p in evidence.stacks_dir(run_dir).glob("*.txt")}
+    dumps = {p: p.read_text() for p in worker_evidence.stacks_dir(run_dir).glob("*.txt")}
     assert sorted(len(d) > 0 for d in dumps.values()) == [False, True]  # the agent's file stayed empty
     (worker_dump,) = [d for d in dumps.values() if d]
     assert thread_frames(worker_dump, worker_thread)[0].endswith(f" in {HUNG_FRAME}")

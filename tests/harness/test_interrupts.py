@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from harness.launch import supervision as watchdog
-from harness.launch.supervision import Supervised, TreesEnded, end_every_tree, group_alive, processes_with_token
+from harness.launch.supervision import Supervised, TreesEnded, end_every_tree, processes_with_token
+from harness.wire.processes import group_alive
 from test_cpu_launcher import SCENARIOS, STARTUP_S, processes_of
 
 ROOT = Path(__file__).resolve().parents[2]

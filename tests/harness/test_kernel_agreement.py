@@ -34,7 +34,7 @@ def run_world(scenario_name: str, world: int, impl: str, run_dir, monkeypatch) -
     scenario = get(scenario_name)
     fam = adapter(scenario.family)
     stand_in = GoldenAsKernel(**{f.name: getattr(fam, f.name) for f in dataclasses.fields(fam)})
-    monkeypatch.setattr("harness.families.adapter", lambda family: stand_in)
+    monkeypatch.setattr("harness.rank.case_run.adapter", lambda family: stand_in)
     spec = {"family": scenario.family, "name": scenario.name, "path": scenario.source}
 
     def body(comm):

@@ -12,7 +12,8 @@ import sys
 import textwrap
 import time
 
-from harness.launch.supervision import Supervised, process_alive, processes_with_token
+from harness.launch.supervision import Supervised, processes_with_token
+from harness.wire.processes import process_alive
 
 INNER = textwrap.dedent('''
     import os, signal, sys, time

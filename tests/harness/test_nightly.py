@@ -30,7 +30,8 @@ import pytest
 from harness.cli import main
 from harness.launch.torchrun_options import Rendezvous
 from harness.reports.merge import run_merge
-from harness.reports.report import CaseResult, Report
+from harness.reports.report import Report
+from harness.wire.case_result import CaseResult
 from harness.validate import ValidateRequest, plan_worlds
 from harness.scale.measure import world_costs
 from harness.scale.nightly import free_ports, one_host_env, run_agents

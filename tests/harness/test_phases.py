@@ -20,7 +20,8 @@ import pytest
 
 from harness.wire import phases
 from harness.wire.phases import PHASES, PhaseClock, slowest
-from harness.reports.report import CaseResult, Report, phase_summary
+from harness.reports.report import Report, phase_summary
+from harness.wire.case_result import CaseResult
 from kernels.compile_clock import compile_seconds, compiling
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from harness.reports.report import CaseResult, Report, atomic_write
+from harness.reports.report import Report
+from harness.wire.atomic_file import atomic_write
+from harness.wire.case_result import CaseResult
 
 
 def result(status, scenario="s", mismatches=0, **kw):

@@ -13,8 +13,10 @@ import xml.etree.ElementTree as ET
 
 from harness.launch.torchrun_options import Rendezvous
 from harness.reports.merge import run_merge
-from harness.reports.report import CaseResult, Report, diagnoses
-from harness.launch.supervision import Diagnosis
+from harness.reports.diagnoses import diagnoses
+from harness.reports.report import Report
+from harness.wire.case_result import CaseResult
+from harness.launch.diagnosis import Diagnosis
 
 
 def verdict(group: int, status: str = "pass", scenario: str = "basic", rank: int | None = None) -> CaseResult:

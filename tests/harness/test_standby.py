@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from harness.launch.spares import StandbyPool
-from harness.rank.standby import PARENT_VAR
+from harness.wire.spare_handoff import PARENT_VAR
 from harness.scale.memory import processes_mentioning
 
 ROOT = Path(__file__).resolve().parents[2]

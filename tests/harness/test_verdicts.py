@@ -21,7 +21,9 @@ from harness import cli, replay
 from harness.reports import provenance
 from harness.families.catalog import discover, select
 from harness.reports.live import LiveView, eta_s, rows_to_show, world_counts
-from harness.reports.report import CaseResult, Report, failure_text
+from harness.reports.junit import failure_text
+from harness.reports.report import Report
+from harness.wire.case_result import CaseResult
 from harness.validate import ValidateRequest, run_validate
 
 SCENARIOS = str(Path(__file__).resolve().parent / "scenarios")
@@ -152,7 +154,7 @@ def test_planned_total_counts_each_tp_group_once_per_case(monkeypatch, tmp_path)
 
 def test_reports_can_be_fed_from_several_threads(monkeypatch, tmp_path):
     inside, most = [0], [0]
-    real_write = __import__("harness.reports.report", fromlist=["atomic_write"]).atomic_write
+    real_write = __import__("harness.wire.atomic_file", fromlist=["atomic_write"]).atomic_write
 
     def watched_write(path, text):
         inside[0] += 1

@@ -6,7 +6,9 @@ import sys
 import time
 
 from harness.wire.progress import ProgressWriter, read_all_progress, read_progress
-from harness.launch.supervision import Supervised, diagnose, group_alive, processes_with_token
+from harness.launch.diagnosis import diagnose
+from harness.launch.supervision import Supervised, processes_with_token
+from harness.wire.processes import group_alive
 
 
 def records(*events):
@@ -109,7 +111,7 @@ def test_clean_exit_is_reported():
 def test_ranks_all_inside_a_launch_name_the_one_whose_call_deviates():
     """Kernels given disagreeing calls can all wait inside the launch: the rank that began it with other
     parameters than the call's is the one named (two ranks have no majority to tell it)."""
-    from harness.launch.supervision import diagnose
+    from harness.launch.diagnosis import diagnose
 
     def recs(deviates):
         return [{"event": "begin", "launch": 0, "params": {"rows": 8}}, {"event": "end", "launch": 0},
@@ -125,7 +127,7 @@ def test_ranks_all_inside_a_launch_name_the_one_whose_call_deviates():
 def test_a_deviating_call_is_named_ahead_of_a_rank_merely_behind():
     """One virtual rank's kernel trapped (ending the process) before its peer wrote ``begin``: the peer is
     behind, but the rank that began the launch with another call is the cause."""
-    from harness.launch.supervision import diagnose
+    from harness.launch.diagnosis import diagnose
 
     first = [{"event": "begin", "launch": 0, "params": {"rows": 8}}, {"event": "end", "launch": 0}]
     d = diagnose({0: list(first), 1: first + [{"event": "begin", "launch": 1, "params": {"rows": 20},

@@ -26,13 +26,13 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kernels.fabric import VirtualFabric
+
 RANK_TIMEOUT_S = 120.0
 
 
 def build_ranks(world: int, device: torch.device, make: Callable[[Any], Any]) -> list[tuple[Any, Any]]:
     """``(fabric, make(fabric))`` for each of ``world`` virtual ranks on ``device``, built collectively."""
-    from kernels.fabric import VirtualFabric
-
     fabrics = VirtualFabric.create(world, device, timeout_s=RANK_TIMEOUT_S)
     systems = VirtualFabric.run(fabrics, make)
     torch.cuda.synchronize(device)
