@@ -256,7 +256,6 @@ def test_a_kernel_replay_without_a_gpu_is_refused_before_any_process(tmp_path, c
 def test_a_world_that_fails_as_a_whole_keeps_the_recordings_findings(tmp_path, monkeypatch):
     """A replayed world that raises outside any call (its teardown after a kernel trap) is a finding in one
     line; the disagreement the recording shows is still reported, and an exception's advice lines are cut."""
-    import harness.recording.recorder
     from harness.recording import replay as world_replay
 
     _recorded_disagreement(tmp_path)
@@ -267,7 +266,7 @@ def test_a_world_that_fails_as_a_whole_keeps_the_recordings_findings(tmp_path, m
     def failing_world(*args, **kwargs):
         raise RuntimeError("torn down after a trap\nCUDA kernel errors might be asynchronously reported")
 
-    monkeypatch.setattr(harness.recording.recorder, "run_world", failing_world)
+    monkeypatch.setattr(world_replay, "run_world", failing_world)
     report = world_replay.replay_one(tmp_path, "golden", 5.0)
     text = "\n".join(report["findings"])
     assert "rank 1 deviates at launch 1" in text, text
