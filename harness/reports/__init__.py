@@ -1,2 +1,3 @@
-"""Reports: the live table, JUnit XML and JSON (``report``, ``live``), provenance, merging per-node reports, the timing log.
+"""Reports: the live table and the JSON file (``report``), JUnit XML (``junit``), what went wrong first (``diagnoses``),
+the live view (``live``), provenance, per-node reports merged (``merge``), the timing log (``timing_log``).
 """
