@@ -47,12 +47,7 @@ from typing import Iterator, Sequence
 import torch
 
 from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
-from harness.bench.console import LiveConsole
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
-from harness.bench.report import write_report
-from harness.bench.results import ResultsWriter, write_results
-from harness.bench.runner import run_cases
-from harness.bench.torchrun import run_spawned
 from harness.cli import number_type
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
@@ -159,6 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespace, command: list[str]) -> int:
     """Run ``selected`` with live output and incremental results (torchrun cases after the others), then report."""
+    from harness.bench.console import LiveConsole  # noqa: PLC0415 - runnable with -m: the package must not import it first
+    from harness.bench.results import ResultsWriter  # noqa: PLC0415 - runnable with -m: the package must not import it first
+    from harness.bench.runner import run_cases  # noqa: PLC0415 - runnable with -m: the package must not import it first
+    from harness.bench.torchrun import run_spawned  # noqa: PLC0415 - runnable with -m: the package must not import it first
+
     started = time.monotonic()
     writer = ResultsWriter(args.out)
     interrupted = False
@@ -194,6 +194,9 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
 
 def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allow_unavailable: bool = False) -> int:
     """Write the final document, its summary and plots, print the summary and the footer; return the exit status."""
+    from harness.bench.report import write_report  # noqa: PLC0415 - runnable with -m: the package must not import it first
+    from harness.bench.results import write_results  # noqa: PLC0415 - runnable with -m: the package must not import it first
+
     path = write_results(document, out_dir)
     written = write_report(document, out_dir)
     print(written["text"], end="")

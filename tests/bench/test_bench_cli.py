@@ -18,6 +18,7 @@ import sys
 import pytest
 from bench_documents import ROOT, STORED_RUN, entry
 
+import harness.bench.runner as runner
 from harness.bench import budget, main, select
 from harness.bench.console import LiveConsole
 from harness.bench.registry import REGISTRY, BenchCase, discover
@@ -61,7 +62,7 @@ def _fake_gpu(monkeypatch, measure=_measured):
         return run_loop(_document(cases) | {"command": list(command), "failed": list(failed)}, cases, measure,
                         lambda: None, listeners)
 
-    monkeypatch.setattr("harness.bench.run_cases", run_cases)  # the name the command calls
+    monkeypatch.setattr(runner, "run_cases", run_cases)
 
 
 def test_default_set_is_a_subset_and_all_reaches_every_case():
@@ -170,7 +171,7 @@ def test_interrupt_before_the_first_case_exits_130(monkeypatch, tmp_path, capsys
         """Interrupted while measuring the machine."""
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("harness.bench.run_cases", run_cases)  # the name the command calls
+    monkeypatch.setattr(runner, "run_cases", run_cases)
     assert main(["--family", "baseline", "--out", str(tmp_path)]) == 130
     assert "INTERRUPTED before the first case (0 of 3 run)" in capsys.readouterr().err
 
