@@ -103,7 +103,13 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    step, the peers' shards from staging after the last step), so every rank
    ends with the full vocabulary; padding rows write nothing. Two rows with
    the same request index in one step would race in the kernel and are an
-   argument error.
+   argument error. An index ``>= max_reqs`` is an argument error too, but
+   the host check is skipped under CUDA-graph capture, so the kernel bounds
+   it on the device: any index outside ``[0, max_reqs)`` is padding (its
+   temperature is not read, so it is drawn greedily; nothing of it is cached
+   or staged). Its outputs are a padding row's: ``as_padding`` maps such
+   indices to -1, and this loop on the mapped call gives every output bit of
+   the kernel's call with the unmapped one.
 11. State: the launch counter starts at ``config["launch_counter_start"]``
    (default 0) and advances by one per launch, modulo 2^32 (the kernel's
    uint32 word); a call rejected by the argument checks changes nothing.
@@ -533,6 +539,11 @@ class GoldenMarkovSharded:
         return {"draft_tokens": tokens, "logits_cache": cache}
 
 
+def as_padding(idx_mapping: torch.Tensor, max_reqs: int) -> torch.Tensor:
+    """A copy of ``idx_mapping`` with every request index outside ``[0, max_reqs)`` replaced by -1 (padding)."""
+    return torch.where((idx_mapping >= 0) & (idx_mapping < max_reqs), idx_mapping, torch.full_like(idx_mapping, -1))
+
+
 def reference(static: Mapping, config: Mapping, call_inputs: Mapping, call_params: Mapping) -> dict:
     """The unsharded chain (world 1): one launch's ``{"draft_tokens", "logits_cache"}``."""
     solo = dict(config)
@@ -542,6 +553,7 @@ def reference(static: Mapping, config: Mapping, call_inputs: Mapping, call_param
 
 __all__ = [
     "BIAS_FUNCTIONS",
+    "as_padding",
     "GoldenMarkovSharded",
     "candidate_keys",
     "decode_record",
