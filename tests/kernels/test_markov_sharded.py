@@ -199,7 +199,7 @@ def test_kernel_ptx_carries_the_protocol_instructions():
 
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
     compiled = cute.compile(ShardedMarkovSample(2, "float32", "bfloat16"), *args, options="--keep-ptx --gpu-arch sm_90a")
     text = compiled.artifacts.PTX
     text = text if isinstance(text, str) else text.decode()
@@ -220,7 +220,7 @@ def _sample_ptx(steps: int, stamps: bool, **config) -> str:
 
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
     kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps, **config)
     text = cute.compile(kernel, *args, options="--keep-ptx --gpu-arch sm_90a").artifacts.PTX
     return text if isinstance(text, str) else text.decode()
