@@ -51,10 +51,11 @@ part of the key: a crossover of virtual ranks sharing one GPU says nothing
 about NVLink); without a measurement, LL only (``capacity + 1``), and
 ``threshold_provenance`` says so.
 
-Timeout: ``timeout_ms`` (default 5 s; 0: wait forever) makes every Lamport
-poll give up after that long, commit the ``kernels.diag`` record (``diag``,
-or ``diag_record``, one the instance creates) and trap; the record names the
-rank whose slot stayed empty.
+Timeout: ``timeout_ms`` (default ``kernels.diag.SERVING_DEADLINE_NS``, 10
+minutes, the deadline policy of ``kernels.diag``; 0: wait forever) makes
+every Lamport poll give up after that long, commit the ``kernels.diag``
+record (``diag``, or ``diag_record``, one the instance creates) and trap;
+the record names the rank whose slot stayed empty.
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from typing import Any
 import torch
 
 from kernels import hostcopy
+from kernels.diag import SERVING_DEADLINE_NS
 from kernels.allreduce import variants
 from kernels.allreduce.config import (
     AllReduceConfig,
@@ -92,9 +94,9 @@ from kernels.allreduce.publish import PublishKernel
 
 THRESHOLDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "thresholds.json")
 SENTINEL_INT16 = -32768
-# Every wait has a deadline: a Lamport poll gives up after this long by default
-# (0 disables it), far beyond any healthy call, even ranks taking turns on one GPU.
-DEFAULT_TIMEOUT_MS = 5_000.0
+# Every wait has a deadline, by default one a serving engine's stalled peer
+# never reaches in a healthy run (kernels.diag: deadline policy); 0 disables it.
+DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_NS / 1e6
 # Launches of several virtual ranks come from several threads; the compiled
 # functions are not documented as re-entrant, and enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()
@@ -154,7 +156,8 @@ class AllReduceMHC:
             RMSNorm sum-of-squares order (default ``layout.norm_layout``).
         start_generation: the first Lamport generation of both protocols (0..2).
         timeout_ms: a Lamport wait gives up after this long, writes the
-            ``kernels.diag`` record and traps (0: waits forever).
+            ``kernels.diag`` record and traps (default 10 minutes, the
+            ``kernels.diag`` deadline policy; 0: waits forever).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
     """
 

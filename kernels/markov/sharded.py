@@ -81,10 +81,10 @@ from typing import Any
 import torch
 
 from kernels import hostcopy
+from kernels.diag import SERVING_DEADLINE_NS
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.fabric import fabric_of
 from kernels.markov.sharded_checks import (
-    DEFAULT_TIMEOUT_NS,
     CallArgs,
     SamplerConfig,
     argument_label,
@@ -191,7 +191,8 @@ class ShardedMarkovSampler:
             the base logits (both forms are accepted).
         launch_counter_start: the uint32 launch counter's first value.
         timeout_ns: a mailbox wait past it writes the ``kernels.diag`` record
-            and traps (0: waits forever; default 60 s).
+            and traps (0: waits forever; default 10 minutes, the
+            ``kernels.diag`` deadline policy).
         ctas: CTAs per rank (default: an equal share of the SMs among the ranks sharing the GPU).
         ranks_per_device: ranks sharing this GPU (default: the world for a
             ``VirtualFabric``, else 1).
@@ -213,7 +214,7 @@ class ShardedMarkovSampler:
         device: torch.device | str | None = None,
         shard_only_base: bool = False,
         launch_counter_start: int = 0,
-        timeout_ns: int = DEFAULT_TIMEOUT_NS,
+        timeout_ns: int = SERVING_DEADLINE_NS,
         ctas: int | None = None,
         ranks_per_device: int | None = None,
         diag: Any = None,
