@@ -227,7 +227,12 @@ class CaseRun:
         except Exception:
             self.result.state_before, self.result.state_after = before, self._state()
             raise
-        self.progress.end(launch.index, launch.call_params, self._state())
+        after = self._state()
+        self.progress.end(launch.index, launch.call_params, after)
+        if not repeated:
+            problem = self.fam.protocol_problem(self.config, launch.call_inputs, launch.call_params, before, after)
+            if problem:
+                self.result.protocol_mismatches.append({"launch": launch.index, "problem": problem})
         return outputs
 
     def _run_bad_call(self, launch: Any) -> None:
