@@ -45,8 +45,12 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
 7. MXFP8 (``output="mxfp8"``, ``golden/mxfp8.py``): a 32-value block is four
    adjacent threads; ``amax`` by integer max of ``|y|``'s bits over the quad;
    ``e`` = UE8M0 round-up of ``amax * f32(1/448)`` (integer ops on the bits on
-   SM90, ``cvt.rp.satfinite.ue8m0x2.f32`` on SM100+); values
-   ``cvt.rn.satfinite.e4m3x2.f32(y * 2^(127-e))``; the four scale bytes of a
+   SM90, ``cvt.rp.satfinite.ue8m0x2.f32`` on SM100+, both at most 254); values
+   ``cvt.rn.satfinite.e4m3x2.f32(y * m)`` with ``m`` the FP32 of bits
+   ``(254 - e) << 23``, i.e. ``2^(127-e)``, and ``+0.0`` for ``e = 254``, which
+   only a block holding a NaN or Inf reaches (its NaN and Inf elements become
+   the E4M3 NaN 0x7F, its finite ones signed zeros: ``golden/mxfp8.py`` item
+   5); the four scale bytes of a
    128x4 tile word are OR-ed across 16 lanes and stored as one word at the
    swizzled index. Padding rows ``M .. round_up(M, 128)`` get zero scale words
    from a grid-stride loop.
