@@ -23,6 +23,7 @@ from golden.comm import SoloComm, ThreadWorld
 from contracts.markov_sharded import INDEX_MASK, MAX_VOCAB, TAG_MASK
 from golden.markov_sharded import (
     GoldenMarkovSharded,
+    as_clamped_anchors,
     as_padding,
     candidate_keys,
     decode_record,
@@ -619,3 +620,12 @@ def test_out_of_range_request_rows_are_refused_and_map_to_padding():
     padded[2:4] = -1
     mapped = reference(static, config, {**inputs, "idx_mapping": as_padding(planted, MAX_REQS)}, params)
     assert_same(mapped, reference(static, config, {**inputs, "idx_mapping": padded}, params), 0)
+
+
+def test_anchors_outside_the_vocabulary_are_refused_and_clamp_to_its_last_id():
+    ids = torch.tensor([-5, 0, VOCAB - 1, VOCAB, 1 << 30], dtype=torch.int32)
+    assert as_clamped_anchors(ids, VOCAB).tolist() == [VOCAB - 1, 0, VOCAB - 1, VOCAB - 1, VOCAB - 1]
+    inputs, params = make_call(42, 2, 2, "bf16", "bf16", query_per_row=1)
+    inputs["input_ids"][1] = -5
+    with pytest.raises(ValueError, match="anchor of row 1"):
+        reference(make_static(42), make_config(2, "bf16", "bf16"), inputs, params)

@@ -263,12 +263,14 @@ CACHE_SENTINEL_BITS = 0x5A5A
 
 def case_out_of_range_row_is_inert_under_capture() -> None:
     """A call captured in a CUDA graph (the host's value checks are skipped)
-    with request row 2 mapped to ``max_reqs + step`` at every step, replayed
-    at world 2: the guard rows around ``temperature`` and ``logits_cache``
-    keep their sentinels (a sentinel temperature of 0.5 read for row 2 would
-    also sample it, not draw it greedily), and every token and cache bit
-    equals the golden's for the call with row 2 as padding (``as_padding``)."""
-    from golden.markov_sharded import as_padding
+    with request row 2 mapped to ``max_reqs + step`` at every step and row
+    3's anchor -5, replayed at world 2: the guard rows around ``temperature``
+    and ``logits_cache`` keep their sentinels (a sentinel temperature of 0.5
+    read for row 2 would also sample it, not draw it greedily), and every
+    token and cache bit equals the golden's for the call with row 2 as
+    padding (``as_padding``) and row 3's anchor clamped to ``vocab - 1``
+    (``as_clamped_anchors``)."""
+    from golden.markov_sharded import as_clamped_anchors, as_padding
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
     from kernels.markov.sharded import ShardedMarkovSampler
@@ -281,6 +283,7 @@ def case_out_of_range_row_is_inert_under_capture() -> None:
     planted = inputs["idx_mapping"].view(rows, steps).clone()
     planted[2] = MAX_REQS + torch.arange(steps)
     planted = planted.reshape(-1).contiguous()
+    inputs["input_ids"][3] = -5
     temperature_guarded = torch.full((GUARD_ROWS + MAX_REQS + GUARD_ROWS,), TEMPERATURE_SENTINEL)
     temperature_guarded[GUARD_ROWS : GUARD_ROWS + MAX_REQS] = inputs["temperature"]
     cache_guarded = torch.full((GUARD_ROWS + MAX_REQS + GUARD_ROWS, steps, vocab), CACHE_SENTINEL_BITS,
@@ -307,7 +310,8 @@ def case_out_of_range_row_is_inert_under_capture() -> None:
         return hostcopy.to_host(tokens), hostcopy.to_host(temperature), hostcopy.to_host(cache)
 
     results = VirtualFabric.run(fabrics, body)
-    want = golden(static, config, {**inputs, "idx_mapping": as_padding(planted, MAX_REQS)}, params)
+    want = golden(static, config, {**inputs, "idx_mapping": as_padding(planted, MAX_REQS),
+                                   "input_ids": as_clamped_anchors(inputs["input_ids"], vocab)}, params)
     sentinel = torch.full((GUARD_ROWS, steps, vocab), CACHE_SENTINEL_BITS, dtype=torch.int16)
     for rank, (tokens, temperature, cache) in enumerate(results):
         assert torch.equal(temperature.view(torch.int32), temperature_guarded.view(torch.int32)), (
