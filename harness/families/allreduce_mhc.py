@@ -19,6 +19,7 @@ consumer moves ``generation_next``, BT's owner reduce ``bt_generation_next``;
 a scenario whose LL or BT call ran the other protocol fails.
 """
 
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 from harness.families import FamilyAdapter
@@ -32,7 +33,7 @@ def protocol_problem(config: Mapping, call_inputs: Mapping, call_params: Any, be
 
     finalize, protocol = check_call_params(call_params)
     rows = int(call_inputs["residual"].shape[0])
-    call = type("Call", (), {"protocol": protocol, "finalize": finalize, "rows": rows})
+    call = SimpleNamespace(protocol=protocol, finalize=finalize, rows=rows)  # what uses_bt reads of a call
     expected = "bt" if uses_bt(check_config(config), call) else "ll"
     moved = [name for name, key in (("ll", "generation_next"), ("bt", "bt_generation_next"))
              if before.get(key) != after.get(key)]
