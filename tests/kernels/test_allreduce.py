@@ -175,7 +175,7 @@ def test_threshold_provenance(tmp_path):
 
 def _instance_thresholds(provider: str, tp: int, hidden: int, capacity: int, **given):
     """An ``AllReduceMHC``'s threshold choice (``_choose_thresholds``, run without a GPU) over a fabric of
-    ``provider`` on an H200 (sm_90a), with the repository's thresholds.json."""
+    ``provider`` on an H200 (sm_90a)."""
     from types import SimpleNamespace
 
     from kernels.allreduce.host import AllReduceMHC
@@ -188,25 +188,33 @@ def _instance_thresholds(provider: str, tp: int, hidden: int, capacity: int, **g
     return instance
 
 
-def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ranks_the_measured_one():
-    """Over ranks on their own GPUs (symmetric memory) nothing was measured for tp 2 H 5120: the seed's
-    preset (BT from 37 rows, finalize 43) with BT buffers; over virtual ranks sharing the GPU the bench
-    measured BT never ahead there: LL only, no BT buffers; a given bt_min_rows wins over both."""
-    from kernels.allreduce.protocol_rows import THRESHOLDS_FILE, seed_preset
+def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ranks_the_measured_one(
+        tmp_path, monkeypatch):
+    """A table that measured virtual ranks sharing the GPU at tp 2 H 5120 (BT never ahead) and nothing for
+    ranks on their own GPUs (symmetric memory): over distinct GPUs the instance takes the seed's preset (BT
+    from 37 rows, finalize 43) and builds BT; over virtual ranks the measurement, LL only, no BT buffers; a
+    given bt_min_rows wins over both."""
+    import functools
 
-    table = json.loads(open(THRESHOLDS_FILE).read())
-    assert "sm_90a/symmetric/tp2/h5120" not in table and table["sm_90a/virtual/tp2/h5120"]["bt_min_rows"] is None
+    from kernels.allreduce import host, protocol_rows
+
+    table = tmp_path / "thresholds.json"
+    table.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {
+        "bt_min_rows": None, "bt_min_finalize_rows": None, "source": "docs/results/bench-z.json"}}))
+    monkeypatch.setattr(host, "choose_thresholds", functools.partial(protocol_rows.choose_thresholds,
+                                                                     path=str(table)))
     distinct = _instance_thresholds("symmetric", 2, 5120, 128)
     assert (distinct.bt_min_rows, distinct.bt_min_finalize_rows, distinct.bt_enabled) == (37, 43, True)
     assert distinct.threshold_provenance.startswith("seed preset") and "sm_90a/symmetric/tp2/h5120" in \
         distinct.threshold_provenance
     shared = _instance_thresholds("virtual", 2, 5120, 128)
     assert (shared.bt_min_rows, shared.bt_min_finalize_rows, shared.bt_enabled) == (129, 129, False)
-    assert shared.threshold_provenance.startswith("measured:") and "BT never ahead" in shared.threshold_provenance
+    assert shared.threshold_provenance == (
+        "measured: docs/results/bench-z.json (sm_90a/virtual/tp2/h5120): BT never ahead, LL only")
     assert _instance_thresholds("symmetric", 8, 5120, 16).bt_enabled is False  # capacity below the preset
     given = _instance_thresholds("symmetric", 2, 5120, 128, bt_min_rows=8)
     assert (given.bt_min_rows, given.threshold_provenance) == (8, "config.bt_min_rows")
-    assert [seed_preset(tp)[:2] for tp in (1, 2, 4, 5, 8)] == [(37, 43)] * 3 + [(21, 25)] * 2
+    assert [protocol_rows.seed_preset(tp)[:2] for tp in (1, 2, 4, 5, 8)] == [(37, 43)] * 3 + [(21, 25)] * 2
 
 
 def test_a_measured_crossover_is_taken_as_measured(tmp_path):
