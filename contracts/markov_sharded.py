@@ -46,8 +46,10 @@ OPTIONAL_CONFIG = ("shard_only_base", "launch_counter_start", "timeout_ns", "cta
 GOLDEN_ONLY_CONFIG = ("bias_fn", "rcp_table")
 CALL_INPUTS = ("input_ids", "idx_mapping", "temperature", "noise", "base_logits", "logits_cache")
 CALL_PARAMS = ("query_per_row", "rows", "steps")
-# Generous: virtual ranks drift apart while one computes a golden reference;
-# a scenario with a deadline passes a shorter one.
+# The family config's deadline, which the harness passes to the sampler
+# explicitly (the public sampler defaults to kernels.diag's serving deadline).
+# Generous for a test run: virtual ranks drift apart while one computes a
+# golden reference; a scenario with a deadline passes a shorter one.
 DEFAULT_TIMEOUT_NS = 60_000_000_000
 
 Label = Callable[[str], str]

@@ -25,9 +25,10 @@ Arithmetic contract of the all-reduce, op by op:
 
 NaN: a NaN in a contribution makes that element's reduced value NaN
 (``0x7FFF``), hence that element of every residual stream, and, through the
-token's sum of squares, the token's whole layer input. MXFP8 of a NaN is
-unspecified (REFERENCE 5): a call with ``quantize`` whose layer input is not
-finite raises ``ValueError``.
+token's sum of squares, the token's whole layer input. MXFP8 of a layer
+input holding NaN or Inf is what the kernel writes (``golden/mxfp8.py``
+item 5): scale byte 254 for the block, E4M3 NaN ``0x7F`` for its NaN and Inf
+elements, a signed zero for its finite ones.
 
 Protocols. LL: each rank gathers every rank's published contribution and
 sums all tokens. BT (``M >= bt_min_rows``, finalize ``bt_min_finalize_rows``,
@@ -182,12 +183,6 @@ def consume(config: FamilyConfig, static: Mapping[str, torch.Tensor], call: Call
     layer_input = rms_norm(collapse(residual_out, call.pre), static["norm_weight"], config.eps, config.layout)
     outputs["layer_input"] = layer_input
     if config.quantize:
-        if not bool(torch.isfinite(layer_input).all()):
-            bad = int((~torch.isfinite(layer_input)).any(dim=1).nonzero()[0])
-            raise ValueError(
-                f"layer_input row {bad} is not finite: MXFP8 of Inf/NaN is unspecified (REFERENCE 5); "
-                "do not combine non-finite inputs with config.quantize"
-            )
         outputs["mxfp8_values"], outputs["mxfp8_scales"] = mxfp8_quantize(layer_input)
     return outputs
 

@@ -20,9 +20,11 @@ shards once at the end (the kernel's staging buffer).
 
 Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
 -----------------------------------------------------------------------
-1. Embedding: ``embed_table[p]`` as BF16, 256 values, no clamping (an
-   anchor outside ``[0, vocab)`` is an argument error: the kernel would read
-   out of bounds).
+1. Embedding: ``embed_table[p]`` as BF16, 256 values. An anchor outside
+   ``[0, vocab)`` is an argument error; under CUDA-graph capture, where the
+   host does not read the anchors, the kernel clamps it to ``vocab - 1``
+   (``min.u64`` of the sign-extended id), and ``as_clamped_anchors`` gives
+   the call this loop then reproduces.
 2. Bias accumulator: ``acc = bias_fn(embeds_bf16 [rows, 256],
    head_shard_bf16 [n, 256])`` -> FP32 (or BF16) ``[rows, n]``. The kernel
    computes it with 16 ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate)
@@ -103,7 +105,13 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    step, the peers' shards from staging after the last step), so every rank
    ends with the full vocabulary; padding rows write nothing. Two rows with
    the same request index in one step would race in the kernel and are an
-   argument error.
+   argument error. An index ``>= max_reqs`` is an argument error too, but
+   the host check is skipped under CUDA-graph capture, so the kernel bounds
+   it on the device: any index outside ``[0, max_reqs)`` is padding (its
+   temperature is not read, so it is drawn greedily; nothing of it is cached
+   or staged). Its outputs are a padding row's: ``as_padding`` maps such
+   indices to -1, and this loop on the mapped call gives every output bit of
+   the kernel's call with the unmapped one.
 11. State: the launch counter starts at ``config["launch_counter_start"]``
    (default 0) and advances by one per launch, modulo 2^32 (the kernel's
    uint32 word); a call rejected by the argument checks changes nothing.
@@ -533,6 +541,17 @@ class GoldenMarkovSharded:
         return {"draft_tokens": tokens, "logits_cache": cache}
 
 
+def as_padding(idx_mapping: torch.Tensor, max_reqs: int) -> torch.Tensor:
+    """A copy of ``idx_mapping`` with every request index outside ``[0, max_reqs)`` replaced by -1 (padding)."""
+    return torch.where((idx_mapping >= 0) & (idx_mapping < max_reqs), idx_mapping, torch.full_like(idx_mapping, -1))
+
+
+def as_clamped_anchors(input_ids: torch.Tensor, vocab: int) -> torch.Tensor:
+    """A copy of ``input_ids`` with every id outside ``[0, vocab)`` replaced by ``vocab - 1``, as the kernel
+    clamps an anchor it reads."""
+    return torch.where((input_ids >= 0) & (input_ids < vocab), input_ids, torch.full_like(input_ids, vocab - 1))
+
+
 def reference(static: Mapping, config: Mapping, call_inputs: Mapping, call_params: Mapping) -> dict:
     """The unsharded chain (world 1): one launch's ``{"draft_tokens", "logits_cache"}``."""
     solo = dict(config)
@@ -542,6 +561,8 @@ def reference(static: Mapping, config: Mapping, call_inputs: Mapping, call_param
 
 __all__ = [
     "BIAS_FUNCTIONS",
+    "as_clamped_anchors",
+    "as_padding",
     "GoldenMarkovSharded",
     "candidate_keys",
     "decode_record",

@@ -1,7 +1,8 @@
 """MXFP8 quantization of a BF16 matrix: E4M3 values and UE8M0 block scales in
 the swizzled 128x4 layout FlashInfer's MXFP8 GEMMs read (REFERENCE 5).
 
-Contract, for ``x`` BF16 ``[M, K]`` (K a multiple of 32), finite:
+Contract, for ``x`` BF16 ``[M, K]`` (K a multiple of 32); items 1-3 for a
+block of finite values, item 5 for a block holding a NaN or an Inf:
 
 1. Blocks are 32 consecutive elements of a row; ``amax = max |x|`` over a
    block (exact).
@@ -27,8 +28,23 @@ Contract, for ``x`` BF16 ``[M, K]`` (K a multiple of 32), finite:
    ((row % 128) // 32) * 4 + (row // 128) * 128 * padded_cols``. Scales of the
    padding rows (and padding columns) are 0.
 
-Inf and NaN have no settled MXFP8 encoding (REFERENCE 5): ``quantize``
-rejects them with a ``ValueError``.
+5. Non-finite blocks: what the kernel's instruction sequence writes
+   (``kernels/allreduce/consumer.py`` ``quantize``, SM90 and SM100 alike).
+   Its ``amax`` is the integer maximum of the halves' bits under mask
+   ``0x7FFF``, so a block holding a NaN (of either sign) or an Inf has a NaN
+   or Inf ``amax``; ``amax * f32(1/448)`` is NaN or Inf and its UE8M0
+   round-up saturates: scale byte ``254`` (``0xFE``), as FlashInfer's
+   quantize saturates it. The kernel's multiplier ``2^(127 - e)`` is the
+   FP32 with bits ``(254 - e) << 23``, which for ``e = 254`` is ``+0.0``
+   (not ``2^-127``): every element is multiplied by ``+0.0``. A NaN, and an
+   Inf (``Inf * 0``), becomes the GPU's canonical NaN, which
+   ``cvt.rn.satfinite.e4m3x2.f32`` writes as the E4M3 NaN ``0x7F``; a
+   finite element becomes a zero of its own sign, ``0x00`` or ``0x80``. So
+   the block decodes to NaN exactly where the input was NaN or Inf and to
+   zero elsewhere. A finite BF16 block never reaches ``e = 254`` (the
+   largest BF16 gives ``e = 247``), so items 1-3 are unchanged. FlashInfer
+   differs in the values only: it clamps Inf to +-448 and NaN to 448
+   (``docs/results/flashinfer_mxfp8_contract.md``).
 """
 
 from __future__ import annotations
@@ -45,6 +61,9 @@ SCALE_BIAS = 127
 MAX_SCALE_BYTE = 254
 E4M3_MIN_NORMAL_EXP = -6
 E4M3_MANTISSA_BITS = 3
+# Contract item 5: the scale byte of a block holding a NaN or an Inf, and what its NaN and Inf elements become.
+NONFINITE_SCALE_BYTE = MAX_SCALE_BYTE
+E4M3_NAN = 0x7F
 
 
 def scale_exponent_bytes(amax: torch.Tensor) -> torch.Tensor:
@@ -103,12 +122,17 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     rows, cols = x.shape
     if cols % BLOCK or cols == 0:
         raise ValueError(f"x's K must be a positive multiple of {BLOCK}, got {cols}")
-    if not bool(torch.isfinite(x).all()):
-        raise ValueError("x must be finite: MXFP8 of Inf/NaN is unspecified (REFERENCE 5)")
     blocks = x.double().reshape(rows, cols // BLOCK, BLOCK)
-    scale = scale_exponent_bytes(blocks.abs().amax(dim=-1))
+    finite = torch.isfinite(blocks)
+    nonfinite_block = ~finite.all(dim=-1)
+    finite_blocks = torch.where(finite, blocks, torch.zeros_like(blocks))
+    scale = torch.where(nonfinite_block, torch.full_like(nonfinite_block, NONFINITE_SCALE_BYTE, dtype=torch.int64),
+                        scale_exponent_bytes(finite_blocks.abs().amax(dim=-1)))
     multiplier = torch.ldexp(torch.ones_like(scale, dtype=torch.float64), (SCALE_BIAS - scale).double())
-    values = e4m3_encode(blocks * multiplier[..., None]).reshape(rows, cols)
+    # Item 5: the kernel's multiplier of a saturated scale is +0.0, not 2^-127.
+    multiplier = torch.where(nonfinite_block, torch.zeros_like(multiplier), multiplier)
+    values = e4m3_encode(finite_blocks * multiplier[..., None])
+    values = torch.where(finite, values, torch.full_like(values, E4M3_NAN)).reshape(rows, cols)
     padded_cols = mxfp8_padded_cols(cols)
     scales = torch.zeros(scale_bytes(rows, cols), dtype=torch.uint8, device=x.device)
     row_index = torch.arange(rows, device=x.device)[:, None].expand(rows, cols // BLOCK)
@@ -130,6 +154,8 @@ def dequantize(values: torch.Tensor, scales: torch.Tensor, rows: int, cols: int)
 
 
 __all__ = [
+    "E4M3_NAN",
+    "NONFINITE_SCALE_BYTE",
     "dequantize",
     "e4m3_decode",
     "e4m3_encode",

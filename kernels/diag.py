@@ -50,6 +50,20 @@ Host side: ``DiagRecord`` owns the pinned tensor (``address`` goes to the
 kernel), ``read()`` decodes it (None while nothing was written), ``dump(path)``
 writes the JSON the watchdog reads (``load_dump`` reads it back).
 
+Deadline policy. A deadline of 0 means none: the wait spins until the
+peer arrives, never commits a record and never traps, so a committed
+record's ``timeout_ns`` is always positive (``describe`` never reads "0
+ms"). The public constructors (``AllReduceMHC(timeout_ms=)``,
+``ShardedMarkovSampler(timeout_ns=)``) default to ``SERVING_DEADLINE_NS``
+(10 minutes): a serving engine's peer may stall for seconds (a long host
+step, a preemption) and must not lose its CUDA context to a trap for that,
+while a peer that is gone for good still ends in a record naming it rather
+than in a silent hang. Ten minutes is ``torch.distributed``'s default NCCL
+collective timeout, so an engine whose peer stalls that long has its own
+collectives time out as well. The harness passes its own short deadlines
+(``harness/families/*_kernel.py``) so its hang and timeout scenarios end in
+seconds.
+
 The device writer needs CuTe DSL; the host side needs only torch, so the
 worker and the watchdog import this module on machines without the DSL.
 """
@@ -76,6 +90,8 @@ W_MAGIC, W_VERSION, W_RANK, W_LAUNCH, W_STEP, W_AWAITED, W_EXPECTED, W_SEEN = ra
 W_KIND, W_ELAPSED_LO, W_ELAPSED_HI, W_TIMEOUT_LO, W_TIMEOUT_HI, W_BLOCK, W_THREAD, W_CHECKSUM = range(8, 16)
 
 _U32 = 0xFFFFFFFF
+# The public constructors' default wait deadline (module docstring: deadline policy).
+SERVING_DEADLINE_NS = 600 * 1_000_000_000
 
 
 class WaitKind(enum.IntEnum):

@@ -429,17 +429,19 @@ def _inject_special(s: Scenario, inj: Injection, inj_index: int, call_index: int
 
 
 def _inject_nan_input(inj: Injection, t: dict, rows: int) -> None:
-    """NaN in one rank's contribution (or in the residual streams) at [row, col] positions."""
+    """NaN (or the injection's ``value``, inf or -inf) in one rank's contribution (or in the residual streams)
+    at [row, col] positions."""
     name = inj.get("tensor")
     if name not in t:
         return
+    value = float(inj.get("value", "nan"))
     for row, col in inj.get("positions"):
         if row >= rows:
             continue
         if name == "residual":
-            t[name][row, :, col] = float("nan")
+            t[name][row, :, col] = value
         else:
-            t[name][inj.get("rank"), row, col] = float("nan")
+            t[name][inj.get("rank"), row, col] = value
 
 
 def _inject_adversarial(inj: Injection, t: dict, rows: int, world: int) -> None:

@@ -142,12 +142,15 @@ def _row_col(x: InjectionContext, v: Any, q: str) -> list[int]:
 
 
 def _inj_nan_input(x: InjectionContext, m: dict, p: str) -> dict:
-    """NaN in one rank's contribution at ``[row, col]`` positions."""
+    """NaN (or ``value`` ``inf`` / ``-inf``) in one rank's contribution at ``[row, col]`` positions."""
     c = x.c
-    return {"tensor": c.string(m.get("tensor", "x"), f"{p}.tensor", ("x", "shared_output", "residual")),
-            "rank": x.some_rank(m.get("rank", 0), f"{p}.rank"),
-            "positions": c.sequence(m["positions"], f"{p}.positions", lambda v, q: _row_col(x, v, q), min_len=1),
-            "calls": x.calls_field(m.get("calls"), f"{p}.calls")}
+    out = {"tensor": c.string(m.get("tensor", "x"), f"{p}.tensor", ("x", "shared_output", "residual")),
+           "rank": x.some_rank(m.get("rank", 0), f"{p}.rank"),
+           "positions": c.sequence(m["positions"], f"{p}.positions", lambda v, q: _row_col(x, v, q), min_len=1),
+           "calls": x.calls_field(m.get("calls"), f"{p}.calls")}
+    if "value" in m:  # absent: NaN (the key stays out, so existing scenarios keep their form)
+        out["value"] = c.string(m["value"], f"{p}.value", ("nan", "inf", "-inf"))
+    return out
 
 
 def _inj_adversarial_sum(x: InjectionContext, m: dict, p: str) -> dict:
@@ -252,7 +255,8 @@ INJECTION_SPECS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...], tuple[
                           _inj_corrupt_token_ids),
     "negative_zero": (("allreduce_mhc",), ("tensor", "fraction", "ranks", "calls"), (), _inj_special_values),
     "negative_subnormal": (("allreduce_mhc",), ("tensor", "fraction", "ranks", "calls"), (), _inj_special_values),
-    "nan_input": (("allreduce_mhc",), ("tensor", "rank", "positions", "calls"), ("positions",), _inj_nan_input),
+    "nan_input": (("allreduce_mhc",), ("tensor", "rank", "positions", "value", "calls"), ("positions",),
+                  _inj_nan_input),
     "adversarial_sum": (("allreduce_mhc",), ("tensor", "ranks", "values", "positions", "calls"), ("positions",),
                         _inj_adversarial_sum),
     "launch_counter": (("markov_sharded",), ("value",), ("value",), _inj_launch_counter),

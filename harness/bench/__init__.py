@@ -1,7 +1,7 @@
 """``python -m harness bench``: time the registered benchmark cases on this GPU.
 
 ``main(argv)`` parses ``[--family F] [--case NAME | --case F/NAME] [--all]
-[--out DIR] [--warmup N] [--reps N] [--list]``, discovers the cases
+[--out DIR] [--warmup N] [--reps N] [--thresholds-into PATH] [--list]``, discovers the cases
 (``harness/bench/cases/*.py``; see ``harness.bench.registry`` for how a
 kernel helper declares one) and runs them (``harness.bench.runner``).
 
@@ -12,7 +12,11 @@ cases their families mark ``default``, chosen with ``DEFAULT_WARMUP`` and
 completes, under a progress bar on a terminal (``harness.bench.console``);
 the results document is rewritten after every case (``results.ResultsWriter``),
 and at the end the summary and the plots are written beside it and the
-summary printed (``harness.bench.report``).
+summary printed (``harness.bench.report``). A run (not interrupted) that
+timed the all-reduce's LL and BT at some shape merges the crossovers it
+measured into ``kernels/allreduce/thresholds.json`` keyed by platform (arch,
+provider, tp, H), or into ``--thresholds-into PATH``
+(``harness.bench.thresholds.record``); ``AllReduceMHC`` reads that file.
 
 torchrun cases (``launcher="torchrun"``, none in the default set; ``--list``
 marks them ``torchrun xN``) run after the others, each in N processes
@@ -73,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=f"graph replays / eager loops before timing (default {DEFAULT_WARMUP})")
     parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,
                         help=f"timed replays per mode, each of 16 to 512 calls (default {DEFAULT_REPS})")
+    parser.add_argument("--thresholds-into", default=None, metavar="PATH",
+                        help="where the LL/BT crossovers the run measured go (default: kernels/allreduce/"
+                             "thresholds.json, which AllReduceMHC reads; harness.bench.thresholds)")
     parser.add_argument("--allow-unavailable", action="store_true",
                         help="exit 0 when a torchrun case is not available here (no GPU) and nothing failed")
     parser.add_argument("--list", action="store_true",
@@ -189,11 +196,15 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
         document["status"] = "interrupted"
         document["not_run"] = [case.key for case in selected if case.key not in finished]
     document["wall_s"] = round(time.monotonic() - started, 1)
-    return _finish(document, writer.out_dir, len(selected), interrupted, args.allow_unavailable)
+    return _finish(document, writer.out_dir, len(selected), interrupted, args.allow_unavailable,
+                   args.thresholds_into)
 
 
-def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allow_unavailable: bool = False) -> int:
-    """Write the final document, its summary and plots, print the summary and the footer; return the exit status."""
+def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allow_unavailable: bool = False,
+            thresholds_into: str | None = None) -> int:
+    """Write the final document, its summary and plots, print the summary and the footer; merge the measured
+    LL/BT crossovers (not of an interrupted run) into the thresholds file; return the exit status."""
+    from harness.bench import thresholds  # noqa: PLC0415 - runnable with -m: the package must not import it first
     from harness.bench.report import write_report  # noqa: PLC0415 - runnable with -m: the package must not import it first
     from harness.bench.results import write_results  # noqa: PLC0415 - runnable with -m: the package must not import it first
 
@@ -202,6 +213,9 @@ def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allo
     print(written["text"], end="")
     print(f"bench: results in {path}, summary in {written['summary']}"
           + "".join(f"\nbench: plot {p}" for p in written["plots"]))
+    if not interrupted:
+        for line in thresholds.record(document, path, thresholds_into or thresholds.DEFAULT_INTO):
+            print(line)
     if written["plot_note"]:
         print(f"bench: no plots: {written['plot_note']}")
     measured = len(document["cases"])

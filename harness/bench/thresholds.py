@@ -23,8 +23,13 @@ worse there). The provider is part of the key: virtual ranks share one GPU's
 SMs and memory, so their crossover is recorded as theirs and never applied to
 ranks on NVLink.
 
-``python -m harness.bench.thresholds RESULT.json [--into PATH]`` prints the
-derived entries and merges them into PATH (default the kernels' file).
+``harness bench`` does this itself at the end of a run that measured both
+protocols at some shape (``record``: into the kernels' file unless
+``--thresholds-into`` names another), so a run on a node refreshes that
+node's platform keys. ``python -m harness.bench.thresholds RESULT.json
+[--into PATH]`` does it for a results file kept from an earlier run: it
+prints the derived entries and merges them into PATH (default the kernels'
+file).
 """
 
 from __future__ import annotations
@@ -107,6 +112,17 @@ def merge_into(path: str, entries: Mapping[str, dict]) -> dict:
         fh.write("\n")
     os.replace(tmp, path)
     return table
+
+
+def record(document: Mapping, result_path: str, into: str = DEFAULT_INTO) -> list[str]:
+    """Merge the crossovers measured in ``document`` (written at ``result_path``) into ``into``; the lines to
+    print, none when the document timed no shape with both LL and BT."""
+    entries = derive(document, os.path.relpath(os.path.abspath(result_path), REPO_ROOT))
+    if not entries:
+        return []
+    merge_into(into, entries)
+    return [f"thresholds: {format_entry(key, entry)}" for key, entry in entries.items()] + [
+        f"thresholds: merged {len(entries)} measured LL/BT crossovers into {into}"]
 
 
 def format_entry(key: str, entry: Mapping) -> str:

@@ -26,17 +26,22 @@ import torch
 
 from kernels import hostcopy
 from kernels.allreduce.config import CallArgs, check_call, check_config, check_tensor
-from kernels.allreduce.host import DEFAULT_TIMEOUT_MS, AllReduceMHC
+from kernels.allreduce.host import AllReduceMHC
 from kernels.allreduce.layout import mxfp8_scale_bytes
 
 SYSTEM_CLASS = "AllReduceMHCSystem"
+# The harness's own Lamport deadline, passed explicitly (the public default is
+# the serving one, kernels.diag): a validation run waits seconds for a peer,
+# and the hang and timeout scenarios (allreduce_mhc/hang, skip_launch, crash)
+# end in a diag record within them.
+HARNESS_TIMEOUT_MS = 5_000.0
 
 
 class AllReduceMHCSystem:
     """One rank of the ``allreduce_mhc`` family for the harness: ``launch``/``state`` over ``AllReduceMHC``."""
 
     def __init__(self, fabric: Any, static: Mapping[str, Any], config: Mapping[str, Any], *,
-                 timeout_ms: float = DEFAULT_TIMEOUT_MS, diag: Any = None) -> None:
+                 timeout_ms: float = HARNESS_TIMEOUT_MS, diag: Any = None) -> None:
         self.config = check_config(config)
         cfg = self.config
         if cfg.tp != fabric.world:
@@ -123,4 +128,4 @@ class AllReduceMHCSystem:
         return getattr(self.api, name)
 
 
-__all__ = ["AllReduceMHCSystem", "SYSTEM_CLASS"]
+__all__ = ["AllReduceMHCSystem", "HARNESS_TIMEOUT_MS", "SYSTEM_CLASS"]

@@ -61,6 +61,9 @@ class FamilyAdapter:
     # What a torchrun rank makes the kernel system over: "fabric" (kernels.fabric.SymmetricFabric over its
     # TP group's process group) or "comm" (the group's golden.comm.Comm: the seed exchanges through it).
     kernel_world_handle: str = "fabric"
+    # ``module:function`` checking that a call ran the protocol it names or implies:
+    # ``f(config, call_inputs, call_params, state_before, state_after) -> problem or None`` (None: no check).
+    protocol_check: str | None = None
 
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""
@@ -123,6 +126,13 @@ class FamilyAdapter:
         device = rank_device(world_handle) if device is None else device
         system = cls(world_handle, placed(dict(static), device), self.kernel_config(config), **kwargs)
         return DevicePlaced(system, device)
+
+    def protocol_problem(self, config: Mapping, call_inputs: Mapping, call_params: Mapping, before: Mapping,
+                         after: Mapping) -> str | None:
+        """What is wrong with the protocol one call ran, judged from ``state()`` around it (None: nothing)."""
+        if self.protocol_check is None:
+            return None
+        return resolve(self.protocol_check)(config, call_inputs, call_params, before, after)
 
     def make_system(self, impl: str, world_handle: Any, static: Mapping, config: Mapping) -> Any:
         """The system of implementation ``impl`` (``golden`` or ``kernel``)."""

@@ -9,7 +9,10 @@ collectively over the fabric from the static ``embed_table`` and ``head``.
 (``call_inputs`` / ``call_params['query_per_row', 'rows', 'steps']``, CPU
 tensors copied to the device, errors naming ``call_inputs[...]``), allocates
 the draft tokens and calls the public ``__call__`` on the checked tensors,
-as a speculator step would; the cache comes back updated in place.
+as a speculator step would; the cache comes back updated in place. The
+sampler gets the config's ``timeout_ns`` explicitly (the harness's deadline,
+``contracts.markov_sharded.DEFAULT_TIMEOUT_NS`` unless the scenario gives
+one), never the public default, which is the serving one (``kernels.diag``).
 
 Importing this module imports CuTe DSL (the adapter imports it lazily).
 """

@@ -7,8 +7,9 @@ the job while the case ran; ``exit``: a rank or the agent exited first).
 
 - expected ``golden``: pass when every rank's outputs equal the reference
   bit for bit at every launch, every ``bad_input`` call was refused with the
-  expected error and left the state unchanged, and no call that should have
-  been refused was accepted; a timeout or exit is reported with the
+  expected error and left the state unchanged, no call that should have
+  been refused was accepted, and every call ran the protocol it names or
+  implies (``RankResult.protocol_mismatches``); a timeout or exit is reported with the
   watchdog's diagnosis (which rank fell behind, at which launch).
 - expected ``error``: pass when the expected exception (type or a base
   class, message regex; on the named rank when one is given) was raised.
@@ -112,6 +113,8 @@ def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, s
         for r in res.not_refused:
             problems.append(f"rank {rank} launch {r['launch']}: accepted a bad input "
                             f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
+        for r in res.protocol_mismatches:
+            problems.append(f"rank {rank} launch {r['launch']}: {r['problem']}")
     if problems:
         return "fail", "; ".join(problems), count, first, max_ulps
     if count:

@@ -42,7 +42,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.families import NotAvailable, adapter, catalog, rank_device
+from harness.families import adapter, catalog, rank_device
+from harness.wire.errors import NotAvailable
 from harness.families.arch_facts import facts_file
 from harness.rank.agreement import CallDisagreement, check_agreement, deviations
 from harness.rank.compare import Comparison, compare_outputs
@@ -223,7 +224,12 @@ class CaseRun:
         except Exception:
             self.result.state_before, self.result.state_after = before, self._state()
             raise
-        self.progress.end(launch.index, launch.call_params, self._state())
+        after = self._state()
+        self.progress.end(launch.index, launch.call_params, after)
+        if not repeated:
+            problem = self.fam.protocol_problem(self.config, launch.call_inputs, launch.call_params, before, after)
+            if problem:
+                self.result.protocol_mismatches.append({"launch": launch.index, "problem": problem})
         return outputs
 
     def _run_bad_call(self, launch: Any) -> None:

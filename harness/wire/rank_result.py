@@ -16,7 +16,9 @@ family that needs no architecture facts).
 ``error`` is ``{"type", "types" (the class and its bases), "message",
 "traceback", "phase"}`` (``error_of``); ``comparison`` is
 ``harness.rank.compare.Comparison.to_json()``; ``refused`` and ``not_refused`` list
-the bad-input calls the system refused or accepted.
+the bad-input calls the system refused or accepted; ``protocol_mismatches``
+the calls that ran another protocol than the one they name or imply
+(``{"launch", "problem"}``, ``FamilyAdapter.protocol_problem``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class RankResult:
     error: dict | None = None
     refused: list = field(default_factory=list)
     not_refused: list = field(default_factory=list)
+    protocol_mismatches: list = field(default_factory=list)
     time_s: float = 0.0
     phases: dict = field(default_factory=dict)
     facts: Any = UNSET

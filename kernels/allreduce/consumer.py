@@ -7,6 +7,15 @@ stay resident), cluster ``b`` takes tokens ``b, b + clusters, ...``. Fragment ``
 elements ``8f .. 8f+7``) belongs to CTA ``(f % (cluster*threads)) // threads``,
 thread ``f % threads``, trip ``f // (cluster*threads)``.
 
+Loads ahead of the dependency (as seed 004): the norm weight, and the first
+token's residual streams (every trip's fragments), ``post``, ``comb`` and
+``pre`` are the caller's, written before the publish launched (the publish
+waited for its producer), so they are read before ``griddepcontrol.wait``
+and overlap the wait for the publish; only the mailbox and the generation
+state depend on it. A cluster that walks several tokens loads the next
+token's after it finishes one. They sit in register tensors
+between the load and their use (``mixes``, ``streams``).
+
 Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
 
 1. Poll (``ld.volatile``, 16 bytes) until no half is the sentinel 0x8000:
@@ -36,8 +45,12 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
 7. MXFP8 (``output="mxfp8"``, ``golden/mxfp8.py``): a 32-value block is four
    adjacent threads; ``amax`` by integer max of ``|y|``'s bits over the quad;
    ``e`` = UE8M0 round-up of ``amax * f32(1/448)`` (integer ops on the bits on
-   SM90, ``cvt.rp.satfinite.ue8m0x2.f32`` on SM100+); values
-   ``cvt.rn.satfinite.e4m3x2.f32(y * 2^(127-e))``; the four scale bytes of a
+   SM90, ``cvt.rp.satfinite.ue8m0x2.f32`` on SM100+, both at most 254); values
+   ``cvt.rn.satfinite.e4m3x2.f32(y * m)`` with ``m`` the FP32 of bits
+   ``(254 - e) << 23``, i.e. ``2^(127-e)``, and ``+0.0`` for ``e = 254``, which
+   only a block holding a NaN or Inf reaches (its NaN and Inf elements become
+   the E4M3 NaN 0x7F, its finite ones signed zeros: ``golden/mxfp8.py`` item
+   5); the four scale bytes of a
    128x4 tile word are OR-ed across 16 lanes and stored as one word at the
    swizzled index. Padding rows ``M .. round_up(M, 128)`` get zero scale words
    from a grid-stride loop.
@@ -173,9 +186,33 @@ class LamportMHCConsumer(KernelVariant):
             slot = (generation * self.tp + source) * self.capacity + Int64(token)
         return slot * self.hidden + Int64(fragment) * VEC
 
-    def load_f32(self, base: Int64, index) -> Float32:
-        """One FP32 input element ``base[index]``."""
-        return ptx.f32_from_bits(ptx.ld_global(base + Int64(index) * 4, 4, Int32(1))[0])
+    def load_f32(self, base: Int64, index, live: Int32) -> Float32:
+        """One FP32 input element ``base[index]`` (0.0 off ``live``)."""
+        return ptx.f32_from_bits(ptx.ld_global(base + Int64(index) * 4, 4, live)[0])
+
+    def mix_slots(self) -> int:
+        """FP32 words of one token's mixes in ``TokenLoads.mixes``: post ``[hc]``, comb ``[hc, hc]``, pre ``[hc]``."""
+        return self.hc * (self.hc + 2)
+
+    @cute.jit
+    def load_token(self, token, live: Int32, fragments, valid, inputs: TokenInputs, mixes: cute.Tensor,
+                   streams: cute.Tensor):
+        """Token ``token``'s mixes into ``mixes`` and its residual fragments (BF16 words ``[trip][source][4]``)
+        into ``streams``; nothing is read off ``live`` (past the last token)."""
+        hc = self.hc
+        for j in cutlass.range_constexpr(hc):
+            mixes[j] = self.load_f32(inputs.post, Int64(token) * hc + j, live)
+            if cutlass.const_expr(self.output != "residual"):
+                mixes[hc + hc * hc + j] = self.load_f32(inputs.pre, Int64(token) * hc + j, live)
+            for i in cutlass.range_constexpr(hc):
+                mixes[hc + i * hc + j] = self.load_f32(inputs.comb, (Int64(token) * hc + i) * hc + j, live)
+        for trip in cutlass.range_constexpr(self.trips):
+            element = Int64(fragments[trip]) * VEC
+            for source in cutlass.range_constexpr(hc):
+                address = inputs.residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
+                words = ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]) & live)
+                for word in cutlass.range_constexpr(4):
+                    streams[(trip * hc + source) * 4 + word] = words[word]
 
     @cute.jit
     def butterfly_sum(self, value: Float32, offsets: cutlass.Constexpr):
@@ -217,6 +254,10 @@ class LamportMHCConsumer(KernelVariant):
                 address = inputs.weight + Int64(fragments[trip]) * VEC * 2
                 weights.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
 
+        mixes = cute.make_rmem_tensor((self.mix_slots(),), Float32)
+        streams = cute.make_rmem_tensor((self.trips * self.hc * 4,), Uint32)
+        self.load_token(first_token, Int32(first_token < m), fragments, valid, inputs, mixes, streams)
+
         cute.arch.griddepcontrol_wait()
         generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
 
@@ -226,10 +267,11 @@ class LamportMHCConsumer(KernelVariant):
         token = first_token
         parity = Int32(0)
         while token < m:
-            self.consume_token(token, parity, cta, tidx, fragments, valid, weights, generation, mailbox, inputs,
-                               outputs, eps, deadline)
+            self.consume_token(token, parity, cta, tidx, fragments, valid, weights, generation, mailbox, mixes,
+                               streams, outputs, eps, deadline)
             token = token + clusters
             parity = parity ^ Int32(1)
+            self.load_token(token, Int32(token < m), fragments, valid, inputs, mixes, streams)
 
         if cutlass.const_expr(not self.reduced_input):
             advance = (first_token == 0) & (cta == 0) & (tidx == 0)
@@ -241,24 +283,24 @@ class LamportMHCConsumer(KernelVariant):
 
     @cute.jit
     def consume_token(self, token, parity, cta, tidx, fragments, valid, weights, generation, mailbox: Int64,
-                      inputs: TokenInputs, outputs: TokenOutputs, eps: Float32, deadline: WaitDeadline):
-        """Steps 1-7 for one token: poll, reduce, mix, collapse, scrub its slots, normalize."""
+                      mixes: cute.Tensor, loaded: cute.Tensor, outputs: TokenOutputs, eps: Float32,
+                      deadline: WaitDeadline):
+        """Steps 1-7 for one token whose inputs ``load_token`` loaded: poll, reduce, mix, collapse, scrub its
+        slots, normalize."""
         hc = self.hc
         write_norm = self.output != "residual"
         generation64 = Int64(generation)
-        post_mix = [self.load_f32(inputs.post, Int64(token) * hc + j) for j in range(hc)]
-        comb_mix = [[self.load_f32(inputs.comb, (Int64(token) * hc + i) * hc + j) for j in range(hc)] for i in range(hc)]
+        post_mix = [mixes[j] for j in range(hc)]
+        comb_mix = [[mixes[hc + i * hc + j] for j in range(hc)] for i in range(hc)]
         pre_mix = []
         if cutlass.const_expr(write_norm):
-            pre_mix = [self.load_f32(inputs.pre, Int64(token) * hc + j) for j in range(hc)]
+            pre_mix = [mixes[hc + hc * hc + j] for j in range(hc)]
 
         prenorm = []
         for trip in cutlass.range_constexpr(self.trips):
             element = Int64(fragments[trip]) * VEC
-            streams = []
-            for source in cutlass.range_constexpr(hc):
-                address = inputs.residual + ((Int64(token) * hc + source) * self.hidden + element) * 2
-                streams.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
+            streams = [device.bf16_words_to_f32([loaded[(trip * hc + source) * 4 + word] for word in range(4)])
+                       for source in range(hc)]
             addresses = [
                 mailbox + self.slot_element(generation64, source, token, fragments[trip]) * 2
                 for source in range(self.sources)

@@ -106,9 +106,10 @@ def fan_out(words, byte_offset: Int64, multicast: Int64, peers, predicate: Int32
 
 
 def ue8m0_round_up_bits(value: Float32) -> Uint32:
-    """UE8M0 byte of a non-negative finite FP32: its exponent field plus one if
-    any mantissa bit is set (a subnormal: 1 above 2^-127, else 0), at most 254;
-    integer ops on the bits, the SM90 form of cvt.rp.satfinite.ue8m0x2.f32."""
+    """UE8M0 byte of a non-negative FP32: its exponent field plus one if any
+    mantissa bit is set (a subnormal: 1 above 2^-127, else 0), at most 254 (a
+    NaN or Inf: 254); integer ops on the bits, the SM90 form of
+    cvt.rp.satfinite.ue8m0x2.f32."""
     bits = ptx.f32_bits(value)
     exponent = bits >> Uint32(23)
     mantissa = bits & Uint32(F32_MANTISSA)
@@ -119,8 +120,10 @@ def ue8m0_round_up_bits(value: Float32) -> Uint32:
 
 
 def ue8m0_round_up_instruction(value: Float32) -> Uint32:
-    """UE8M0 byte of a non-negative FP32 through cvt.rp.satfinite.ue8m0x2.f32 (SM100+)."""
-    return ptx.cvt_rp_satfinite_ue8m0x2_f32(Float32(0.0), value) & Uint32(0xFF)
+    """UE8M0 byte of a non-negative FP32 through cvt.rp.satfinite.ue8m0x2.f32 (SM100+), at most 254: the
+    instruction gives 0xFF (the UE8M0 NaN) for a NaN or Inf, which ``ue8m0_round_up_bits`` saturates to 254,
+    so both forms give one byte for every input (``golden/mxfp8.py`` item 5)."""
+    return cutlass.min(ptx.cvt_rp_satfinite_ue8m0x2_f32(Float32(0.0), value) & Uint32(0xFF), Uint32(UE8M0_MAX))
 
 
 @cute.jit

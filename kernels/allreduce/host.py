@@ -43,30 +43,30 @@ block, except for virtual ranks (one GPU), whose spinning grids must all be
 resident at once: each rank then gets an equal share of the SMs and its
 kernels walk the tokens (``_resident_grid_caps``).
 
-Row threshold: ``config.bt_min_rows`` when given. Otherwise the measured
-crossover for (arch, fabric provider, tp, H) from ``thresholds.json`` beside
-this module, derived from a ``harness bench`` results document by
-``python -m harness.bench.thresholds`` with its provenance (the provider is
-part of the key: a crossover of virtual ranks sharing one GPU says nothing
-about NVLink); without a measurement, LL only (``capacity + 1``), and
-``threshold_provenance`` says so.
+Row threshold (``protocol_rows``): ``config.bt_min_rows`` when given.
+Otherwise the measured crossover for (arch, fabric provider, tp, H) from
+``thresholds.json`` beside this module, which ``harness bench`` writes (LL
+only where it measured BT never ahead); without a measurement, seed 004's
+preset (FlashInfer's tp 4/8 crossovers). ``threshold_provenance`` says
+which, with the key. As in the seed, an instance whose capacity is below
+the threshold builds no BT buffers and runs LL only.
 
-Timeout: ``timeout_ms`` (default 5 s; 0: wait forever) makes every Lamport
-poll give up after that long, commit the ``kernels.diag`` record (``diag``,
-or ``diag_record``, one the instance creates) and trap; the record names the
-rank whose slot stayed empty.
+Timeout: ``timeout_ms`` (default ``kernels.diag.SERVING_DEADLINE_NS``, 10
+minutes, the deadline policy of ``kernels.diag``; 0: wait forever) makes
+every Lamport poll give up after that long, commit the ``kernels.diag``
+record (``diag``, or ``diag_record``, one the instance creates) and trap;
+the record names the rank whose slot stayed empty.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 from typing import Any
 
 import torch
 
 from kernels import hostcopy
+from kernels.diag import SERVING_DEADLINE_NS
 from kernels.allreduce import variants
 from kernels.allreduce.config import (
     AllReduceConfig,
@@ -76,7 +76,6 @@ from kernels.allreduce.config import (
     check_config,
     check_rank_call,
     public_label,
-    threshold_key,
 )
 from kernels.fabric import fabric_of
 from kernels.allreduce.consumer import LamportMHCConsumer
@@ -88,13 +87,13 @@ from kernels.allreduce.layout import (
     ll_mailbox_shape,
 )
 from kernels.allreduce.owner_reduce import OwnerReduceKernel
+from kernels.allreduce.protocol_rows import choose_thresholds
 from kernels.allreduce.publish import PublishKernel
 
-THRESHOLDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "thresholds.json")
 SENTINEL_INT16 = -32768
-# Every wait has a deadline: a Lamport poll gives up after this long by default
-# (0 disables it), far beyond any healthy call, even ranks taking turns on one GPU.
-DEFAULT_TIMEOUT_MS = 5_000.0
+# Every wait has a deadline, by default one a serving engine's stalled peer
+# never reaches in a healthy run (kernels.diag: deadline policy); 0 disables it.
+DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_NS / 1e6
 # Launches of several virtual ranks come from several threads; the compiled
 # functions are not documented as re-entrant, and enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()
@@ -107,20 +106,6 @@ def device_arch(device: torch.device) -> str:
         return arch_of_capability(major, minor)
     except ValueError as exc:
         raise ValueError(f"{exc} on {device}") from None
-
-
-def measured_threshold(arch: str, provider: str, tp: int, hidden: int,
-                       path: str = THRESHOLDS_FILE) -> tuple[dict | None, str]:
-    """The bench's measured ``{bt_min_rows, bt_min_finalize_rows}`` for (arch, provider, tp, H) and its provenance."""
-    key = threshold_key(arch, provider, tp, hidden)
-    if not os.path.exists(path):
-        return None, f"no measurement ({os.path.basename(path)} absent): LL only until `harness bench` measures {key}"
-    with open(path) as fh:
-        table = json.load(fh)
-    entry = table.get(key)
-    if entry is None:
-        return None, f"no measurement for {key} in {os.path.basename(path)}: LL only"
-    return entry, f"measured: {entry.get('source', os.path.basename(path))} ({key})"
 
 
 class AllReduceMHC:
@@ -154,7 +139,8 @@ class AllReduceMHC:
             RMSNorm sum-of-squares order (default ``layout.norm_layout``).
         start_generation: the first Lamport generation of both protocols (0..2).
         timeout_ms: a Lamport wait gives up after this long, writes the
-            ``kernels.diag`` record and traps (0: waits forever).
+            ``kernels.diag`` record and traps (default 10 minutes, the
+            ``kernels.diag`` deadline policy; 0: waits forever).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
     """
 
@@ -234,22 +220,14 @@ class AllReduceMHC:
         fabric.barrier()
 
     def _choose_thresholds(self) -> None:
-        """LL/BT row thresholds: the config's, else the bench's measurement, else LL only."""
+        """LL/BT row thresholds: the config's, else this platform's measurement, else the seed's preset."""
         cfg = self.config
         if cfg.bt_min_rows is not None:
             self.bt_min_rows, self.bt_min_finalize_rows = cfg.bt_min_rows, cfg.bt_min_finalize_rows
             self.threshold_provenance = "config.bt_min_rows"
         else:
-            entry, self.threshold_provenance = measured_threshold(
-                self.arch, str(getattr(self.fabric, "provider", "unknown")), cfg.tp, cfg.hidden)
-            never = cfg.capacity + 1
-            if entry is None:
-                self.bt_min_rows = self.bt_min_finalize_rows = never
-            else:
-                # null: BT was measured and never stayed faster, so this source runs LL only.
-                self.bt_min_rows = never if entry.get("bt_min_rows") is None else int(entry["bt_min_rows"])
-                finalize = entry.get("bt_min_finalize_rows", entry.get("bt_min_rows"))
-                self.bt_min_finalize_rows = never if finalize is None else int(finalize)
+            self.bt_min_rows, self.bt_min_finalize_rows, self.threshold_provenance = choose_thresholds(
+                self.arch, str(getattr(self.fabric, "provider", "unknown")), cfg.tp, cfg.hidden, cfg.capacity)
         # As in the seed, an instance too small for BT builds no BT buffers.
         self.bt_enabled = cfg.capacity >= self.bt_min_rows
 
@@ -497,4 +475,4 @@ class AllReduceMHC:
             self._kernels["consumer", protocol, checked.output](*consumer_args)
 
 
-__all__ = ["AllReduceMHC", "device_arch", "measured_threshold"]
+__all__ = ["AllReduceMHC", "device_arch"]

@@ -33,7 +33,7 @@ through ``kernels.hostcopy`` (pinned memory), because a pageable copy waits
 behind another virtual rank's pageable copy, which may wait for a kernel that
 waits for this rank.
 
-``kernel_arguments`` builds the launch's 26 scalar arguments (addresses,
+``kernel_arguments`` builds the launch's 27 scalar arguments (addresses,
 strides, sizes) from the checked call alone, so the CPU tests pin the
 addresses and offsets the kernel receives against the seed's layout.
 
@@ -81,10 +81,10 @@ from typing import Any
 import torch
 
 from kernels import hostcopy
+from kernels.diag import SERVING_DEADLINE_NS
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.fabric import fabric_of
 from kernels.markov.sharded_checks import (
-    DEFAULT_TIMEOUT_NS,
     CallArgs,
     SamplerConfig,
     argument_label,
@@ -191,7 +191,8 @@ class ShardedMarkovSampler:
             the base logits (both forms are accepted).
         launch_counter_start: the uint32 launch counter's first value.
         timeout_ns: a mailbox wait past it writes the ``kernels.diag`` record
-            and traps (0: waits forever; default 60 s).
+            and traps (0: waits forever; default 10 minutes, the
+            ``kernels.diag`` deadline policy).
         ctas: CTAs per rank (default: an equal share of the SMs among the ranks sharing the GPU).
         ranks_per_device: ranks sharing this GPU (default: the world for a
             ``VirtualFabric``, else 1).
@@ -213,7 +214,7 @@ class ShardedMarkovSampler:
         device: torch.device | str | None = None,
         shard_only_base: bool = False,
         launch_counter_start: int = 0,
-        timeout_ns: int = DEFAULT_TIMEOUT_NS,
+        timeout_ns: int = SERVING_DEADLINE_NS,
         ctas: int | None = None,
         ranks_per_device: int | None = None,
         diag: Any = None,
@@ -311,7 +312,9 @@ class ShardedMarkovSampler:
                 token at [r * query_per_row], in [0, V).
             query_per_row: tokens per row in ``input_ids``.
             idx_mapping: [rows * steps] int64 request-state row of each row and
-                step, < max_reqs (negative: CUDA-graph padding, inert).
+                step, < max_reqs (negative: CUDA-graph padding, inert; an index
+                >= max_reqs is refused here, and under capture, where values are
+                not read, the kernel treats it as padding).
             temperature: [max_reqs] FP32 (0: greedy).
             noise: [rows * steps, V] FP32 Gumbel noise (the rank reads its
                 columns) or this rank's columns [rows * steps, V/world].
@@ -363,7 +366,7 @@ def kernel_arguments(
     cfg: SamplerConfig, rank: int, ctas: int, call: CallArgs, tokens: torch.Tensor, embed_table: torch.Tensor,
     head_shard: torch.Tensor, peer_ptrs: torch.Tensor, control: torch.Tensor, diag: int, timeout_ns: int,
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``(19 Int64 values, 7 Int32 values)`` of ``ShardedMarkovSample.__call__`` for one checked call of ``rank``."""
+    """``(20 Int64 values, 7 Int32 values)`` of ``ShardedMarkovSample.__call__`` for one checked call of ``rank``."""
     base, noise, cache = call.base_logits, call.noise, call.logits_cache
     first = rank * cfg.vocab_local
     pointers = (
@@ -373,7 +376,7 @@ def kernel_arguments(
         noise.data_ptr() + (first if call.noise_column is None else call.noise_column) * noise.element_size(),
         noise.stride(0),
         cache.data_ptr(), cache.stride(0), cache.stride(1), tokens.data_ptr(),
-        peer_ptrs.data_ptr(), control.data_ptr(), diag, timeout_ns,
+        peer_ptrs.data_ptr(), control.data_ptr(), diag, timeout_ns, cfg.max_reqs,
     )
     sizes = (call.query_per_row, rank, cfg.world, cfg.vocab_local, call.rows, cfg.max_rows, ctas)
     return pointers, sizes

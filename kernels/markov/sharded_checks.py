@@ -14,7 +14,8 @@ copied; not under CUDA-graph capture).
 Value checks (anchors inside the vocabulary, request rows below
 ``max_reqs``, no request mapped twice in one step) need the host to read the
 tensors, so they are skipped while a CUDA graph is being captured; the
-kernel clamps anchors so a bad replay stays in bounds.
+kernel clamps anchors to the vocabulary and treats a request row outside
+``[0, max_reqs)`` as padding, so a bad replay stays in bounds.
 
 Pure torch: imports and runs without CUDA or the DSL.
 """

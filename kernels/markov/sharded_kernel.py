@@ -37,8 +37,11 @@ staging ``[warp][row 8][16]`` (32-bit words), the score is ``value`` or
 lane's best 64-bit candidate key (``sharded_layout``) per request row is
 kept. Then the tile's cache elements leave as 16-byte vectors, one per lane
 and request row, into the local cache (``logits_cache[state, i, :]``) and
-every peer's staging buffer (rows whose request index is negative are
-padding: nothing is cached).
+every peer's staging buffer. A request index outside ``[0, max_reqs)`` is
+padding (``_request_live``): its temperature is not loaded (greedy), nothing
+of it is cached or staged. The host rejects an index ``>= max_reqs`` before
+the launch, but skips that check under CUDA-graph capture; this bound keeps a
+replay with such an index inert, so it never writes out of bounds.
 
 Per step, the exchange (warp 0 of every CTA): the CTA's best key per row
 (butterflies over the lanes sharing t, then the 16 warps through shared
@@ -221,6 +224,11 @@ def _ld_shared_s64(address: Int32) -> Int64:
     return (Int64(hi) << 32) | (Int64(lo) & 0xFFFFFFFF)
 
 
+def _request_live(state: Int64, max_reqs: Int64) -> Int32:
+    """1 when request index ``state`` lies in ``[0, max_reqs)``, else 0 (padding: nothing loaded or stored for it)."""
+    return Int32((state >= 0) & (state < max_reqs))
+
+
 def _peer_base(peers: Int64, peer, predicate: Int32) -> Int64:
     """Rank ``peer``'s buffer base from the device peer table (0 off the predicate)."""
     return ptx.ld_global_nc_b64(peers + Int64(peer) * 8, predicate)
@@ -301,6 +309,7 @@ class ShardedMarkovSample(KernelVariant):
         control: Int64,  # this rank's control words
         diag: Int64,  # kernels.diag record (pinned host memory) or 0
         timeout_ns: Int64,  # 0: wait forever
+        max_reqs: Int64,  # rows of temperature and logits_cache
         query_per_row: Int32,
         rank: Int32,
         world: Int32,
@@ -315,7 +324,7 @@ class ShardedMarkovSample(KernelVariant):
             BaseLogits(base_logits, base_row_stride, base_step_stride, base_column), embed_table, head_shard,
             input_ids, idx_mapping, temperature, Rows(noise, noise_row_stride),
             LogitsCache(logits_cache, cache_stride0, cache_stride1), draft_tokens, peers, control, diag, timeout_ns,
-            query_per_row, rank, world, vocab_local, rows, max_rows,
+            max_reqs, query_per_row, rank, world, vocab_local, rows, max_rows,
         ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
 
     def _stamp(self, control: Int64, name: str, step=0) -> None:
@@ -385,12 +394,12 @@ class ShardedMarkovSample(KernelVariant):
         """The tile's cache elements as 16-byte vectors, one per lane and
         request row: into the local cache and every peer's staging buffer."""
         warp, lane, rows, vocab_offset, tile_words, rank, world = lanes
-        idx_mapping, logits_cache, peers, staging_row0, vocab = outputs
+        idx_mapping, max_reqs, logits_cache, peers, staging_row0, vocab = outputs
         vec_row = lane // self.tile_vectors
         vec = lane - vec_row * self.tile_vectors
         live = Int32(lane < rows * self.tile_vectors)
         state = ptx.ld_global_nc_b64(idx_mapping + Int64(vec_row * self.steps + step) * 8, live)
-        write = live & Int32(state >= 0)
+        write = live & _request_live(state, max_reqs)
         source = tile_words + (((warp * MAX_ROWS + vec_row % MAX_ROWS) * TILE_ROWS) + vec * self.vector_elements) * 4
         if const_expr(self.cache_bf16):
             words = ptx.ld_shared_v4(source) + ptx.ld_shared_v4(source + 16)
@@ -572,8 +581,8 @@ class ShardedMarkovSample(KernelVariant):
     def kernel(
         self, base_logits: BaseLogits, embed_table: Int64, head_shard: Int64, input_ids: Int64, idx_mapping: Int64,
         temperature: Int64, noise: Rows, logits_cache: LogitsCache, draft_tokens: Int64, peers: Int64,
-        control: Int64, diag: Int64, timeout_ns: Int64, query_per_row: Int32, rank: Int32, world: Int32,
-        vocab_local: Int32, rows: Int32, max_rows: Int32,
+        control: Int64, diag: Int64, timeout_ns: Int64, max_reqs: Int64, query_per_row: Int32, rank: Int32,
+        world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32,
     ):
         """One CTA of 16 warps; see the module docstring."""
         self._stamp(control, "start")
@@ -642,9 +651,9 @@ class ShardedMarkovSample(KernelVariant):
                 r = 2 * t + col
                 live = Int32(r < rows)
                 state = ptx.ld_global_nc_b64(idx_mapping + Int64(r * steps + step) * 8, live)
-                active = live & Int32(state >= 0)
+                active = live & _request_live(state, max_reqs)
                 temps.append(ptx.f32_from_bits(ptx.ld_global_nc(temperature + state * 4, 4, active)[0]))
-            store_outputs = (idx_mapping, logits_cache, peers, staging_row0, vocab)
+            store_outputs = (idx_mapping, max_reqs, logits_cache, peers, staging_row0, vocab)
             best[0] = Int64(0)
             best[1] = Int64(0)
             work = (step, temps, best, embedding_row, tile_lanes, tile_inputs, store_lanes, store_outputs)
@@ -712,7 +721,7 @@ class ShardedMarkovSample(KernelVariant):
             source_vector = within - source * vectors
             source = source + Int32(source >= rank)
             state = ptx.ld_global_nc_b64(idx_mapping + Int64(row_step) * 8, Int32(1))
-            keep = Int32(state >= 0)
+            keep = _request_live(state, max_reqs)
             element = Int64(source) * Int64(vocab_local) + Int64(source_vector * self.vector_elements)
             staged = (staging_row0 + Int64(row_step) * vocab + element) * cache_bytes
             words = ptx.ld_global_cg(own_buffer + staged, VECTOR_BYTES, keep)

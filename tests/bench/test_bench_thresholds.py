@@ -5,7 +5,7 @@ import json
 import pytest
 
 from harness.bench.thresholds import arch_of, crossover, derive, main
-from kernels.allreduce.host import measured_threshold
+from kernels.allreduce.protocol_rows import measured_threshold
 
 
 def test_crossover_needs_bt_ahead_from_there_on():
@@ -68,3 +68,29 @@ def test_nothing_to_derive_is_an_error(tmp_path):
     assert not (tmp_path / "t.json").exists()
     with pytest.raises(ValueError, match="compute capability 8.0"):
         arch_of("8.0")
+
+
+def test_a_bench_run_merges_the_crossovers_it_measured(tmp_path, monkeypatch, capsys):
+    """The bench's end (``_finish``) merges the document's measured crossovers into the thresholds file,
+    keyed by platform; an interrupted run and a run without an LL/BT pair write nothing."""
+    import harness.bench as bench
+    from harness.bench import report, results
+
+    written = tmp_path / "bench-x.json"
+    monkeypatch.setattr(results, "write_results", lambda document, out_dir: str(written))
+    monkeypatch.setattr(report, "write_report", lambda document, out_dir: {
+        "text": "", "summary": "bench-x.md", "plots": [], "plot_note": None})
+    document = {**_document(), "failed": [], "wall_s": 1.0}
+    table = tmp_path / "thresholds.json"
+    assert bench._finish(document, str(tmp_path), len(document["cases"]), True, thresholds_into=str(table)) == 130
+    assert not table.exists()
+    assert bench._finish(document, str(tmp_path), len(document["cases"]), False, thresholds_into=str(table)) == 0
+    merged = json.loads(table.read_text())
+    assert list(merged) == ["sm_90a/virtual/tp2/h5120"]
+    entry = merged["sm_90a/virtual/tp2/h5120"]
+    assert entry["bt_min_rows"] == 32 and entry["source"].endswith("bench-x.json")
+    assert "merged 1 measured LL/BT crossovers" in capsys.readouterr().out
+    other = tmp_path / "other.json"
+    plain = {**document, "cases": [c for c in document["cases"] if c["family"] != "allreduce_mhc"]}
+    assert bench._finish(plain, str(tmp_path), 1, False, thresholds_into=str(other)) == 0
+    assert not other.exists()

@@ -148,15 +148,26 @@ def test_nan_in_x_propagates_to_its_element_and_its_row():
     assert torch.equal(residual_bits[residual_keep], bf16_bits(clean["residual_out"])[residual_keep])
 
 
-def test_nan_with_quantize_is_an_error_without_state_change():
+def test_nan_and_inf_with_quantize_write_saturated_scales_and_nan_codes():
+    """A NaN in x makes its row's layer input NaN: every block of that row gets scale 0xFE and the E4M3 NaN
+    0x7F; the other rows' MXFP8 is unchanged (golden/mxfp8.py item 5)."""
+    from contracts.allreduce_mhc import mxfp8_padded_cols
+    from golden.mxfp8 import swizzled_scale_index
+
     config = make_config(1, capacity=8)
     call = make_call(1, 3, seed=4)
-    call["x"][0, 0, 0] = float("nan")
-    system = GoldenAllReduceMHC(SoloComm(), make_static(), config)
-    before = system.state()
-    with pytest.raises(ValueError, match="not finite"):
-        system.launch(call, {})
-    assert system.state() == before
+    clean = GoldenAllReduceMHC(SoloComm(), make_static(), config).launch(call, {})
+    call["x"][0, 1, 0] = float("nan")
+    out = GoldenAllReduceMHC(SoloComm(), make_static(), config).launch(call, {})
+    hidden = out["layer_input"].shape[1]
+    assert torch.all(out["mxfp8_values"][1] == 0x7F)
+    columns = torch.arange(hidden // 32)
+    row1 = swizzled_scale_index(torch.ones_like(columns), columns, mxfp8_padded_cols(hidden))
+    assert torch.all(out["mxfp8_scales"][row1] == 0xFE)
+    assert torch.equal(out["mxfp8_values"][[0, 2]], clean["mxfp8_values"][[0, 2]])
+    others = torch.ones_like(out["mxfp8_scales"], dtype=torch.bool)
+    others[row1] = False
+    assert torch.equal(out["mxfp8_scales"][others], clean["mxfp8_scales"][others])
 
 
 # ---------------------------------------------------------------- the system

@@ -23,6 +23,8 @@ from golden.comm import SoloComm, ThreadWorld
 from contracts.markov_sharded import INDEX_MASK, MAX_VOCAB, TAG_MASK
 from golden.markov_sharded import (
     GoldenMarkovSharded,
+    as_clamped_anchors,
+    as_padding,
     candidate_keys,
     decode_record,
     encode_record,
@@ -599,3 +601,31 @@ def test_golden_on_cuda_gives_the_cpu_bits():
     for rank, out in enumerate(outs):
         assert out["logits_cache"].is_cuda
         assert_same({name: t.cpu() for name, t in out.items()}, cpu, rank)
+
+
+def test_out_of_range_request_rows_are_refused_and_map_to_padding():
+    """An index >= max_reqs is an argument error of the golden (the host check);
+    ``as_padding`` turns every index outside [0, max_reqs) into -1 and keeps
+    the others, and the mapped call equals the call with that row as padding."""
+    config = make_config(2, "bf16", "bf16")
+    static = make_static(41)
+    inputs, params = make_call(41, 3, 2, "bf16", "bf16")
+    planted = inputs["idx_mapping"].clone()
+    planted[2:4] = torch.tensor([MAX_REQS, 1 << 40])
+    with pytest.raises(ValueError, match="max_reqs"):
+        reference(static, config, {**inputs, "idx_mapping": planted}, params)
+    assert as_padding(torch.tensor([-5, -1, 0, MAX_REQS - 1, MAX_REQS, 1 << 40]), MAX_REQS).tolist() == [
+        -1, -1, 0, MAX_REQS - 1, -1, -1]
+    padded = inputs["idx_mapping"].clone()
+    padded[2:4] = -1
+    mapped = reference(static, config, {**inputs, "idx_mapping": as_padding(planted, MAX_REQS)}, params)
+    assert_same(mapped, reference(static, config, {**inputs, "idx_mapping": padded}, params), 0)
+
+
+def test_anchors_outside_the_vocabulary_are_refused_and_clamp_to_its_last_id():
+    ids = torch.tensor([-5, 0, VOCAB - 1, VOCAB, 1 << 30], dtype=torch.int32)
+    assert as_clamped_anchors(ids, VOCAB).tolist() == [VOCAB - 1, 0, VOCAB - 1, VOCAB - 1, VOCAB - 1]
+    inputs, params = make_call(42, 2, 2, "bf16", "bf16", query_per_row=1)
+    inputs["input_ids"][1] = -5
+    with pytest.raises(ValueError, match="anchor of row 1"):
+        reference(make_static(42), make_config(2, "bf16", "bf16"), inputs, params)

@@ -178,5 +178,30 @@ def test_rejects_bad_input():
         quantize(torch.zeros(2, 32))
     with pytest.raises(ValueError, match="multiple of 32"):
         quantize(torch.zeros(2, 48, dtype=torch.bfloat16))
-    with pytest.raises(ValueError, match="finite"):
-        quantize(torch.full((1, 32), float("nan"), dtype=torch.bfloat16))
+
+
+def test_nan_and_inf_blocks_by_hand():
+    """Contract item 5 on blocks derived by hand from the OCP MX rules (E4M3: bias 7, 3 mantissa bits, NaN
+    S.1111.111; UE8M0: bias 127), not from a kernel run. Row 0: block 0 holds NaN, +Inf, -Inf, 3.0, -2.5,
+    -0.0 and zeros; block 1 is finite (1.0, 448, -2, 0.25). Row 1: block 0 a negative NaN and a finite
+    value, block 1 all zero."""
+    x = torch.zeros(2, 64, dtype=torch.float32)
+    x[0, :6] = torch.tensor([float("nan"), float("inf"), float("-inf"), 3.0, -2.5, -0.0])
+    x[0, 32:36] = torch.tensor([1.0, 448.0, -2.0, 0.25])
+    x[1, 0], x[1, 1] = -float("nan"), 7.0
+    values, scales = quantize(x.to(torch.bfloat16))
+    # Block (0, 0): scale saturated at 0xFE; NaN and +-Inf are the E4M3 NaN 0x7F; 3.0 and +0 are +0 (0x00),
+    # -2.5 and -0.0 are -0 (0x80): every element times the kernel's +0.0 multiplier.
+    assert values[0, :6].tolist() == [0x7F, 0x7F, 0x7F, 0x00, 0x80, 0x80]
+    assert values[0, 6:32].tolist() == [0x00] * 26
+    # Block (0, 1): amax 448 -> scale 2^0 (0x7F); 1.0 = 0.0111.000, 448 = 0.1111.110, -2 = 1.1000.000,
+    # 0.25 = 0.0101.000.
+    assert values[0, 32:36].tolist() == [0x38, 0x7E, 0xC0, 0x28]
+    # Row 1: the negative NaN's block saturates too (integer max of |bits|), 7.0 becomes +0; an all-zero block
+    # has scale 0x00 and +0 values.
+    assert values[1, :2].tolist() == [0x7F, 0x00] and values[1, 32:].tolist() == [0x00] * 32
+    # Scales of rows 0 and 1, columns 0 and 1: bytes 0, 1 and 16, 17 of the 128x4 tile.
+    assert (scales[0].item(), scales[1].item(), scales[16].item(), scales[17].item()) == (0xFE, 0x7F, 0xFE, 0x00)
+    decoded = dequantize(values, scales, 2, 64)
+    assert torch.isnan(decoded[0, :3]).all() and torch.equal(decoded[0, 3:32], torch.zeros(29, dtype=torch.float64))
+    assert decoded[0, 32:36].tolist() == [1.0, 448.0, -2.0, 0.25]

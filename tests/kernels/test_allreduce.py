@@ -161,16 +161,70 @@ def test_misaligned_input_is_rejected():
 
 
 def test_threshold_provenance(tmp_path):
-    from kernels.allreduce.host import measured_threshold
+    from kernels.allreduce.protocol_rows import measured_threshold
 
     path = tmp_path / "thresholds.json"
     entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
-    assert entry is None and "LL only" in why
+    assert entry is None and "no measurement for sm_90a/symmetric/tp8/h5120" in why
     path.write_text(json.dumps({"sm_90a/symmetric/tp8/h5120": {"bt_min_rows": 96, "source": "docs/results/x.json"}}))
     entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
     assert entry["bt_min_rows"] == 96 and "docs/results/x.json" in why
     assert measured_threshold("sm_90a", "symmetric", 4, 5120, str(path))[0] is None
     assert measured_threshold("sm_90a", "virtual", 8, 5120, str(path))[0] is None
+
+
+def _instance_thresholds(provider: str, tp: int, hidden: int, capacity: int, **given):
+    """An ``AllReduceMHC``'s threshold choice (``_choose_thresholds``, run without a GPU) over a fabric of
+    ``provider`` on an H200 (sm_90a)."""
+    from types import SimpleNamespace
+
+    from kernels.allreduce.host import AllReduceMHC
+
+    instance = object.__new__(AllReduceMHC)
+    config = {**_config(tp=tp, hidden=hidden, capacity=capacity), "bt_min_rows": None, **given}
+    instance.config = check_config({k: v for k, v in config.items() if v is not None})
+    instance.arch, instance.fabric = "sm_90a", SimpleNamespace(provider=provider)
+    instance._choose_thresholds()
+    return instance
+
+
+def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ranks_the_measured_one(
+        tmp_path, monkeypatch):
+    """A table that measured virtual ranks sharing the GPU at tp 2 H 5120 (BT never ahead) and nothing for
+    ranks on their own GPUs (symmetric memory): over distinct GPUs the instance takes the seed's preset (BT
+    from 37 rows, finalize 43) and builds BT; over virtual ranks the measurement, LL only, no BT buffers; a
+    given bt_min_rows wins over both."""
+    import functools
+
+    from kernels.allreduce import host, protocol_rows
+
+    table = tmp_path / "thresholds.json"
+    table.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {
+        "bt_min_rows": None, "bt_min_finalize_rows": None, "source": "docs/results/bench-z.json"}}))
+    monkeypatch.setattr(host, "choose_thresholds", functools.partial(protocol_rows.choose_thresholds,
+                                                                     path=str(table)))
+    distinct = _instance_thresholds("symmetric", 2, 5120, 128)
+    assert (distinct.bt_min_rows, distinct.bt_min_finalize_rows, distinct.bt_enabled) == (37, 43, True)
+    assert distinct.threshold_provenance.startswith("seed preset") and "sm_90a/symmetric/tp2/h5120" in \
+        distinct.threshold_provenance
+    shared = _instance_thresholds("virtual", 2, 5120, 128)
+    assert (shared.bt_min_rows, shared.bt_min_finalize_rows, shared.bt_enabled) == (129, 129, False)
+    assert shared.threshold_provenance == (
+        "measured: docs/results/bench-z.json (sm_90a/virtual/tp2/h5120): BT never ahead, LL only")
+    assert _instance_thresholds("symmetric", 8, 5120, 16).bt_enabled is False  # capacity below the preset
+    given = _instance_thresholds("symmetric", 2, 5120, 128, bt_min_rows=8)
+    assert (given.bt_min_rows, given.threshold_provenance) == (8, "config.bt_min_rows")
+    assert [protocol_rows.seed_preset(tp)[:2] for tp in (1, 2, 4, 5, 8)] == [(37, 43)] * 3 + [(21, 25)] * 2
+
+
+def test_a_measured_crossover_is_taken_as_measured(tmp_path):
+    from kernels.allreduce.protocol_rows import choose_thresholds
+
+    path = tmp_path / "thresholds.json"
+    path.write_text(json.dumps({"sm_90a/virtual/tp4/h7168": {"bt_min_rows": 64, "bt_min_finalize_rows": None,
+                                                             "source": "docs/results/bench-y.json"}}))
+    chosen = choose_thresholds("sm_90a", "virtual", 4, 7168, 256, str(path))
+    assert chosen == (64, 257, "measured: docs/results/bench-y.json (sm_90a/virtual/tp4/h7168)")
 
 
 def test_device_arch_maps_capabilities(monkeypatch):

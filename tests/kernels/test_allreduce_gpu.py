@@ -76,6 +76,25 @@ def test_mxfp8_output(tp, hidden):
     assert per_rank[0][0][0]["mxfp8_scales"].numel() == 128 * hidden // 32
 
 
+def test_mxfp8_of_nan_and_inf_is_the_golden_contract():
+    """NaN, +Inf and -Inf in x with the MXFP8 output, LL (3 rows) and BT (4 rows): every bit equals the
+    golden's (golden/mxfp8.py item 5); the NaN token's blocks carry scale 0xFE and the E4M3 NaN 0x7F."""
+    config = make_config(5120, 2, quantize=True)
+    static = make_static(config, 6)
+    calls = []
+    for rows in (3, 4):
+        inputs = make_call(config, rows, 50 + rows)
+        inputs["x"][0, 1, 5] = float("nan")
+        inputs["x"][1, 2, 7] = float("inf")
+        inputs["x"][0, 0, 100] = float("-inf")
+        calls.append((inputs, {}))
+    per_rank = run_virtual(config, static, calls)
+    assert_golden(config, static, calls, per_rank)
+    for results, _ in per_rank:
+        assert torch.all(results[0]["mxfp8_values"][1] == 0x7F)
+        assert int((results[0]["mxfp8_scales"] == 0xFE).sum()) >= 5120 // 32
+
+
 def test_residual_only():
     config = make_config(7168, 2, residual_only=True)
     static = make_static(config, 9)

@@ -199,7 +199,7 @@ def test_kernel_ptx_carries_the_protocol_instructions():
 
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
     compiled = cute.compile(ShardedMarkovSample(2, "float32", "bfloat16"), *args, options="--keep-ptx --gpu-arch sm_90a")
     text = compiled.artifacts.PTX
     text = text if isinstance(text, str) else text.decode()
@@ -220,7 +220,7 @@ def _sample_ptx(steps: int, stamps: bool, **config) -> str:
 
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    args = [Int64(0)] * 19 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
     kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps, **config)
     text = cute.compile(kernel, *args, options="--keep-ptx --gpu-arch sm_90a").artifacts.PTX
     return text if isinstance(text, str) else text.decode()
@@ -278,14 +278,14 @@ def test_kernel_arguments_pin_the_seed_layout():
     tokens = torch.zeros(args.rows, cfg.steps, dtype=torch.int64)
     pointers, sizes = kernel_arguments(cfg, rank, 3, args, tokens, embed, head[first : first + cfg.vocab_local],
                                        peer_ptrs, control, 0xABC0, 7)
-    assert len(pointers) == 19 and len(sizes) == 7
+    assert len(pointers) == 20 and len(sizes) == 7
     base = inputs["base_logits"]
     assert pointers[:4] == (base.data_ptr(), 2 * 2048, 2048, first)
     assert pointers[4] == embed.data_ptr() and pointers[5] == head.data_ptr() + first * layout.ROW_BYTES
     assert pointers[9] == inputs["noise"].data_ptr() + first * 4 and pointers[10] == 2048
     cache = inputs["logits_cache"]
     assert pointers[11:15] == (cache.data_ptr(), 2 * 2048, 2048, tokens.data_ptr())
-    assert pointers[15:] == (peer_ptrs.data_ptr(), control.data_ptr(), 0xABC0, 7)
+    assert pointers[15:] == (peer_ptrs.data_ptr(), control.data_ptr(), 0xABC0, 7, cfg.max_reqs)
     assert sizes == (1, rank, world, 512, 3, 8, 3)
 
 

@@ -6,7 +6,9 @@ one stream each, on one GPU) at world 1, 2, 4 and 8. Every rank's
 (the unsharded loop) exactly: rows 1, 3 and 8, steps 1, 4 and 8, every
 (base, cache) dtype pair, full and shard-only base, temperature 0, -0.0 and
 non-zero mixed, padding rows, NaN logits inside a shard and at its edges,
-small grids (streamed tiles), the launch counter from 32760 across the
+small grids (streamed tiles), a request row outside ``[0, max_reqs)`` under
+CUDA-graph capture (inert: guard rows around ``temperature`` and
+``logits_cache`` untouched), the launch counter from 32760 across the
 15-bit tag wrap, CUDA graphs of several row counts captured at their first
 launch and replayed interleaved, and a rank that skips a launch (the others
 time out, with a diagnostic record naming it).
@@ -252,6 +254,78 @@ def case_graphs_of_several_row_counts_replay_interleaved() -> None:
         assert state == {"launches": len(calls)}
 
 
+# Guard rows on either side of ``temperature`` and ``logits_cache`` (at least
+# ``steps`` of them, so every planted index lands inside the guard after).
+GUARD_ROWS = 8
+TEMPERATURE_SENTINEL = 0.5
+CACHE_SENTINEL_BITS = 0x5A5A
+
+
+def case_out_of_range_row_is_inert_under_capture() -> None:
+    """A call captured in a CUDA graph (the host's value checks are skipped)
+    with request row 2 mapped to ``max_reqs + step`` at every step and row
+    3's anchor -5, replayed at world 2: the guard rows around ``temperature``
+    and ``logits_cache`` keep their sentinels (a sentinel temperature of 0.5
+    read for row 2 would also sample it, not draw it greedily), and every
+    token and cache bit equals the golden's for the call with row 2 as
+    padding (``as_padding``) and row 3's anchor clamped to ``vocab - 1``
+    (``as_clamped_anchors``)."""
+    from golden.markov_sharded import as_clamped_anchors, as_padding
+    from kernels import hostcopy
+    from kernels.fabric import VirtualFabric
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    world, rows = 2, 4
+    config = base_config(vocab=2048, steps=4)
+    steps, vocab = config["steps"], config["vocab"]
+    static = make_static(vocab, 16)
+    inputs, params = make_call(config, rows, 600)
+    planted = inputs["idx_mapping"].view(rows, steps).clone()
+    planted[2] = MAX_REQS + torch.arange(steps)
+    planted = planted.reshape(-1).contiguous()
+    inputs["input_ids"][3] = -5
+    temperature_guarded = torch.full((GUARD_ROWS + MAX_REQS + GUARD_ROWS,), TEMPERATURE_SENTINEL)
+    temperature_guarded[GUARD_ROWS : GUARD_ROWS + MAX_REQS] = inputs["temperature"]
+    cache_guarded = torch.full((GUARD_ROWS + MAX_REQS + GUARD_ROWS, steps, vocab), CACHE_SENTINEL_BITS,
+                               dtype=torch.int16).view(torch.bfloat16)
+    cache_guarded[GUARD_ROWS : GUARD_ROWS + MAX_REQS] = inputs["logits_cache"]
+    device = torch.device("cuda", torch.cuda.current_device())
+    fabrics = VirtualFabric.create(world, device, timeout_s=FABRIC_TIMEOUT_S)
+
+    def body(fabric):
+        sampler = ShardedMarkovSampler(
+            static["embed_table"].to(device), static["head"].to(device), steps=steps, max_rows=8, max_reqs=MAX_REQS,
+            group=fabric, timeout_ns=KERNEL_TIMEOUT_NS)
+        on_device = {name: hostcopy.to_device(tensor, device) for name, tensor in inputs.items()}
+        temperature = hostcopy.to_device(temperature_guarded, device)
+        cache = hostcopy.to_device(cache_guarded, device)
+        mapping = hostcopy.to_device(planted, device)
+        tokens = torch.zeros(rows, steps, dtype=torch.int64, device=device)
+        graph, _ = capture(lambda: sampler(
+            on_device["base_logits"], on_device["input_ids"], 1, mapping,
+            temperature[GUARD_ROWS : GUARD_ROWS + MAX_REQS], on_device["noise"],
+            cache[GUARD_ROWS : GUARD_ROWS + MAX_REQS], tokens, rows))
+        graph.replay()
+        torch.cuda.current_stream(device).synchronize()
+        return hostcopy.to_host(tokens), hostcopy.to_host(temperature), hostcopy.to_host(cache)
+
+    results = VirtualFabric.run(fabrics, body)
+    want = golden(static, config, {**inputs, "idx_mapping": as_padding(planted, MAX_REQS),
+                                   "input_ids": as_clamped_anchors(inputs["input_ids"], vocab)}, params)
+    sentinel = torch.full((GUARD_ROWS, steps, vocab), CACHE_SENTINEL_BITS, dtype=torch.int16)
+    for rank, (tokens, temperature, cache) in enumerate(results):
+        assert torch.equal(temperature.view(torch.int32), temperature_guarded.view(torch.int32)), (
+            f"rank {rank}: temperature or its guard rows changed")
+        bits = cache.view(torch.int16)
+        assert torch.equal(bits[:GUARD_ROWS], sentinel), f"rank {rank}: the guard rows before logits_cache changed"
+        assert torch.equal(bits[GUARD_ROWS + MAX_REQS :], sentinel), (
+            f"rank {rank}: the guard rows after logits_cache changed (an out-of-range row was stored)")
+        assert torch.equal(tokens, want["draft_tokens"]), (
+            f"rank {rank}: tokens\n{tokens}\nvs golden (row 2 as padding)\n{want['draft_tokens']}")
+        diff = (bits[GUARD_ROWS : GUARD_ROWS + MAX_REQS] != want["logits_cache"].view(torch.int16)).nonzero()
+        assert len(diff) == 0, f"rank {rank}: {len(diff)} cache elements differ, first at {diff[0].tolist()}"
+
+
 def case_launch_kind(cooperative: bool) -> None:
     """Diagnostic (run by hand, not by pytest): world 2 with the launch forced
     cooperative or plain; prints how long each rank's launch calls blocked the host."""
@@ -284,6 +358,7 @@ CHILD_CASES = {
     "launch_plain": partial(case_launch_kind, False),
     "wrap": case_launch_counter_wraps_the_tag,
     "graphs": case_graphs_of_several_row_counts_replay_interleaved,
+    "bounds": case_out_of_range_row_is_inert_under_capture,
 }
 
 
@@ -323,6 +398,10 @@ def test_launch_counter_wraps_the_tag(tmp_path):
 
 def test_graphs_of_several_row_counts_replay_interleaved(tmp_path):
     assert_case_passes("graphs", tmp_path)
+
+
+def test_out_of_range_row_is_inert_under_capture(tmp_path):
+    assert_case_passes("bounds", tmp_path)
 
 
 def skip_child(path: str) -> None:

@@ -281,3 +281,50 @@ def test_help_shows_the_seed_signature():
 
     text = pydoc.render_doc(AllReduceMHC.__call__, renderer=pydoc.plaintext)
     assert "__call__(self, x" in text and "norm_eps" in text and "mxfp8_out" in text
+
+
+class _RecordingConstructor:
+    """Stands for a public kernel class: records the keyword arguments it was built with."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        self.kwargs = kwargs
+        self.rank, self.device = 0, torch.device("cuda", 0)
+
+
+class _FakeFabric:
+    """A fabric of one rank on ``cuda:0`` that allocates nothing (the public classes are replaced)."""
+
+    rank, world, device = 0, 1, torch.device("cuda", 0)
+    alloc = barrier = None
+
+
+def test_public_deadlines_are_the_serving_policy_and_the_harness_passes_its_own(monkeypatch):
+    """The public constructors default to kernels.diag's serving deadline (10 minutes); the harness systems
+    build them with their own short deadlines, passed explicitly."""
+    from contracts.markov_sharded import DEFAULT_TIMEOUT_NS
+    from harness.families import allreduce_mhc_kernel, markov_sharded_kernel
+    from kernels.allreduce import AllReduceMHC
+    from kernels.diag import SERVING_DEADLINE_NS
+    from kernels.markov.sharded import ShardedMarkovSampler
+
+    def default(function, name):
+        return inspect.signature(function).parameters[name].default
+
+    assert SERVING_DEADLINE_NS == 600 * 10**9
+    assert default(AllReduceMHC.__init__, "timeout_ms") * 10**6 == SERVING_DEADLINE_NS
+    assert default(ShardedMarkovSampler.__init__, "timeout_ns") == SERVING_DEADLINE_NS
+
+    monkeypatch.setattr(allreduce_mhc_kernel, "AllReduceMHC", _RecordingConstructor)
+    config = {"hidden": 256, "hc": 4, "capacity": 8, "top_k": 2, "tp": 1, "eps": 1e-6, "quantize": False,
+              "residual_only": True}
+    system = allreduce_mhc_kernel.AllReduceMHCSystem(_FakeFabric(), {}, config)
+    assert system.api.kwargs["timeout_ms"] == allreduce_mhc_kernel.HARNESS_TIMEOUT_MS == 5_000.0
+
+    monkeypatch.setattr(markov_sharded_kernel, "ShardedMarkovSampler", _RecordingConstructor)
+    config = {"vocab": 2048, "world": 1, "steps": 2, "base_dtype": "bfloat16", "cache_dtype": "bfloat16",
+              "max_rows": 8, "max_reqs": 4}
+    static = {"embed_table": None, "head": None}
+    assert markov_sharded_kernel.ShardedMarkovSystem(_FakeFabric(), static, config).api.kwargs["timeout_ns"] \
+        == DEFAULT_TIMEOUT_NS < SERVING_DEADLINE_NS
+    shorter = markov_sharded_kernel.ShardedMarkovSystem(_FakeFabric(), static, {**config, "timeout_ns": 10**9})
+    assert shorter.api.kwargs["timeout_ns"] == 10**9

@@ -280,6 +280,18 @@ def test_nan_input():
     assert nan == [[1, 0, 3], [1, 2, 255], [1, 17, 0]]
 
 
+def test_nan_input_values_inf_and_minus_inf():
+    """``value: inf`` / ``-inf`` plant infinities where ``nan_input`` plants NaN; another value is refused."""
+    s = get("allreduce_mhc/mxfp8_nonfinite_graph")
+    x = build_call(s, 1, 2)[0]["x"].float()
+    assert torch.isnan(x[0, 20, 100]) and x[0, 21, 0].item() == float("inf") and x[0, 22, 128].item() == float("-inf")
+    assert int(torch.isfinite(x).logical_not().sum()) == 6 and torch.isfinite(x[1]).all()
+    assert build_call(s, 2, 2)[0]["shared_output"].float()[0, 4, 31].item() == float("inf")
+    bad = {**_yaml(s), "inject": [{"kind": "nan_input", "positions": [[0, 0]], "value": "huge"}]}
+    with pytest.raises(ValueError, match="value"):
+        validate(bad, "m.yaml")
+
+
 def test_misaligned_stride_view():
     s = get("markov_fused/misaligned_stride")
     t = build_call(s, 0, 2)[0]
