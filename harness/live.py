@@ -119,8 +119,14 @@ class LiveView:
         return [r for r in self.results if not r.is_stored_bits_check]
 
     def renderable(self) -> Group:
-        """The table, the per-world counts and the bar."""
-        return Group(self.table(), Text(world_counts(self.cases(), self.planned)), self.progress)
+        """The table, the per-world counts (and the graphs captured so far) and the bar."""
+        from harness.report import graph_totals  # noqa: PLC0415 - the report imports this module
+
+        counts = world_counts(self.cases(), self.planned)
+        graphs = graph_totals(self.results)
+        if graphs["cases"]:
+            counts += f" · graphs: {graphs['captured']} captured, {graphs['replays']} replays"
+        return Group(self.table(), Text(counts), self.progress)
 
     def show(self, results: Sequence) -> None:
         """Redraw with ``results`` (every result so far, in arrival order)."""

@@ -38,6 +38,12 @@ groups each JUnit case's classname starts with its group
 (``group5.markov_sharded.basic``), so a CI page lists every group's cases
 under it.
 
+A case of a scenario that asks for CUDA graphs carries its graph counts
+(``CaseResult.graphs``: graphs captured and replays over the ranks, and the
+worst rank's mode); the JSON summary's ``graphs``, the JUnit suite's
+``graphs.*`` properties and the footer's ``# Graphs`` line add them up
+(``graph_totals``), so a run shows at a glance how much it captured.
+
 Both files carry the run's provenance (``harness.provenance``: versions,
 commit, host, GPUs, the multicast variables, the start time); the JSON names
 its format (``schema``). A JUnit failure carries the first mismatch and,
@@ -92,6 +98,7 @@ class CaseResult:
     impl: str = "golden"
     phases: dict = field(default_factory=dict)  # seconds per phase, the slowest rank's (harness.phases)
     facts: str | None = None  # the architecture facts file the golden used (harness.arch_facts), None: none needed
+    graphs: dict | None = None  # {"mode", "captured", "replays"} of a graph scenario (launchers.verdict.graph_counts)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -179,6 +186,15 @@ def failure_text(r: CaseResult) -> str:
     return body
 
 
+def graph_totals(results: Sequence[CaseResult]) -> dict:
+    """Over the cases of graph scenarios: how many there were, graphs captured, replays, and cases per mode."""
+    graphed = [r.graphs for r in results if r.graphs and not r.is_stored_bits_check]
+    return {"cases": len(graphed), "captured": sum(int(g.get("captured", 0)) for g in graphed),
+            "replays": sum(int(g.get("replays", 0)) for g in graphed),
+            "not_captured": sum(g.get("mode") == "not-captured" for g in graphed),
+            "not_available": sum(g.get("mode") == "not-available" for g in graphed)}
+
+
 # The order diagnoses are listed in: a hang or a crash first, then other errors, then wrong bits.
 DIAGNOSIS_ORDER = ("timeout", "error", "fail")
 
@@ -227,6 +243,8 @@ def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provena
     for i, d in enumerate(diagnoses(results)):
         ET.SubElement(props, "property", {"name": f"diagnosis.{i}",
                                           "value": f"{d['status'].upper()} {d['case_id']}: {d['text']}"})
+    for name, value in graph_totals(results).items():
+        ET.SubElement(props, "property", {"name": f"graphs.{name}", "value": str(value)})
     ET.SubElement(props, "property", {"name": "header", "value": header})
     ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
     for name, value in provenance_facts.flat(provenance or {}, "provenance.").items():
@@ -344,6 +362,7 @@ class Report:
         return {"counts": {s: sum(r.status == s for r in cases) for s in STATUSES},
                 "stored_bits": {s: sum(r.status == s for r in checks) for s in STATUSES},
                 "mismatching_elements": sum(r.mismatch_count for r in self.results),
+                "graphs": graph_totals(self.results),
                 "cases": len(cases), "planned": self.total, "interrupted": self.interrupted,
                 "empty_reason": self.empty_reason, "wall_s": time.time() - self.started, "ok": self.ok,
                 "result": result, "exit_code": code}
@@ -383,12 +402,16 @@ class Report:
         stored_line = (f"# Stored bits : {sum(stored.values())} checked  pass {stored['pass']}  "
                        f"fail {stored['fail']}  not-available {stored['not-available']}\n"
                        if any(stored.values()) else "")
+        g = s["graphs"]
+        graph_line = (f"# Graphs : {g['captured']} captured  {g['replays']} replays  over {g['cases']} graph cases  "
+                      f"not captured {g['not_captured']}  not available {g['not_available']}\n" if g["cases"] else "")
         planned = f" of {s['planned']}" if s["planned"] is not None else ""
         return (
             f"# Out of bounds values : {oob} {'OK' if oob == 0 else 'FAILED'}\n"
             f"# Cases : {s['cases']}{planned}  pass {c['pass']}  fail {c['fail']}  timeout {c['timeout']}  "
             f"error {c['error']}  not-available {c['not-available']}\n"
             f"{stored_line}"
+            f"{graph_line}"
             f"# Phases : {phase_summary(self.results)}\n"
             f"# Result : {s['result']}  ({s['wall_s']:.1f} s)"
         )
