@@ -62,3 +62,11 @@ def test_a_row_length_beyond_head_gemv_is_not_available_naming_it():
     emb, head = operands(1, 16, 416)
     with pytest.raises(NotAvailable, match="dim 416"):
         HarnessBias()(emb, head)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("rows, n", [(MAX_ROWS, 4 * TILE_ROWS), (MAX_ROWS + 3, 2 * TILE_ROWS + 5)])
+def test_the_head_gemv_path_has_the_golden_mma_bits_on_the_gpu(rows, n):
+    emb, head = operands(rows, n, 256, seed=11)
+    bias = HarnessBias()(emb.cuda(), head.cuda())
+    assert torch.equal(bias.cpu().view(torch.int16), mma_bias(emb, head).view(torch.int16))
