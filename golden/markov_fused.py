@@ -5,9 +5,18 @@ One call (``launch``) drafts ``steps`` tokens for each of ``rows`` rows:
 1. Anchor: ``emb[r] = w1[row(input_ids[anchor_idx[r]])]`` where ``row(t)`` is
    ``min(t as unsigned 64-bit, V - 1)``: a corrupt id (negative or >= V)
    reads the table's last row, a valid id is unchanged.
-2. For each step ``col``: ``bias = markov_bias(emb, w2_shard)`` (bf16; the
-   GEMV is outside the seed's kernels, so the contract defines it: the exact
-   dot product of the bf16 rows rounded once to bf16, see ``markov_bias``).
+2. For each step ``col``: ``bias = GEMV(emb, w2_shard)`` (bf16; the GEMV is
+   the caller's, outside the seed's kernels, so the contract names its bits:
+   config key ``bias``, a name of ``BIAS_MODELS``). ``"exact"`` (the
+   default) is the exact dot product of the bf16 rows rounded once to bf16
+   (``markov_bias``, which resolves rare inexact sums on the host);
+   ``"hopper_mma"`` is the chained ``m16n8k16`` MMAs of
+   ``kernels.markov.head_gemv.HeadGemv`` on the H200 (``mma_bias``, the
+   architecture facts' ``mma_model``), the GEMV a CUDA graph can capture. An
+   MMA chain runs in K tiles of 32, so a row length R that is not a multiple
+   of 32 has no MMA model: there every model is the exact sum (the GEMV a
+   caller runs at such R is an exact one). A bias element depends only on
+   its row and head row, so the unsharded loop and every shard agree.
 3. ``logit_transform`` per vocab entry (the seed's ``_logit``):
    ``x = add.bf16(base, bias)`` (one rounding), ``y = RN(mult * f32(x))``;
    with the soft cap ``w = RN(cap * tanhf(RN(inv_cap * y)))`` else ``w = y``;
@@ -173,6 +182,17 @@ def markov_bias(emb: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
     return round_f64_to_bf16(s)
 
 
+BIAS_MODELS = {"exact": markov_bias, "hopper_mma": mma_bias}
+
+
+def bias_model(name: Any, dim: int):
+    """The GEMV of model ``name`` (a ``BIAS_MODELS`` key) at row length ``dim``: the exact sum where ``dim`` is not
+    a multiple of 32 (no MMA chain tiles it), else the named model."""
+    if not isinstance(name, str) or name not in BIAS_MODELS:
+        raise ValueError(f"config['bias']: expected one of {sorted(BIAS_MODELS)}, got {name!r}")
+    return BIAS_MODELS[name] if dim % 32 == 0 else markov_bias
+
+
 # -------------------------------------------------------------- transform
 
 
@@ -279,7 +299,7 @@ def cache_fill(gathered: torch.Tensor, cache: torch.Tensor, idx_map: torch.Tenso
 
 # ------------------------------------------------------------ validation
 
-_CONFIG_KEYS = ("vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block", "rcp_table")
+_CONFIG_KEYS = ("vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block", "rcp_table", "bias")
 _INPUT_SPECS = {  # name -> (dtype, shape names)
     "input_ids": (torch.int32, ("T",)),
     "anchor_idx": (torch.int64, ("rows",)),
@@ -324,7 +344,8 @@ class GoldenMarkovFused:
     ``w2`` of its vocab shard. ``rcp_table`` (``{temperature bits: rcp
     bits}``, the keyword or config key ``rcp_table``, which the harness fills
     from the architecture's facts) defaults to ``golden/data/rcp_f32_<arch>.json``,
-    read only when a temperature is not a power of two."""
+    read only when a temperature is not a power of two. ``bias`` (config,
+    default ``"exact"``) names the GEMV's model (``bias_model``)."""
 
     def __init__(self, comm: Comm, static: Mapping[str, torch.Tensor], config: Mapping[str, Any], *,
                  rcp_table: Mapping[int, int] | None = None, arch: str = "sm_90") -> None:
@@ -350,6 +371,7 @@ class GoldenMarkovFused:
         self.cap = _f32_config(config, "cap") if self.has_cap or "cap" in config else as_f32(0.0)
         self.inv_cap = _f32_config(config, "inv_cap") if self.has_cap or "inv_cap" in config else as_f32(0.0)
         _check_static(static, self.vocab, self.dim)
+        self.bias_fn = bias_model(config.get("bias", "exact"), self.dim)
         self.comm = comm
         self.start, self.end = shard_bounds(self.vocab, comm.world, comm.rank)
         self.w1 = static["w1"]
@@ -432,7 +454,7 @@ class GoldenMarkovFused:
         cache = call_inputs["cache"].clone()
         local_cache = torch.empty((rows, steps, self.end - self.start), dtype=torch.bfloat16, device=device)
         for col in range(steps):
-            bias = markov_bias(emb, self.w2_shard)
+            bias = self.bias_fn(emb, self.w2_shard)
             base = call_inputs["base"][:, col, self.start:self.end]
             args = (base, bias, idx_map[:, col], pos[:, col], call_inputs["seeds"],
                     call_inputs["temperature"], reciprocals)
@@ -470,6 +492,6 @@ def reference(static, config, call_inputs, call_params=None, *, rcp_table=None):
 
 
 __all__ = [
-    "FAMILY", "GoldenMarkovFused", "cache_fill", "logit_transform", "markov_bias", "mma_bias", "pick",
+    "BIAS_MODELS", "FAMILY", "GoldenMarkovFused", "bias_model", "cache_fill", "logit_transform", "markov_bias", "mma_bias", "pick",
     "rank_step", "reference", "step_values", "w1_rows",
 ]

@@ -9,21 +9,24 @@ the seed's draft loop driven over the public ``kernels.markov.fused.MarkovKernel
 (``anchor_embed``, per step the GEMV and ``step``, ``pick``, ``cache_fill``), takes its weights and
 call inputs as CUDA tensors (the adapter copies them to the rank's device,
 layout kept, and the kernel's in-place ``cache`` write lands on that copy),
-and the bias GEMV as ``bias_fn``: the golden's exact
-``golden.markov_fused.markov_bias``, so that both sides' step kernels see
-identical operands (the kernel's default is a plain bf16 matmul). ``pdl``
-and ``sharded`` are kernel-only config keys; the golden rejects them.
+and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused_bias.HARNESS_BIAS``
+(``kernels.markov.head_gemv.HeadGemv`` where the row length is a multiple of
+32, else the exact ``golden.markov_fused.markov_bias``). The golden's config
+``bias`` names the same GEMV's bits: the architecture facts' ``mma_model``
+(``hopper_mma`` on the H200, ``golden.markov_fused.mma_bias``), for the
+golden system and the reference alike, so the stored golden bits
+(``golden/data/markov_fused.json``) are that model's. ``pdl`` and
+``sharded`` are kernel-only config keys; ``bias`` and ``rcp_table`` golden-only.
 The golden's ``rcp_table`` (the ``div.full.f32`` reciprocals of temperatures
 that are not powers of two) comes from the architecture's facts
 (``harness.families.arch_facts``), so its whole fp32 contract (libdevice logf and
-tanhf, the Gumbel noise, ``div.full.f32``) is that of the GPU probed; an
-architecture without facts makes this family's cases not available.
+tanhf, the Gumbel noise, ``div.full.f32``, the GEMV) is that of the GPU
+probed; an architecture without facts makes this family's cases not
+available.
 
-Graph scenarios run eagerly here (the report says so): that exact bias
-resolves rare inexact sums on the host, which a CUDA graph cannot capture,
-and at tp > 1 the gather goes through the host as well. The kernel's own
-capture and replay is checked by ``tests/kernels/test_markov_fused_gpu.py``
-with a device GEMV.
+Graph scenarios are captured wherever the kernel system can be
+(``FusedMarkovLoop.graph_capture_problem``); where it cannot, the case fails
+with the reason (``harness.rank.case_run``).
 """
 
 from harness.families.family_adapter import FamilyAdapter
@@ -39,11 +42,9 @@ ADAPTER = FamilyAdapter(
         "emb": ("row", "index"),
     },
     kernel_only_config=("pdl", "sharded"),
-    golden_only_config=("rcp_table",),
-    arch_facts={"rcp_table": "reciprocals"},
-    kernel_kwargs={"bias_fn": "golden.markov_fused:markov_bias"},
+    golden_only_config=("rcp_table", "bias"),
+    arch_facts={"rcp_table": "reciprocals", "bias": "mma_model"},
+    kernel_kwargs={"bias_fn": "harness.families.markov_fused_bias:HARNESS_BIAS"},
     kernel_inputs_on_device=True,
     kernel_world_handle="comm",  # seed 001's packet gather goes through the process group
-    graph_capture_problem="the bias GEMV handed to the kernel (golden.markov_fused.markov_bias, exact sums) "
-    "synchronizes with the host",
 )

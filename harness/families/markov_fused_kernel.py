@@ -16,9 +16,12 @@ does: ``anchor_embed``; per step the GEMV ``bias_fn(emb, w2_shard)``, then
 ``step``, and sharded the packet gather over ``comm_or_fabric.all_gather``
 and ``pick``; after the loop, sharded, the draft-logits gather and
 ``cache_fill``. The cache is written in place and returned with the tokens
-and the last ``emb``. ``bias_fn`` is the harness's exact
-``golden.markov_fused.markov_bias`` (the adapter passes it; the default is a
-plain BF16 matmul; the bench passes ``kernels.markov.head_gemv.HeadGemv``). ``stamps=True`` (bench only,
+and the last ``emb``. ``bias_fn`` is the harness's
+``harness.families.markov_fused_bias.HARNESS_BIAS`` (the adapter passes it:
+``HeadGemv``, whose bits the golden models; the default is a plain BF16
+matmul; the bench passes ``kernels.markov.head_gemv.HeadGemv``). A
+``bias_fn`` with ``capture_problem(dim)`` says whether it can be captured
+(``graph_capture_problem``). ``stamps=True`` (bench only,
 ``harness.bench.breakdown``) builds the steps with phase stamps.
 
 Importing this module imports CuTe DSL (the adapter imports it lazily).
@@ -245,7 +248,11 @@ class FusedMarkovLoop:
         return {"launches": self._launches}
 
     def graph_capture_problem(self) -> str | None:
-        """Why a launch cannot be captured into a CUDA graph (None at tp 1: every kernel compiled, inputs on the device)."""
+        """Why a launch cannot be captured into a CUDA graph (None at tp 1 with a capturable GEMV: every kernel
+        compiled, inputs on the device)."""
+        bias_problem = getattr(self.bias_fn, "capture_problem", None)
+        if callable(bias_problem) and bias_problem(self.dim) is not None:
+            return f"the bias GEMV: {bias_problem(self.dim)}"
         if self.comm.world > 1:
             return (f"tp {self.comm.world}: the vocab-parallel gather goes through comm.all_gather on the host, "
                     "which a CUDA graph cannot capture")

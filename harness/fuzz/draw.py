@@ -123,7 +123,12 @@ def draw_markov_fused(rng: random.Random, world: int) -> dict:
         row = rng.randrange(rows)
         inject.append({"kind": "corrupt_token_ids", "rows": [row], "values": [rng.choice((-1, "V", "V+7"))]})
     inputs = {"temperatures": _temperatures(rng), "seeds": rng.choice(("positive", "negative", "mixed"))}
-    return {"config": config, "inputs": inputs, "calls": calls, "graph": _graph(rng), "inject": inject}
+    graph = _graph(rng)
+    if config["dim"] % 32:
+        # No capturable GEMV has golden bits at this dim (harness.families.markov_fused_bias): such a
+        # graph case fails by rule, so it runs eagerly (the draws after it unchanged).
+        graph = {"capture": False, "replays": 0}
+    return {"config": config, "inputs": inputs, "calls": calls, "graph": graph, "inject": inject}
 
 
 def _allreduce_calls(rng: random.Random, capacity: int, bt_min_rows: int, bt_enabled: bool) -> list[dict]:

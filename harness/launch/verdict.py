@@ -20,6 +20,13 @@ the job while the case ran; ``exit``: a rank or the agent exited first).
   diagnosis from the progress records names the same rank and launch.
 Several expected outcomes (``[error, timeout]``) pass when any one holds.
 
+A scenario that asks for CUDA graphs (``graph_verdict``): bits that equal
+the reference still FAIL when a rank's system could not be captured (it ran
+eagerly: what the scenario names was not tested), and are NOT-AVAILABLE
+when the platform has no CUDA graphs (the golden implementation on the
+CPU); wrong bits fail either way. Every verdict carries the graph counts
+(``graph_counts``: graphs captured and replays over the ranks).
+
 A case that did not complete carries its evidence in the detail, after the
 diagnosis: the innermost Python frames of the rank that fell behind, every
 rank's log path and any NCCL flight-recorder dumps (``harness.launch.evidence``).
@@ -128,22 +135,41 @@ def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, s
         detail += f", {refused} bad calls refused as expected"
     if max_ulps:
         detail += f" (max {max_ulps} ulps within the declared tolerance)"
-    graph = _graph_note(results)
+    status, graph = graph_verdict(results)
+    if status is not None:
+        return status, f"{graph}; {detail}", 0, first, max_ulps
     if graph:
         detail += f"; {graph}"
     return "pass", detail, 0, first, max_ulps
 
 
-def _graph_note(results: Mapping[int, RankResult]) -> str:
-    """How the ranks ran a graph scenario's launches ('' when the scenario captures none)."""
+def graph_verdict(results: Mapping[int, RankResult]) -> tuple[str | None, str]:
+    """(the status a graph scenario's capture imposes on equal bits, None when none; how the ranks ran its launches,
+    '' when the scenario captures none): ``fail`` when a rank's system was not captured, ``not-available`` when the
+    platform has no CUDA graphs."""
     notes = [r.graph for r in results.values() if r.graph]
     if not notes:
-        return ""
-    note = notes[0]
-    if note.get("mode") == "captured":
-        replays = sum(int(n.get("replays", 0)) for n in notes if n.get("mode") == "captured")
-        return f"CUDA graphs captured ({len(note.get('labels', []))} labels), {replays} replays over the ranks"
-    return f"graphs not captured: {note.get('reason', '?')}"
+        return None, ""
+    for mode, status, words in (("not-captured", "fail", "the scenario asks for CUDA graphs, not captured"),
+                                ("not-available", "not-available", "CUDA graphs not available")):
+        ranks = [rank for rank, r in sorted(results.items()) if r.graph and r.graph.get("mode") == mode]
+        if ranks:
+            return status, f"{words} (ranks {ranks}): {results[ranks[0]].graph.get('reason', '?')}"
+    counts = graph_counts(results)
+    return None, (f"CUDA graphs captured ({len(notes[0].get('labels', []))} labels, {counts['captured']} graphs "
+                  f"over the ranks), {counts['replays']} replays")
+
+
+def graph_counts(results: Mapping[int, RankResult]) -> dict | None:
+    """The graphs the ranks captured and their replays, summed over the ranks (None when the scenario captures
+    none): ``{"captured", "replays", "mode"}``, the mode the worst rank's (not-captured, not-available, captured)."""
+    notes = [r.graph for r in results.values() if r.graph]
+    if not notes:
+        return None
+    modes = {n.get("mode") for n in notes}
+    mode = next((m for m in ("not-captured", "not-available") if m in modes), "captured")
+    return {"mode": mode, "captured": sum(len(n.get("labels", [])) for n in notes if n.get("mode") == "captured"),
+            "replays": sum(int(n.get("replays", 0)) for n in notes if n.get("mode") == "captured")}
 
 
 def _describe_mismatch(m: dict) -> str:
@@ -162,7 +188,7 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
                 expected=case.expected_text, group=group, time_s=time_s,
                 diagnosis=diagnosis.to_json() if diagnosis else None,
                 phases=slowest(r.phases for r in results.values()),
-                facts=next((r.facts for r in results.values() if r.facts), None))
+                facts=next((r.facts for r in results.values() if r.facts), None), graphs=graph_counts(results))
     unavailable = [r for r in results.values() if r.status == "not-available"]
     if unavailable:
         return CaseResult(status="not-available", detail=unavailable[0].error["message"], **base)

@@ -81,15 +81,19 @@ def _dump_diag(system: Any, out_dir: Path, rank: int, launch: int) -> None:
 
 def _graph_launches(impl: str, system: Any, handle: Any, launches: list,
                     family_problem: str | None = None) -> tuple[Any, dict | None]:
-    """``(GraphLaunches or None, the case's graph note)``: graphs only for a kernel system that can be captured."""
+    """``(GraphLaunches or None, the case's graph note)``: graphs only for a kernel system that can be captured.
+
+    A graph scenario the golden runs is ``not-available`` (the CPU has no CUDA graphs); one whose kernel system
+    cannot be captured is ``not-captured``, which the verdict fails (``harness.launch.verdict``)."""
     if not any(launch.graph is not None for launch in launches):
         return None, None
     if impl != "kernel":
-        return None, {"mode": "eager", "reason": "the golden implementation runs on the CPU"}
+        return None, {"mode": "not-available", "reason": "the golden implementation runs on the CPU, which has no "
+                                                         "CUDA graphs"}
 
     problem = family_problem or capture_problem(system)
     if problem is not None:
-        return None, {"mode": "eager", "reason": problem}
+        return None, {"mode": "not-captured", "reason": problem}
     device = getattr(system, "device", None)
     return GraphLaunches(system, device if device is not None else rank_device(handle)), None
 

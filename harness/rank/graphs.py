@@ -21,8 +21,12 @@ waits for the other virtual ranks' grids, which wait for this rank.
 
 A system that cannot be captured says why in ``graph_capture_problem()``
 (e.g. a vocab-parallel gather that goes through the host); its launches then
-run eagerly and the case reports ``graph: eager`` with that reason, as it
-does for the golden implementation. A launch whose non-tensor inputs,
+run eagerly, to compare their bits, and the case FAILS with that reason: a
+scenario that asks for a graph and ran eagerly has not tested what it names.
+The golden implementation runs on the CPU, which has no CUDA graphs: its
+graph cases are NOT-AVAILABLE with that reason, after their bits were
+compared (a mismatch still fails). ``harness.launch.verdict`` decides
+both; the report counts captured graphs and replays. A launch whose non-tensor inputs,
 parameters or tensor shapes differ from its label's capture is refused with
 a ``ValueError`` naming the label and the input, since a replay would
 silently reuse the captured values.

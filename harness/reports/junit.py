@@ -18,7 +18,7 @@ from typing import Mapping, Sequence
 
 from harness.reports import provenance as provenance_facts
 from harness.reports.diagnoses import diagnoses
-from harness.wire.case_result import JSON_SCHEMA, STATUSES, CaseResult
+from harness.wire.case_result import JSON_SCHEMA, STATUSES, CaseResult, graph_totals
 
 LOG_TAIL_LINES = 40
 LOG_TAIL_BYTES = 64 * 1024
@@ -73,7 +73,7 @@ def testcase_classname(r: CaseResult) -> str:
 def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None,
               result: str | None = None) -> str:
     """Render results as a JUnit XML document (one testcase per result); the suite's properties: the result and
-    every diagnosis first, then the header and the provenance."""
+    every diagnosis first, then the header, the provenance and the graph totals (``graphs.*``)."""
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
     root = ET.Element("testsuites")
     ts = ET.SubElement(root, "testsuite", {
@@ -94,6 +94,8 @@ def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provena
     ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
     for name, value in provenance_facts.flat(provenance or {}, "provenance.").items():
         ET.SubElement(props, "property", {"name": name, "value": value})
+    for name, value in graph_totals(results).items():
+        ET.SubElement(props, "property", {"name": f"graphs.{name}", "value": str(value)})
     for r in results:
         case = ET.SubElement(ts, "testcase", {
             "classname": testcase_classname(r),

@@ -27,6 +27,8 @@ from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn, TimeE
 from rich.table import Table
 from rich.text import Text
 
+from harness.wire.case_result import graph_totals
+
 STATUS_STYLE = {"pass": "green", "fail": "red", "timeout": "magenta", "error": "red", "not-available": "yellow"}
 FAILING = ("fail", "timeout", "error")
 # Lines the view draws besides table rows: table title, header, three rule lines, the hidden-rows
@@ -119,8 +121,12 @@ class LiveView:
         return [r for r in self.results if not r.is_stored_bits_check]
 
     def renderable(self) -> Group:
-        """The table, the per-world counts and the bar."""
-        return Group(self.table(), Text(world_counts(self.cases(), self.planned)), self.progress)
+        """The table, the per-world counts (and the graphs captured so far) and the bar."""
+        counts = world_counts(self.cases(), self.planned)
+        graphs = graph_totals(self.results)
+        if graphs["cases"]:
+            counts += f" · graphs: {graphs['captured']} captured, {graphs['replays']} replays"
+        return Group(self.table(), Text(counts), self.progress)
 
     def show(self, results: Sequence) -> None:
         """Redraw with ``results`` (every result so far, in arrival order)."""

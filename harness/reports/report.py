@@ -38,6 +38,12 @@ groups each JUnit case's classname starts with its group
 (``group5.markov_sharded.basic``), so a CI page lists every group's cases
 under it.
 
+A case of a scenario that asks for CUDA graphs carries its graph counts
+(``CaseResult.graphs``: graphs captured and replays over the ranks, and the
+worst rank's mode); the JSON summary's ``graphs``, the JUnit suite's
+``graphs.*`` properties and the footer's ``# Graphs`` line add them up
+(``graph_totals``), so a run shows at a glance how much it captured.
+
 Both files carry the run's provenance (``harness.reports.provenance``: versions,
 commit, host, GPUs, the multicast variables, the start time); the JSON names
 its format (``schema``). A JUnit failure carries the first mismatch and,
@@ -72,6 +78,7 @@ from harness.wire.case_result import (
     FAILING,
     JSON_SCHEMA,
     STATUSES,
+    graph_totals,
     CaseResult,
 )
 
@@ -176,6 +183,7 @@ class Report:
         return {"counts": {s: sum(r.status == s for r in cases) for s in STATUSES},
                 "stored_bits": {s: sum(r.status == s for r in checks) for s in STATUSES},
                 "mismatching_elements": sum(r.mismatch_count for r in self.results),
+                "graphs": graph_totals(self.results),
                 "cases": len(cases), "planned": self.total, "interrupted": self.interrupted,
                 "empty_reason": self.empty_reason, "wall_s": time.time() - self.started, "ok": self.ok,
                 "result": result, "exit_code": code}
@@ -215,12 +223,16 @@ class Report:
         stored_line = (f"# Stored bits : {sum(stored.values())} checked  pass {stored['pass']}  "
                        f"fail {stored['fail']}  not-available {stored['not-available']}\n"
                        if any(stored.values()) else "")
+        g = s["graphs"]
+        graph_line = (f"# Graphs : {g['captured']} captured  {g['replays']} replays  over {g['cases']} graph cases  "
+                      f"not captured {g['not_captured']}  not available {g['not_available']}\n" if g["cases"] else "")
         planned = f" of {s['planned']}" if s["planned"] is not None else ""
         return (
             f"# Out of bounds values : {oob} {'OK' if oob == 0 else 'FAILED'}\n"
             f"# Cases : {s['cases']}{planned}  pass {c['pass']}  fail {c['fail']}  timeout {c['timeout']}  "
             f"error {c['error']}  not-available {c['not-available']}\n"
             f"{stored_line}"
+            f"{graph_line}"
             f"# Phases : {phase_summary(self.results)}\n"
             f"# Result : {s['result']}  ({s['wall_s']:.1f} s)"
         )

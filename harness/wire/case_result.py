@@ -17,6 +17,7 @@ of its own. The exit codes are decided by ``harness.reports.report.Report.verdic
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Sequence
 
 STATUSES = ("pass", "fail", "timeout", "error", "not-available")
 FAILING = ("fail", "timeout", "error")
@@ -48,6 +49,7 @@ class CaseResult:
     impl: str = "golden"
     phases: dict = field(default_factory=dict)  # seconds per phase, the slowest rank's (harness.wire.phases)
     facts: str | None = None  # the architecture facts file the golden used (harness.families.arch_facts), None: none needed
+    graphs: dict | None = None  # {"mode", "captured", "replays"} of a graph scenario (launch.verdict.graph_counts)
 
     def __post_init__(self) -> None:
         if self.status not in STATUSES:
@@ -63,3 +65,12 @@ class CaseResult:
         """A stable name: family/scenario[world=N,launcher=L(,group=G)]."""
         group = f",group={self.group}" if self.group is not None else ""
         return f"{self.family}/{self.scenario}[world={self.world},launcher={self.launcher}{group}]"
+
+
+def graph_totals(results: Sequence[CaseResult]) -> dict:
+    """Over the cases of graph scenarios: how many there were, graphs captured, replays, and cases per mode."""
+    graphed = [r.graphs for r in results if r.graphs and not r.is_stored_bits_check]
+    return {"cases": len(graphed), "captured": sum(int(g.get("captured", 0)) for g in graphed),
+            "replays": sum(int(g.get("replays", 0)) for g in graphed),
+            "not_captured": sum(g.get("mode") == "not-captured" for g in graphed),
+            "not_available": sum(g.get("mode") == "not-available" for g in graphed)}

@@ -361,3 +361,33 @@ def test_mma_bias_canonical_nan_and_argument_errors():
         mma_bias(emb.float(), w2)
     with pytest.raises(ValueError, match="a multiple of 32"):
         mma_bias(emb[:, :16], w2[:, :16])
+
+
+def _chain_sensitive_static(dim: int) -> dict:
+    """Weights whose w1 row 0 times w2 row 0 is 2^27 + 1 - 2^27: exact sum 1, MMA chain 0 (the rest zero)."""
+    w1 = torch.zeros(64, dim, dtype=torch.bfloat16)
+    w1[:, :3] = 1.0
+    w2 = torch.zeros(64, dim, dtype=torch.bfloat16)
+    w2[0, 0], w2[0, 1], w2[0, 2] = 2.0**27, 1.0, -(2.0**27)
+    return {"w1": w1, "w2": w2}
+
+
+def _greedy_call(dim: int) -> dict:
+    """One greedy row of one step whose cache row 0 shows the bias of vocab entry 0."""
+    return {"input_ids": torch.zeros(1, dtype=torch.int32), "anchor_idx": torch.zeros(1, dtype=torch.int64),
+            "base": torch.zeros(1, 1, 64, dtype=torch.bfloat16), "idx_map": torch.zeros(1, 1, dtype=torch.int64),
+            "pos": torch.zeros(1, 1, dtype=torch.int64), "seeds": torch.zeros(2, dtype=torch.int64),
+            "temperature": torch.zeros(2), "cache": torch.zeros(2, 1, 64, dtype=torch.bfloat16)}
+
+
+@pytest.mark.parametrize("model, dim, bias00", [("exact", 32, 1.0), ("hopper_mma", 32, 0.0), ("hopper_mma", 40, 1.0)])
+def test_the_config_bias_names_the_gemv_model_exact_where_no_mma_chain_tiles_the_row(model, dim, bias00):
+    config = {"vocab": 64, "dim": dim, "max_reqs": 2, "has_cap": False, "mult": 1.0, "bias": model}
+    out = reference(_chain_sensitive_static(dim), config, _greedy_call(dim))
+    assert out["cache"][0, 0, 0].item() == bias00
+
+
+def test_an_unknown_bias_model_is_refused_naming_the_key():
+    config = {"vocab": 64, "dim": 32, "max_reqs": 2, "has_cap": False, "mult": 1.0, "bias": "fp32_k_order"}
+    with pytest.raises(ValueError, match=r"config\['bias'\]: expected one of \['exact', 'hopper_mma'\]"):
+        GoldenMarkovFused(SoloComm(), _chain_sensitive_static(32), config)

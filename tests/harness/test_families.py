@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from golden.arch import load_facts
-from harness.families import DevicePlaced, FamilyAdapter, NotAvailable, adapter, placed, to_device
+from harness.families import DevicePlaced, FamilyAdapter, adapter, placed, to_device
+from harness.wire.errors import NotAvailable
 
 
 def test_to_device_copies_and_keeps_layout():
@@ -98,10 +99,12 @@ def test_missing_kernel_kwarg_target_is_not_available(fake_modules):
 
 def test_real_adapters_wiring():
     fused = adapter("markov_fused")
-    assert fused.kernel_inputs_on_device and fused.kernel_kwargs == {"bias_fn": "golden.markov_fused:markov_bias"}
+    assert fused.kernel_inputs_on_device
+    assert fused.kernel_kwargs == {"bias_fn": "harness.families.markov_fused_bias:HARNESS_BIAS"}
     facts = load_facts("sm_90")  # no GPU in CI: the CPU default architecture's facts
-    assert fused.golden_config({"vocab": 8, "pdl": True, "sharded": True}) == {"vocab": 8,
-                                                                                "rcp_table": facts.reciprocals}
+    assert fused.golden_config({"vocab": 8, "pdl": True, "sharded": True}) == {
+        "vocab": 8, "rcp_table": facts.reciprocals, "bias": facts.mma_model}
+    assert fused.kernel_config({"vocab": 8, "bias": "hopper_mma"}) == {"vocab": 8}
     sharded = adapter("markov_sharded")
     cfg = sharded.golden_config({"vocab": 8, "timeout_ns": 5, "ctas": 2})
     assert cfg == {"vocab": 8, "bias_fn": facts.mma_model, "rcp_table": facts.reciprocals}

@@ -17,7 +17,7 @@ import torch
 
 from harness.rank import graphs as graphs_mod
 from harness.rank.graphs import GraphLaunches, capture_problem
-from harness.launch.verdict import _graph_note
+from harness.launch.verdict import graph_verdict
 from harness.rank.case_run import _graph_launches
 from harness.wire.rank_result import RankResult
 
@@ -122,17 +122,21 @@ def test_worker_captures_only_kernel_systems_that_can_be(cpu_graphs):
     runner, note = _graph_launches("kernel", Doubler(), None, plan)
     assert isinstance(runner, GraphLaunches) and note is None
     runner, note = _graph_launches("kernel", Doubler("tp 2: host gather"), None, plan)
-    assert runner is None and note == {"mode": "eager", "reason": "tp 2: host gather"}
+    assert runner is None and note == {"mode": "not-captured", "reason": "tp 2: host gather"}
     runner, note = _graph_launches("golden", Doubler(), None, plan)
-    assert runner is None and note["mode"] == "eager" and "golden" in note["reason"]
+    assert runner is None and note["mode"] == "not-available" and "golden" in note["reason"]
     assert _graph_launches("kernel", Doubler(), None, [Planned(None)]) == (None, None)
     runner, note = _graph_launches("kernel", Doubler(), None, plan, "the adapter's bias syncs")
-    assert runner is None and note == {"mode": "eager", "reason": "the adapter's bias syncs"}
+    assert runner is None and note == {"mode": "not-captured", "reason": "the adapter's bias syncs"}
 
 
 def test_the_verdict_says_how_graphs_ran():
     captured = {0: RankResult(graph={"mode": "captured", "labels": ["a", "b"], "replays": 4}),
                 1: RankResult(graph={"mode": "captured", "labels": ["a", "b"], "replays": 4})}
-    assert _graph_note(captured) == "CUDA graphs captured (2 labels), 8 replays over the ranks"
-    assert _graph_note({0: RankResult(graph={"mode": "eager", "reason": "why"})}) == "graphs not captured: why"
-    assert _graph_note({0: RankResult()}) == ""
+    assert graph_verdict(captured) == (None, "CUDA graphs captured (2 labels, 4 graphs over the ranks), 8 replays")
+    refused = {0: RankResult(graph={"mode": "captured", "labels": ["a"], "replays": 1}),
+               1: RankResult(graph={"mode": "not-captured", "reason": "why"})}
+    assert graph_verdict(refused) == ("fail", "the scenario asks for CUDA graphs, not captured (ranks [1]): why")
+    golden = {0: RankResult(graph={"mode": "not-available", "reason": "no graphs"})}
+    assert graph_verdict(golden) == ("not-available", "CUDA graphs not available (ranks [0]): no graphs")
+    assert graph_verdict({0: RankResult()}) == (None, "")
