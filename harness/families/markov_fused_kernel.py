@@ -138,6 +138,11 @@ class FusedMarkovLoop:
         # Every call's emb is a fresh allocation, aligned as this one.
         embeds = torch.empty(max_reqs, dim, dtype=torch.bfloat16, device=self.device)
         vectors = (False, True) if vector_bytes(block) else (False,)
+        # The bias GEMV runs here on zeros at every row count a call may have, so its first-use work (library
+        # handles, workspaces, lazily loaded kernels) never happens under capture, nor while a peer's exchange
+        # spins (loading a kernel waits for the context to idle).
+        for rows in range(1, self.max_rows + 1):
+            self.bias_fn(torch.zeros(rows, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
         exchange = {}
         if self.sharded:
             group = fabric if fabric is not None else VirtualFabric.create(1, self.device)[0]
@@ -150,9 +155,7 @@ class FusedMarkovLoop:
             **exchange,
         )
         self.diag_record = self.kernels.diag_record
-        # The bias GEMV runs once here, on zeros, so its own first-use work (library
-        # handles, workspaces, lazily loaded kernels) never happens under capture.
-        self.bias_fn(torch.zeros(1, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
+
 
     # -- validation --------------------------------------------------------
 
@@ -188,11 +191,13 @@ class FusedMarkovLoop:
         if not torch.cuda.is_current_stream_capturing():
             # Values (not capturable: they need the host); under capture the
             # kernels clamp instead (kernels/markov/fused.py).
-            anchor = call_inputs["anchor_idx"]
+            # Read through pinned host copies: no reduction kernel, so nothing is first loaded (which needs the
+            # context idle) while a peer's exchange spins.
+            anchor = hostcopy.to_host(call_inputs["anchor_idx"])
             lo, hi = int(anchor.min()), int(anchor.max())
             require(lo >= 0 and hi < ids.shape[0], ValueError,
                      f"call_inputs.anchor_idx: values must lie in [0, {ids.shape[0]}), got [{lo}, {hi}]")
-            hi = int(call_inputs["idx_map"].max())
+            hi = int(hostcopy.to_host(call_inputs["idx_map"]).max())
             require(hi < self.max_reqs, ValueError,
                      f"call_inputs.idx_map: request rows must be < max_reqs {self.max_reqs} (negative = padding), got {hi}")
         return rows, steps
