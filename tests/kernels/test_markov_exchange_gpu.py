@@ -60,9 +60,13 @@ def test_loop_in_one_graph_equals_eager_and_golden(tp, pdl):
         stream.synchronize()
         runs = [("eager first", _host(eager_first))]
         graph = torch.cuda.CUDAGraph()
-        # Capture synchronizes the whole device first: no rank may replay (and spin) before every rank captured.
-        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
-            captured = system.launch(mine, {})
+        # The ranks are threads of one context: a device-wide synchronization anywhere (torch.cuda.graph's own,
+        # a pinned allocation) would invalidate a peer's capture, so every rank captures between two barriers,
+        # on its stream, and none replays (and waits for peers) before every rank captured.
+        fabric.barrier()
+        graph.capture_begin(capture_error_mode="thread_local")
+        captured = system.launch(mine, {})
+        graph.capture_end()
         fabric.barrier()
         for index, inputs in enumerate([first, *later]):
             _load(mine, inputs, mine)
