@@ -46,7 +46,7 @@ def test_without_a_gpu_it_exits_2_and_says_why():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ranks", [1, 2])
+@pytest.mark.parametrize("ranks", [1, 2, 4])
 def test_the_example_runs_and_replays_match_eager(ranks, tmp_path):
     table = tmp_path / "decode_step.json"
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(ranks),
