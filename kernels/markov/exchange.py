@@ -28,6 +28,10 @@ payload into slot ``(p, k)`` of every buffer, then posts ``t`` into flag
 its own buffer carry ``t`` for every rank j, and copies share c of every
 slot ``(p, j)`` into the output.
 
+The tag travels in a flag word per (rank, CTA) rather than inside the
+payload, so one mechanism serves the packets and the draft logits (which
+have no spare words); the packets keep the seed's layout, spare words 0.
+
 Memory ordering. The payload stores are weak; ``bar.sync`` orders the
 CTA's stores before thread 0's ``fence.sc.sys``, which orders them before
 its ``st.release.sys`` of each flag (system scope: the reader may be another
