@@ -27,10 +27,12 @@ outputs with the eager ones bit for bit:
 - ``markov_sharded`` (seed 000): ``ShardedMarkovSampler.__call__``, the
   draft tokens and the cache written in place.
 - ``markov_fused`` (seed 001): the caller's draft loop around its own GEMV,
-  ``MarkovKernels.anchor_embed`` / ``step`` (/ ``pick`` / ``cache_fill``).
-  Its vocab-parallel form gathers over the process group on the host, which
-  a graph cannot capture, so it runs eagerly (twice: the runs must agree)
-  and the graph is that of each rank's unsharded loop.
+  ``MarkovKernels.anchor_embed`` / ``step`` and, vocab-parallel over the
+  group, ``gather_packets`` / ``pick`` per step and ``gather_draft`` /
+  ``cache_fill`` after the loop (the gathers run on the device through the
+  fabric's peer buffers): at tp > 1 the whole loop is captured in one graph
+  per rank and its replays are compared with the eager loop; each rank's
+  unsharded loop is captured too.
 
 Rank 0 prints one line per check and the table's verdict; the exit status is
 0 when every rank's replays equal its eager bits, 1 otherwise, 2 on a machine
@@ -197,7 +199,8 @@ class DraftLoop:
 
     Every buffer is allocated once (fixed pointers for a CUDA graph); with
     ``fabric`` the vocabulary is sharded over its ranks and the packets and
-    draft logits are gathered through it (on the host: eager only)."""
+    draft logits are gathered on the device through it (``MarkovKernels``
+    built with ``group=fabric``), so the whole loop can be captured."""
 
     def __init__(self, w1, w2, *, rows: int, steps: int, max_reqs: int, block: int, fabric=None) -> None:
         from kernels.markov.fused import MarkovKernels, vector_bytes
@@ -217,11 +220,15 @@ class DraftLoop:
         self.block_max = torch.empty(rows * blocks, dtype=torch.float32, device=device)
         self.packets = torch.empty(rows, 4, dtype=torch.int32, device=device)
         self.draft = torch.empty(rows, steps, self.width, dtype=torch.bfloat16, device=device) if fabric else None
+        # The GEMV's first use (cuBLAS handle, its kernels loaded) before any exchange can wait on this rank.
+        self.emb.zero_()
+        self.emb @ self.w2_shard.t()
         vectors = (False, True) if vector_bytes(block) else (False,)
+        exchange = dict(group=fabric, max_rows=rows, max_steps=steps) if fabric is not None else {}
         self.kernels = MarkovKernels(w1, self.emb, width=self.width, has_cap=False,
                                      tp=tp if fabric is not None else None,
-                                     steps=[(block, False, v) for v in vectors], pick_pdl=False,
-                                     fill_vector=(False, True))
+                                     steps=[(block, True, v) for v in vectors], pick_pdl=True,
+                                     fill_vector=(False, True), **exchange)
 
     def __call__(self, inputs: dict) -> dict:
         """Draft ``steps`` tokens per row; the cache rows of ``idx_map`` are written in place."""
@@ -232,18 +239,17 @@ class DraftLoop:
             k.step(inputs["base"][:, col], bias, self.draft if self.fabric else cache, col, idx_map[:, col],
                    inputs["pos"][:, col], inputs["seeds"], inputs["temperature"], self.block_argmax,
                    self.block_max, self.arrivals, self.tokens, self.emb, self.packets, self.vocab_offset,
-                   1.0, 1 / 30, 30.0, block=self.block, pdl=False)
+                   1.0, 1 / 30, 30.0, block=self.block, pdl=True)
             if self.fabric is not None:
-                k.pick(self.fabric.all_gather(self.packets), self.rows, self.tokens, col, self.emb)
+                k.pick(k.gather_packets(self.packets, col), self.rows, self.tokens, col, self.emb)
         if self.fabric is not None:
-            shards = self.fabric.all_gather(self.draft)
-            k.cache_fill(shards, self.rows * self.steps * self.width, cache, idx_map, self.rows, self.steps,
-                         self.width, self.vocab)
+            k.cache_fill(k.gather_draft(self.draft), self.rows * self.steps * self.width, cache, idx_map,
+                         self.rows, self.steps, self.width, self.vocab)
         return {"tokens": self.tokens, "cache": cache, "emb": self.emb}
 
 
 def run_fused(fabric, args, device, rows: list) -> None:
-    """The caller's draft loop: vocab-parallel over the group (eager, twice), and each rank's own loop in a graph."""
+    """The caller's draft loop: vocab-parallel over the group and each rank's own loop, eager then in a graph."""
     vocab, dim, steps, max_reqs, m = 4096, 256, 4, 8, args.rows
     w1 = (torch.randn(vocab, dim, generator=generator(args.seed, 30)) * 0.1).bfloat16().to(device)
     w2 = (torch.randn(vocab, dim, generator=generator(args.seed, 31)) * 0.1).bfloat16().to(device)
@@ -261,19 +267,22 @@ def run_fused(fabric, args, device, rows: list) -> None:
     inputs = {k: v.to(device) for k, v in inputs.items()}
     fresh_cache = inputs["cache"].clone()
     world = fabric.world
-    if world > 1 and world & (world - 1) == 0 and world <= 32:
-        sharded = DraftLoop(w1, w2, rows=m, steps=steps, max_reqs=max_reqs, block=1024, fabric=fabric)
-        first = {k: v.clone() for k, v in sharded(inputs).items()}
+    loops = []
+    if world & (world - 1) == 0 and world <= 32:  # the pick's butterfly needs a power of two
+        loops.append((f"tp {world} sharded", DraftLoop(w1, w2, rows=m, steps=steps, max_reqs=max_reqs, block=1024,
+                                                       fabric=fabric)))
+    loops.append(("tp 1", DraftLoop(w1, w2, rows=m, steps=steps, max_reqs=max_reqs, block=1024)))
+    for name, loop in loops:
         inputs["cache"].copy_(fresh_cache)
-        compare(rows, "markov_fused", f"tp {world} eager rerun", first, sharded(inputs))
-        inputs["cache"].copy_(fresh_cache)
-    loop = DraftLoop(w1, w2, rows=m, steps=steps, max_reqs=max_reqs, block=1024)
-    eager = {k: v.clone() for k, v in loop(inputs).items()}
-    graph, outputs = capture(lambda: loop(inputs))
-    for replay in range(args.replays):
-        inputs["cache"].copy_(fresh_cache)
-        graph.replay()
-        compare(rows, "markov_fused", f"tp 1 graph replay {replay}", eager, outputs)
+        eager = {k: v.clone() for k, v in loop(inputs).items()}
+        torch.cuda.synchronize()
+        graph, outputs = capture(lambda loop=loop: loop(inputs))
+        # No rank replays (and waits in an exchange) before every rank captured.
+        fabric.barrier()
+        for replay in range(args.replays):
+            inputs["cache"].copy_(fresh_cache)
+            graph.replay()
+            compare(rows, "markov_fused", f"{name} graph replay {replay}", eager, outputs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,8 @@ size travels in config key ``tp``.
 
 Kernel side (docs/interfaces.md): ``harness.families.markov_fused_kernel.FusedMarkovLoop``,
 the seed's draft loop driven over the public ``kernels.markov.fused.MarkovKernels``
-(``anchor_embed``, per step the GEMV and ``step``, ``pick``, ``cache_fill``), takes its weights and
+(``anchor_embed``, per step the GEMV and ``step``, sharded ``gather_packets`` and ``pick``, then
+``gather_draft`` and ``cache_fill``: the gathers on the device through the rank's fabric), takes its weights and
 call inputs as CUDA tensors (the adapter copies them to the rank's device,
 layout kept, and the kernel's in-place ``cache`` write lands on that copy),
 and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused_bias.HARNESS_BIAS``
@@ -15,8 +16,10 @@ and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused_bias.HARNESS_B
 ``bias`` names the same GEMV's bits: the architecture facts' ``mma_model``
 (``hopper_mma`` on the H200, ``golden.markov_fused.mma_bias``), for the
 golden system and the reference alike, so the stored golden bits
-(``golden/data/markov_fused.json``) are that model's. ``pdl`` and
-``sharded`` are kernel-only config keys; ``bias`` and ``rcp_table`` golden-only.
+(``golden/data/markov_fused.json``) are that model's. ``pdl``,
+``sharded``, ``max_rows``, ``max_steps`` and ``timeout_ns`` (the exchange's
+size and deadline) are kernel-only config keys; ``bias`` and ``rcp_table``
+golden-only.
 The golden's ``rcp_table`` (the ``div.full.f32`` reciprocals of temperatures
 that are not powers of two) comes from the architecture's facts
 (``harness.families.arch_facts``), so its whole fp32 contract (libdevice logf and
@@ -41,10 +44,9 @@ ADAPTER = FamilyAdapter(
         "cache": ("row", "step", "vocab"),
         "emb": ("row", "index"),
     },
-    kernel_only_config=("pdl", "sharded"),
+    kernel_only_config=("pdl", "sharded", "max_rows", "max_steps", "timeout_ns"),
     golden_only_config=("rcp_table", "bias"),
     arch_facts={"rcp_table": "reciprocals", "bias": "mma_model"},
     kernel_kwargs={"bias_fn": "harness.families.markov_fused_bias:HARNESS_BIAS"},
     kernel_inputs_on_device=True,
-    kernel_world_handle="comm",  # seed 001's packet gather goes through the process group
 )

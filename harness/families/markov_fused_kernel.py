@@ -1,21 +1,27 @@
 """The harness's ``markov_fused`` kernel system: seed 001's whole draft loop over the public ``MarkovKernels``.
 
-In the seed the kernels run around the caller's own GEMV and gathers; here
-the harness is that caller. ``FusedMarkovLoop(comm_or_fabric, static,
-config, *, bias_fn=None)`` checks the family's config and weights
-(``docs/interfaces.md``), builds ``kernels.markov.fused.MarkovKernels`` over
-``w1`` with every variant the configuration can launch (the step at the
-config's block and PDL, scalar and, where the block has one, vector; the
-pick and both cache fills when sharded), and runs the bias GEMV once on
-zeros so that its first-use work never happens under capture.
+In the seed the kernels run around the caller's own GEMV; here the harness
+is that caller. ``FusedMarkovLoop(fabric, static, config, *, bias_fn=None)``
+checks the family's config and weights (``docs/interfaces.md``), builds
+``kernels.markov.fused.MarkovKernels`` over ``w1`` with every variant the
+configuration can launch (the step at the config's block and PDL, scalar
+and, where the block has one, vector; the pick and both cache fills when
+sharded) and, sharded, its device exchange over ``fabric`` (collective;
+a world of one in this process when ``fabric`` is None), sized by the
+kernel-only config keys ``max_rows`` / ``max_steps`` (default 8 each) with
+the deadline ``timeout_ns`` (default ``HARNESS_TIMEOUT_NS``: the harness's
+deadline is short, the public API's is none), and runs the bias GEMV once
+on zeros so that its first-use work never happens under capture.
 
 ``launch(call_inputs, call_params)`` validates the whole call before any
 launch (dtypes, shapes, devices, strides; outside capture the anchor and
-request-row values), then drives the loop exactly as the seed's speculator
-does: ``anchor_embed``; per step the GEMV ``bias_fn(emb, w2_shard)``, then
-``step``, and sharded the packet gather over ``comm_or_fabric.all_gather``
-and ``pick``; after the loop, sharded, the draft-logits gather and
-``cache_fill``. The cache is written in place and returned with the tokens
+request-row values, and that every rank calls with the same rows and
+steps, which the device exchange cannot check), then drives the loop
+exactly as the seed's speculator does: ``anchor_embed``; per step the GEMV
+``bias_fn(emb, w2_shard)``, then ``step``, and sharded ``gather_packets``
+and ``pick``; after the loop, sharded, ``gather_draft`` and
+``cache_fill``. Every launch is on the device with fixed pointers, so the
+whole call is captured in one CUDA graph at any tp when ``bias_fn`` can be. The cache is written in place and returned with the tokens
 and the last ``emb``. ``bias_fn`` is the harness's
 ``harness.families.markov_fused_bias.HARNESS_BIAS`` (the adapter passes it:
 ``HeadGemv``, whose bits the golden models; the default is a plain BF16
@@ -34,19 +40,17 @@ from typing import Callable
 import torch
 
 from kernels import hostcopy
-from kernels.markov.fused import (
-    BLOCK_SIZES,
-    WARP,
-    MarkovKernels,
-    StampedMarkovKernels,
-    _check_tensor,
-    _require,
-    vector_bytes,
-)
-from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
+from kernels.compile import capturing
+from kernels.fabric import FabricMismatch, VirtualFabric
+from kernels.markov.fused import MarkovKernels, StampedMarkovKernels
+from kernels.markov.fused_checks import check_tensor, require
+from kernels.markov.fused_layout import BLOCK_SIZES, STEP_STAMPS, WARP, step_scratch_slots, step_stamp_names, vector_bytes
 
 SYSTEM_CLASS = "FusedMarkovLoop"
 _CONFIG_KEYS = {"vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block"}
+# The harness's exchange deadline: a stalled peer ends the case in seconds (the public API waits forever).
+HARNESS_TIMEOUT_NS = 10_000_000_000
+DEFAULT_MAX_ROWS = DEFAULT_MAX_STEPS = 8
 
 
 def default_bias(emb: torch.Tensor, w2_shard: torch.Tensor) -> torch.Tensor:
@@ -54,50 +58,60 @@ def default_bias(emb: torch.Tensor, w2_shard: torch.Tensor) -> torch.Tensor:
     return emb @ w2_shard.t()
 
 
-class _SoloComm:
-    """World of one: the gather is the tensor with a leading 1."""
+class _Solo:
+    """World of one without a fabric (unsharded loops need no exchange)."""
 
     rank, world = 0, 1
 
-    def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
-        """``tensor`` as a ``[1, *shape]`` stack."""
-        return tensor.unsqueeze(0)
+
+def _exchange_limits(config: dict) -> tuple[int, int, int]:
+    """The kernel-only ``max_rows``, ``max_steps`` and ``timeout_ns`` of the config (defaults above)."""
+    limits = []
+    for key, default in (("max_rows", DEFAULT_MAX_ROWS), ("max_steps", DEFAULT_MAX_STEPS),
+                         ("timeout_ns", HARNESS_TIMEOUT_NS)):
+        value = config.get(key, default)
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= (0 if key == "timeout_ns" else 1),
+                ValueError, f"config.{key}: expected an int >= {0 if key == 'timeout_ns' else 1}, got {value!r}")
+        limits.append(value)
+    return tuple(limits)
 
 
 class FusedMarkovLoop:
     """The fused Markov draft loop of one rank (seed 001) for the harness, over ``MarkovKernels``.
 
-    ``comm_or_fabric`` has ``rank``, ``world`` and ``all_gather(t) -> [world,
-    *t.shape]`` (None: a world of one); ``static`` holds ``w1`` and ``w2``
-    (full, BF16 ``[V, R]``, on the GPU); ``config`` the family's keys
-    (``vocab, dim, tp, max_reqs, has_cap, mult, cap, inv_cap, block``) plus
-    optional ``pdl`` (bool) and ``sharded`` (default ``tp > 1``).
+    ``fabric`` is a ``kernels.fabric`` provider of ``tp`` ranks (None: a
+    world of one); ``static`` holds ``w1`` and ``w2`` (full, BF16 ``[V, R]``,
+    on the GPU); ``config`` the family's keys (``vocab, dim, tp, max_reqs,
+    has_cap, mult, cap, inv_cap, block``) plus optional kernel-only ``pdl``
+    (bool), ``sharded`` (default ``tp > 1``), ``max_rows``, ``max_steps`` and
+    ``timeout_ns`` (module docstring).
     ``bias_fn(emb, w2_shard) -> [rows, shard]`` BF16 computes the GEMV.
     ``stamps`` (bench only): the step kernels with ``%globaltimer`` phase
     stamps (``StepKernel``); ``stamps()`` returns the last call's.
     """
 
-    def __init__(self, comm_or_fabric, static: dict, config: dict, *, bias_fn: Callable | None = None,
+    def __init__(self, fabric, static: dict, config: dict, *, bias_fn: Callable | None = None,
                  stamps: bool = False) -> None:
-        comm = comm_or_fabric if comm_or_fabric is not None else _SoloComm()
-        for attr in ("rank", "world", "all_gather"):
-            _require(hasattr(comm, attr), TypeError, f"comm_or_fabric: expected an object with {attr!r} (a Comm)")
-        _require(isinstance(config, dict), TypeError, f"config: expected a dict, got {type(config).__name__}")
+        comm = fabric if fabric is not None else _Solo()
+        for attr in ("rank", "world"):
+            require(hasattr(comm, attr), TypeError, f"fabric: expected a kernels.fabric provider (missing {attr!r})")
+        require(isinstance(config, dict), TypeError, f"config: expected a dict, got {type(config).__name__}")
         missing = sorted(_CONFIG_KEYS - set(config))
-        _require(not missing, ValueError, f"config: missing keys {missing}")
+        require(not missing, ValueError, f"config: missing keys {missing}")
         vocab, dim, tp = int(config["vocab"]), int(config["dim"]), int(config["tp"])
-        _require(vocab >= 1, ValueError, f"config.vocab: expected >= 1, got {vocab}")
-        _require(dim >= 1, ValueError, f"config.dim: expected >= 1, got {dim}")
-        _require(tp >= 1 and tp <= WARP and tp & (tp - 1) == 0, ValueError, f"config.tp: expected a power of two in [1, 32], got {tp}")
-        _require(comm.world == tp, ValueError, f"comm_or_fabric: world {comm.world} != config.tp {tp}")
-        _require(vocab % tp == 0, ValueError, f"config.vocab: {vocab} is not divisible by tp {tp}")
+        require(vocab >= 1, ValueError, f"config.vocab: expected >= 1, got {vocab}")
+        require(dim >= 1, ValueError, f"config.dim: expected >= 1, got {dim}")
+        require(tp >= 1 and tp <= WARP and tp & (tp - 1) == 0, ValueError, f"config.tp: expected a power of two in [1, 32], got {tp}")
+        require(comm.world == tp, ValueError, f"fabric: world {comm.world} != config.tp {tp}")
+        require(vocab % tp == 0, ValueError, f"config.vocab: {vocab} is not divisible by tp {tp}")
         block = int(config["block"])
-        _require(block in BLOCK_SIZES, ValueError, f"config.block: expected one of {BLOCK_SIZES}, got {block}")
+        require(block in BLOCK_SIZES, ValueError, f"config.block: expected one of {BLOCK_SIZES}, got {block}")
         max_reqs = int(config["max_reqs"])
-        _require(max_reqs >= 1, ValueError, f"config.max_reqs: expected >= 1, got {max_reqs}")
+        require(max_reqs >= 1, ValueError, f"config.max_reqs: expected >= 1, got {max_reqs}")
         for key in ("mult", "cap", "inv_cap"):
-            _require(isinstance(config[key], (int, float)), TypeError, f"config.{key}: expected a float")
+            require(isinstance(config[key], (int, float)), TypeError, f"config.{key}: expected a float")
         self.comm = comm
+        self.max_rows, self.max_steps, self.timeout_ns = _exchange_limits(config)
         self.rank, self.tp = int(comm.rank), tp
         self.vocab, self.dim, self.block, self.max_reqs = vocab, dim, block, max_reqs
         self.width = vocab // tp
@@ -105,18 +119,18 @@ class FusedMarkovLoop:
         self.has_cap = bool(config["has_cap"])
         self.pdl = bool(config.get("pdl", False))
         self.sharded = bool(config.get("sharded", tp > 1))
-        _require(self.sharded or tp == 1, ValueError, "config.sharded: must be true when tp > 1")
+        require(self.sharded or tp == 1, ValueError, "config.sharded: must be true when tp > 1")
         # FP32 scalars as the kernels see them (round to nearest once here).
         self.mult, self.cap, self.inv_cap = (float(torch.tensor(float(config[k]), dtype=torch.float32)) for k in ("mult", "cap", "inv_cap"))
-        _require(isinstance(static, dict), TypeError, f"static: expected a dict, got {type(static).__name__}")
+        require(isinstance(static, dict), TypeError, f"static: expected a dict, got {type(static).__name__}")
         for key in ("w1", "w2"):
-            _require(key in static, ValueError, f"static: missing {key!r}")
+            require(key in static, ValueError, f"static: missing {key!r}")
         w1, w2 = static["w1"], static["w2"]
-        _require(isinstance(w1, torch.Tensor) and w1.is_cuda, ValueError, "static.w1: expected a CUDA tensor")
+        require(isinstance(w1, torch.Tensor) and w1.is_cuda, ValueError, "static.w1: expected a CUDA tensor")
         self.device = w1.device
-        _check_tensor("static.w1", w1, torch.bfloat16, (vocab, dim), self.device)
-        _check_tensor("static.w2", w2, torch.bfloat16, (vocab, dim), self.device)
-        _require(w1.is_contiguous(), ValueError, "static.w1: expected a contiguous (row-major) tensor")
+        check_tensor("static.w1", w1, torch.bfloat16, (vocab, dim), self.device)
+        check_tensor("static.w2", w2, torch.bfloat16, (vocab, dim), self.device)
+        require(w1.is_contiguous(), ValueError, "static.w1: expected a contiguous (row-major) tensor")
         self.w1 = w1
         self.w2_shard = w2[self.vocab_offset : self.vocab_offset + self.width]
         self.bias_fn = bias_fn if bias_fn is not None else default_bias
@@ -127,66 +141,89 @@ class FusedMarkovLoop:
         # Every call's emb is a fresh allocation, aligned as this one.
         embeds = torch.empty(max_reqs, dim, dtype=torch.bfloat16, device=self.device)
         vectors = (False, True) if vector_bytes(block) else (False,)
+        # The bias GEMV runs here on zeros at every row count a call may have, so its first-use work (library
+        # handles, workspaces, lazily loaded kernels) never happens under capture, nor while a peer's exchange
+        # spins (loading a kernel waits for the context to idle).
+        for rows in range(1, self.max_rows + 1):
+            self.bias_fn(torch.zeros(rows, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
+        exchange = {}
+        if self.sharded:
+            group = fabric if fabric is not None else VirtualFabric.create(1, self.device)[0]
+            require(hasattr(group, "alloc"), TypeError, "fabric: a sharded loop needs a kernels.fabric provider "
+                    "(its device exchange allocates peer buffers)")
+            exchange = dict(group=group, max_rows=self.max_rows, max_steps=self.max_steps, timeout_ns=self.timeout_ns)
         self.kernels = (StampedMarkovKernels if self.stamped else MarkovKernels)(
             w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
             steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
+            **exchange,
         )
-        # The bias GEMV runs once here, on zeros, so its own first-use work (library
-        # handles, workspaces, lazily loaded kernels) never happens under capture.
-        self.bias_fn(torch.zeros(1, self.dim, dtype=torch.bfloat16, device=self.device), self.w2_shard)
+        self.diag_record = self.kernels.diag_record
+
 
     # -- validation --------------------------------------------------------
 
     def _validate(self, call_inputs: dict) -> tuple[int, int]:
         """Check every call input (before any launch); returns (rows, steps)."""
-        _require(isinstance(call_inputs, dict), TypeError, f"call_inputs: expected a dict, got {type(call_inputs).__name__}")
+        require(isinstance(call_inputs, dict), TypeError, f"call_inputs: expected a dict, got {type(call_inputs).__name__}")
         need = ("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature", "cache")
         missing = [k for k in need if k not in call_inputs]
-        _require(not missing, ValueError, f"call_inputs: missing {missing}")
+        require(not missing, ValueError, f"call_inputs: missing {missing}")
         base = call_inputs["base"]
-        _require(isinstance(base, torch.Tensor) and base.dim() == 3, ValueError,
+        require(isinstance(base, torch.Tensor) and base.dim() == 3, ValueError,
                  f"call_inputs.base: expected a [rows, steps, {self.vocab}] tensor")
         rows, steps, vocab = base.shape
-        _require(rows >= 1 and steps >= 1, ValueError, f"call_inputs.base: rows and steps must be >= 1, got {tuple(base.shape)}")
+        require(rows >= 1 and steps >= 1, ValueError, f"call_inputs.base: rows and steps must be >= 1, got {tuple(base.shape)}")
         dev = self.device
         ids = call_inputs["input_ids"]
-        _require(isinstance(ids, torch.Tensor) and ids.dim() == 1 and ids.numel() >= 1, ValueError,
+        require(isinstance(ids, torch.Tensor) and ids.dim() == 1 and ids.numel() >= 1, ValueError,
                  "call_inputs.input_ids: expected a non-empty 1-D tensor")
-        _check_tensor("call_inputs.input_ids", ids, torch.int32, (ids.shape[0],), dev)
-        _check_tensor("call_inputs.anchor_idx", call_inputs["anchor_idx"], torch.int64, (rows,), dev)
-        _check_tensor("call_inputs.base", base, torch.bfloat16, (rows, steps, self.vocab), dev)
-        _check_tensor("call_inputs.idx_map", call_inputs["idx_map"], torch.int64, (rows, steps), dev)
-        _check_tensor("call_inputs.pos", call_inputs["pos"], torch.int64, (rows, steps), dev)
-        _check_tensor("call_inputs.seeds", call_inputs["seeds"], torch.int64, (self.max_reqs,), dev)
-        _check_tensor("call_inputs.temperature", call_inputs["temperature"], torch.float32, (self.max_reqs,), dev)
-        _check_tensor("call_inputs.cache", call_inputs["cache"], torch.bfloat16, (self.max_reqs, steps, self.vocab), dev)
+        check_tensor("call_inputs.input_ids", ids, torch.int32, (ids.shape[0],), dev)
+        check_tensor("call_inputs.anchor_idx", call_inputs["anchor_idx"], torch.int64, (rows,), dev)
+        check_tensor("call_inputs.base", base, torch.bfloat16, (rows, steps, self.vocab), dev)
+        check_tensor("call_inputs.idx_map", call_inputs["idx_map"], torch.int64, (rows, steps), dev)
+        check_tensor("call_inputs.pos", call_inputs["pos"], torch.int64, (rows, steps), dev)
+        check_tensor("call_inputs.seeds", call_inputs["seeds"], torch.int64, (self.max_reqs,), dev)
+        check_tensor("call_inputs.temperature", call_inputs["temperature"], torch.float32, (self.max_reqs,), dev)
+        check_tensor("call_inputs.cache", call_inputs["cache"], torch.bfloat16, (self.max_reqs, steps, self.vocab), dev)
         for name, stride in (("input_ids", ids.stride(0)), ("anchor_idx", call_inputs["anchor_idx"].stride(0)),
                              ("seeds", call_inputs["seeds"].stride(0)), ("temperature", call_inputs["temperature"].stride(0)),
                              ("base", base.stride(2)), ("cache", call_inputs["cache"].stride(2))):
-            _require(stride == 1, ValueError, f"call_inputs.{name}: expected stride 1 in its last dimension, got {stride}")
+            require(stride == 1, ValueError, f"call_inputs.{name}: expected stride 1 in its last dimension, got {stride}")
         for name in ("base", "cache", "idx_map", "pos"):
-            _require(all(s >= 0 for s in call_inputs[name].stride()), ValueError, f"call_inputs.{name}: negative strides")
+            require(all(s >= 0 for s in call_inputs[name].stride()), ValueError, f"call_inputs.{name}: negative strides")
         if not torch.cuda.is_current_stream_capturing():
             # Values (not capturable: they need the host); under capture the
             # kernels clamp instead (kernels/markov/fused.py).
-            anchor = call_inputs["anchor_idx"]
+            # Read through pinned host copies: no reduction kernel, so nothing is first loaded (which needs the
+            # context idle) while a peer's exchange spins.
+            anchor = hostcopy.to_host(call_inputs["anchor_idx"])
             lo, hi = int(anchor.min()), int(anchor.max())
-            _require(lo >= 0 and hi < ids.shape[0], ValueError,
+            require(lo >= 0 and hi < ids.shape[0], ValueError,
                      f"call_inputs.anchor_idx: values must lie in [0, {ids.shape[0]}), got [{lo}, {hi}]")
-            hi = int(call_inputs["idx_map"].max())
-            _require(hi < self.max_reqs, ValueError,
+            hi = int(hostcopy.to_host(call_inputs["idx_map"]).max())
+            require(hi < self.max_reqs, ValueError,
                      f"call_inputs.idx_map: request rows must be < max_reqs {self.max_reqs} (negative = padding), got {hi}")
         return rows, steps
 
     def _check_bias(self, bias, rows: int) -> None:
         """The bias callable's output for one step."""
-        _check_tensor("bias_fn output", bias, torch.bfloat16, (rows, self.width), self.device)
-        _require(bias.stride(1) == 1, ValueError, f"bias_fn output: expected stride 1 in its last dimension, got {bias.stride(1)}")
+        check_tensor("bias_fn output", bias, torch.bfloat16, (rows, self.width), self.device)
+        require(bias.stride(1) == 1, ValueError, f"bias_fn output: expected stride 1 in its last dimension, got {bias.stride(1)}")
 
-    def _check_gather(self, name: str, gathered, shape: tuple, dtype) -> None:
-        """A gathered tensor from ``comm.all_gather``."""
-        _check_tensor(name, gathered, dtype, shape, self.device)
-        _require(gathered.is_contiguous(), ValueError, f"{name}: expected a contiguous gather")
+    def _check_same_call(self, rows: int, steps: int) -> None:
+        """Sharded over several ranks: every rank calls with this ``(rows, steps)`` (read through the fabric on
+        the host; the device exchange would take mismatched sizes without noticing)."""
+        require(rows <= self.max_rows and steps <= self.max_steps, ValueError,
+                f"call_inputs.base: {rows} rows x {steps} steps exceed config.max_rows {self.max_rows} x "
+                f"config.max_steps {self.max_steps} (the exchange's size)")
+        if self.tp == 1 or capturing():
+            return
+        sizes = self.comm.all_gather(torch.tensor([rows, steps], dtype=torch.int64)).tolist()
+        for rank, (other_rows, other_steps) in enumerate(sizes):
+            if (other_rows, other_steps) != (rows, steps):
+                raise FabricMismatch(
+                    f"rank {rank} calls the draft loop with {other_rows} rows x {other_steps} steps where rank "
+                    f"{self.rank} has {rows} x {steps}: every rank must make the same call")
 
     # -- the call ----------------------------------------------------------
 
@@ -195,6 +232,8 @@ class FusedMarkovLoop:
         pick), then (sharded) gather and cache fill. The cache is written in place and returned with the
         tokens and the last ``emb``."""
         rows, steps = self._validate(call_inputs)
+        if self.sharded:
+            self._check_same_call(rows, steps)
         del call_params  # this family has no per-call parameters
         dev, kernels = self.device, self.kernels
         ids, anchor = call_inputs["input_ids"], call_inputs["anchor_idx"]
@@ -224,18 +263,15 @@ class FusedMarkovLoop:
                 self.mult, self.inv_cap, self.cap, block=self.block, pdl=self.pdl,
             )
             if self.sharded:
-                gathered = self.comm.all_gather(packets)
-                self._check_gather("comm_or_fabric.all_gather(packets)", gathered, (self.tp, rows, 4), torch.int32)
-                kernels.pick(gathered, rows, tokens, col, emb)
+                kernels.pick(kernels.gather_packets(packets, col), rows, tokens, col, emb)
         if self.sharded:
-            shards = self.comm.all_gather(draft)
-            self._check_gather("comm_or_fabric.all_gather(draft)", shards, (self.tp, rows, steps, self.width), torch.bfloat16)
+            shards = kernels.gather_draft(draft)
             kernels.cache_fill(shards, rows * steps * self.width, cache, idx_map, rows, steps, self.width, self.vocab)
         return {"tokens": tokens, "cache": cache, "emb": emb}
 
     def stamps(self) -> tuple[tuple[str, ...], torch.Tensor]:
         """The stamp names and the last call's int64 ``[rows * blocks, names]`` ``%globaltimer`` values (ns), on the host."""
-        _require(self.stamped and self._stamp_scratch is not None, RuntimeError,
+        require(self.stamped and self._stamp_scratch is not None, RuntimeError,
                  "stamps: this loop was built without stamps=True, or has not run")
         rows, steps, scratch = self._stamp_scratch
         slots = rows * self.blocks
@@ -248,15 +284,12 @@ class FusedMarkovLoop:
         return {"launches": self._launches}
 
     def graph_capture_problem(self) -> str | None:
-        """Why a launch cannot be captured into a CUDA graph (None at tp 1 with a capturable GEMV: every kernel
-        compiled, inputs on the device)."""
+        """Why a launch cannot be captured into a CUDA graph: the bias GEMV's reason, else None (every launch of a
+        call is on the device, compiled at construction, the exchange's counter kept on the device)."""
         bias_problem = getattr(self.bias_fn, "capture_problem", None)
         if callable(bias_problem) and bias_problem(self.dim) is not None:
             return f"the bias GEMV: {bias_problem(self.dim)}"
-        if self.comm.world > 1:
-            return (f"tp {self.comm.world}: the vocab-parallel gather goes through comm.all_gather on the host, "
-                    "which a CUDA graph cannot capture")
         return None
 
 
-__all__ = ["FusedMarkovLoop", "SYSTEM_CLASS", "default_bias"]
+__all__ = ["DEFAULT_MAX_ROWS", "DEFAULT_MAX_STEPS", "FusedMarkovLoop", "HARNESS_TIMEOUT_NS", "SYSTEM_CLASS", "default_bias"]

@@ -55,20 +55,29 @@ capture: ``CaptureError``).
 Modules, the ``kernels/allreduce`` way: ``fused_layout.py`` (constants and
 the host-side variant rules, no GPU), ``fused_kernels.py`` (the four device
 kernel classes and their traced helpers), ``fused_checks.py`` (the argument
-checks' building blocks) and this module, the host side: ``MarkovKernels``,
-``compile_kernel`` and the compile gate's ``compile_variants``. This module
-re-exports the names the single-file version had, so importers of
-``kernels.markov.fused`` keep working.
+checks), ``exchange.py`` / ``exchange_kernel.py`` / ``exchange_layout.py``
+(the device all-gather of the packets and draft logits) and this module,
+the host side: ``MarkovKernels``, the seed's functions, ``compile_kernel``
+and the compile gate's ``compile_variants``.
 
 Public API (seed 001): ``MarkovKernels(w1, embeds, *, width, has_cap, tp,
-steps, pick_pdl, fill_vector)`` compiles a loop's kernels; its
-``anchor_embed``, ``step``, ``pick`` and ``cache_fill`` launch them on the
-caller's tensors around the caller's own GEMV and gathers, each checking
-its arguments before its launch. The whole loop as the harness drives it
-(config, validation of a call, bias GEMV, gathers) is
-``harness/families/markov_fused_kernel.py``. ``StampedMarkovKernels`` (not
-the seed's: bench only) compiles the steps with ``%globaltimer`` phase stamps
-(``StepKernel``'s docstring).
+steps, pick_pdl, fill_vector, group=None, max_rows=None, max_steps=None,
+timeout_ns=0)`` compiles a loop's kernels (and, given ``group``, builds
+the device exchange collectively); its ``anchor_embed``, ``step``,
+``gather_packets``, ``pick``, ``gather_draft`` and ``cache_fill`` launch
+on the caller's tensors around the caller's own GEMV, each checking its
+arguments before its launch. Beside the class, as the seed names them:
+``anchor_embed(input_ids, anchor_idx, w1, emb, arrivals)``,
+``markov_step(base, ..., w1, emb, packets, width, vocab_offset, mult,
+inv_cap, cap, *, has_cap, sharded, block, pdl)``, ``markov_pick(packets,
+rows, tokens, step, w1, emb, *, tp, pdl)`` and ``cache_fill(gathered,
+src_s0, cache, idx_map, rows, steps, shard, vocab)`` (compiled on first
+use, cached by configuration). ``base`` of a step is always that step's
+logits over the whole vocabulary, ``[rows, V]`` (``fused_checks.py``). The
+loop a serving engine writes is in ``docs/interfaces.md``; the harness's
+driver is ``harness/families/markov_fused_kernel.py``.
+``StampedMarkovKernels`` (not the seed's: bench only) compiles the steps
+with ``%globaltimer`` phase stamps (``StepKernel``'s docstring).
 """
 
 from __future__ import annotations
@@ -79,17 +88,17 @@ import cuda.bindings.driver as cuda
 import torch
 from cutlass import Float32, Int32, Int64
 
-from kernels.compile import CaptureError, compiled
-from kernels.markov.fused_checks import (  # noqa: F401 - the _check_*, _require helpers re-exported (the harness imports them here)
-    _check_rows,
-    _check_tensor,
-    _check_vector,
-    _require,
+from kernels.compile import CaptureError, compiled, preload
+from kernels.markov.exchange import DEFAULT_TIMEOUT_NS, PeerGather, check_timeout
+from kernels.markov.fused_checks import (
     check_anchor_embed,
     check_cache_fill,
+    check_exchange,
     check_pick,
     check_step,
+    check_tensor,
     check_weights,
+    require,
 )
 from kernels.markov.fused_kernels import AnchorKernel, CacheFillKernel, PickKernel, StepKernel
 from kernels.markov.fused_layout import (
@@ -177,14 +186,19 @@ class MarkovKernels:
 
     A draft call, per the seed: ``anchor_embed`` once, then per step the
     caller's GEMV ``bias = emb @ w2_shard^T`` and ``step``; sharded, the
-    caller gathers the ``[rows, 4]`` packets over the TP group and calls
-    ``pick``, and after the loop gathers the ``[rows, steps, width]`` draft
-    logits and calls ``cache_fill``. Every method launches on the current
-    stream on the caller's tensors (fixed pointers: the loop can be captured
-    into a CUDA graph where the GEMV and the gathers can) and checks its
-    arguments' dtypes, shapes, devices and strides before the launch. Values
-    are not read: an anchor is clamped to ``input_ids`` and a token to the
-    table, a request row outside ``[0, max_reqs)`` is padding.
+    ``[rows, 4]`` packets are gathered over the TP group and ``pick`` takes
+    them, and after the loop the ``[rows, steps, width]`` draft logits are
+    gathered for ``cache_fill``. Given ``group`` (a ``kernels.fabric``
+    provider or a ``torch.distributed`` group), construction is collective
+    and builds the device exchange (``kernels.markov.exchange``):
+    ``gather_packets`` and ``gather_draft`` are then one kernel launch each,
+    so the whole loop (anchor, GEMVs, steps, gathers, picks, fill) is
+    captured in one CUDA graph at any tp (``docs/interfaces.md`` shows the
+    loop). Every method launches on the current stream on the caller's
+    tensors (fixed pointers) and checks its arguments' dtypes, shapes,
+    devices and strides before the launch. Values are not read: an anchor
+    is clamped to ``input_ids`` and a token to the table, a request row
+    outside ``[0, max_reqs)`` is padding.
 
     Args:
         w1: [V, R] BF16 Markov embedding table on the GPU, row-major.
@@ -196,12 +210,22 @@ class MarkovKernels:
         steps: the ``(block, pdl, vector)`` step variants to compile now.
         pick_pdl: launch the pick with programmatic dependent launch.
         fill_vector: the cache-fill variant(s) to compile now (a bool or several).
+        group: the TP group of the device exchange (its world must be ``tp``),
+            or None: no exchange (the caller gathers).
+        max_rows: the most request rows of a call (sizes the exchange).
+        max_steps: the most draft steps of a call (sizes the exchange).
+        timeout_ns: an exchange wait past it writes the ``kernels.diag``
+            record and traps (0, the default: wait forever, as the seed).
+        diag: the ``kernels.diag.DiagRecord`` to write (default: one of its
+            own when ``timeout_ns > 0``, ``diag_record``).
 
     ``StampedMarkovKernels`` is the same with the bench-only phase-stamped steps.
     """
 
     # Whether the steps carry the bench-only phase stamps (``StepKernel``); set by ``StampedMarkovKernels``.
     stamps = False
+    # The device exchange (``group`` given), else None.
+    packet_gather = draft_gather = diag_record = max_rows = max_steps = None
 
     def __init__(
         self,
@@ -214,24 +238,57 @@ class MarkovKernels:
         steps: Iterable[tuple[int, bool, bool]],
         pick_pdl: bool,
         fill_vector: bool | Iterable[bool],
+        group: Any = None,
+        max_rows: int | None = None,
+        max_steps: int | None = None,
+        timeout_ns: int = DEFAULT_TIMEOUT_NS,
+        diag: Any = None,
     ) -> None:
         check_weights(w1, embeds, width, tp)
-        self.device = w1.device
-        vocab, dim = w1.shape
-        self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
-        self.tp, self.sharded, self.pick_pdl = tp, tp is not None, bool(pick_pdl)
-        self.row_bytes = dim * 2
-        self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes, chunk=self.row_copy_chunk(THREADS),
-                                      w1_rows=vocab)
-        self._steps: dict[tuple[int, bool, bool], Any] = {}
+        fabric = None
+        if group is not None:
+            fabric = check_exchange(group, w1.device, tp, max_rows, max_steps)
+            timeout_ns = check_timeout(timeout_ns)
+        self._bind(w1, embeds, width, has_cap, tp, pick_pdl)
+        self._anchor_kernel()
         for block, pdl, vector in steps:
             self._step(block, pdl, vector)
-        self._fills: dict[bool, Any] = {}
         if self.sharded:
-            self._pick = compile_kernel(PickKernel, tp=tp, pdl=self.pick_pdl, row_bytes=self.row_bytes,
-                                        chunk=self.row_copy_chunk(PICK_THREADS), w1_rows=vocab)
+            self._pick_kernel()
             for vector in (fill_vector,) if isinstance(fill_vector, bool) else fill_vector:
                 self._fill(vector)
+        if fabric is not None:
+            self._build_exchange(fabric, max_rows, max_steps, timeout_ns, diag)
+
+    def _bind(self, w1: torch.Tensor, embeds: torch.Tensor, width: int, has_cap: bool, tp: int | None,
+              pick_pdl: bool) -> None:
+        """Set the loop's fields (checked by the caller) with nothing compiled yet."""
+        self.device = w1.device
+        self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
+        self.tp, self.sharded, self.pick_pdl = tp, tp is not None, bool(pick_pdl)
+        self.row_bytes = w1.shape[1] * 2
+        self._steps: dict[tuple[int, bool, bool], Any] = {}
+        self._fills: dict[bool, Any] = {}
+        self._anchor = self._pick = None
+
+    def _build_exchange(self, fabric: Any, max_rows: int, max_steps: int, timeout_ns: int, diag: Any) -> None:
+        """The two device gathers (packets, draft logits) over ``fabric``, collectively, then a barrier
+        so that no rank posts into a peer's buffer before the peer built it."""
+        # Every kernel this loop launches is loaded now: a first launch would load it while a peer's gather spins.
+        with torch.cuda.device(self.device):
+            for kernel in (self._anchor, self._pick, *self._steps.values(), *self._fills.values()):
+                preload(kernel)
+        if timeout_ns and diag is None:
+            from kernels.diag import DiagRecord
+
+            diag = DiagRecord()
+        self.diag_record = diag
+        self.max_rows, self.max_steps = max_rows, max_steps
+        self.packet_gather = PeerGather(fabric, "markov_fused.packets", max_rows * 16, timeout_ns=timeout_ns,
+                                        diag=diag)
+        self.draft_gather = PeerGather(fabric, "markov_fused.draft", max_rows * max_steps * self.width * 2,
+                                       timeout_ns=timeout_ns, diag=diag)
+        fabric.barrier()
 
     @property
     def step_variants(self) -> frozenset[tuple[int, bool, bool]]:
@@ -242,11 +299,25 @@ class MarkovKernels:
         """Row-copy access width for ``threads`` threads, within the alignment of ``w1`` and ``embeds``."""
         return copy_chunk(self.row_bytes, threads, (self.w1.data_ptr(), self.embeds.data_ptr()))
 
+    def _anchor_kernel(self):
+        """The compiled anchor kernel (compiled on first use, never under capture)."""
+        if self._anchor is None:
+            self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes,
+                                          chunk=self.row_copy_chunk(THREADS), w1_rows=self.w1.shape[0])
+        return self._anchor
+
+    def _pick_kernel(self):
+        """The compiled pick kernel for ``tp`` (compiled on first use, never under capture)."""
+        if self._pick is None:
+            self._pick = compile_kernel(PickKernel, tp=self.tp, pdl=self.pick_pdl, row_bytes=self.row_bytes,
+                                        chunk=self.row_copy_chunk(PICK_THREADS), w1_rows=self.w1.shape[0])
+        return self._pick
+
     def _step(self, block: int, pdl: bool, vector: bool):
         """The compiled step kernel at ``(block, pdl, vector)`` (compiled on first use, never under capture)."""
         kernel = self._steps.get((block, pdl, vector))
         if kernel is None:
-            _require(block in BLOCK_SIZES, ValueError, f"block: expected one of {BLOCK_SIZES}, got {block}")
+            require(block in BLOCK_SIZES, ValueError, f"block: expected one of {BLOCK_SIZES}, got {block}")
             blocks = -(-self.width // block)
             kernel = self._steps[block, pdl, vector] = compile_kernel(
                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
@@ -277,8 +348,9 @@ class MarkovKernels:
         check_anchor_embed(self, input_ids, anchor_idx, emb, arrivals)
         rows = arrivals.shape[0]
         i64 = Int64
-        self._anchor(i64(input_ids.data_ptr()), i64(input_ids.shape[0]), i64(anchor_idx.data_ptr()),
-                     i64(self.w1.data_ptr()), i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), _stream())
+        self._anchor_kernel()(
+            i64(input_ids.data_ptr()), i64(input_ids.shape[0]), i64(anchor_idx.data_ptr()), i64(self.w1.data_ptr()),
+            i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), _stream())
 
     def step(
         self,
@@ -307,8 +379,11 @@ class MarkovKernels:
         """One draft step ``col`` over ``width`` vocab entries from ``vocab_offset`` for the ``base.shape[0]`` rows.
 
         Args:
-            base: [rows, >= vocab_offset + width] BF16 base logits of this step
-                (e.g. ``base[:, col]``), vocab stride 1.
+            base: [rows, V] BF16 base logits of this step over the whole
+                vocabulary (``base[:, col]`` of the [rows, steps, V] base
+                logits), vocab stride 1; the kernel reads the columns
+                [vocab_offset, vocab_offset + width). Any other width raises
+                (a rank's shard view is refused).
             bias: [rows, width] BF16 output of the caller's GEMV, vocab stride 1.
             cache: BF16 draft-logits cache, vocab stride 1: unsharded
                 [max_reqs, steps, V] (row ``idx_map[r]``, step ``col`` written),
@@ -354,6 +429,38 @@ class MarkovKernels:
             Int32(rows), _stream(),
         )
 
+    def gather_packets(self, packets: torch.Tensor, step: int) -> torch.Tensor:
+        """Every rank's ``step`` packets, ``[tp, rows, 4]`` int32, gathered on the device (``group`` given).
+
+        Args:
+            packets: [rows, 4] int32 this rank's packets (``step``'s output), contiguous.
+            step: the step index (recorded in a timeout's diagnostic record).
+
+        Returns:
+            A view of this loop's gather buffer, valid until the next ``gather_packets``: ``pick``'s input.
+        """
+        require(self.packet_gather is not None, ValueError, "gather_packets: built without group (no exchange)")
+        require(isinstance(packets, torch.Tensor) and packets.dim() == 2 and 1 <= packets.shape[0] <= self.max_rows,
+                ValueError, f"packets: expected an int32 [rows <= max_rows={self.max_rows}, 4] tensor")
+        check_tensor("packets", packets, torch.int32, (packets.shape[0], 4), self.device)
+        return self.packet_gather.gather(packets, step=step)
+
+    def gather_draft(self, draft: torch.Tensor) -> torch.Tensor:
+        """Every rank's draft logits, ``[tp, rows, steps, width]`` BF16, gathered on the device (``group`` given).
+
+        Args:
+            draft: [rows, steps, width] BF16 this rank's draft logits (the sharded steps' cache), contiguous.
+
+        Returns:
+            A view of this loop's gather buffer (rank stride ``rows * steps * width``): ``cache_fill``'s input.
+        """
+        require(self.draft_gather is not None, ValueError, "gather_draft: built without group (no exchange)")
+        require(isinstance(draft, torch.Tensor) and draft.dim() == 3 and draft.shape[0] <= self.max_rows
+                and draft.shape[1] <= self.max_steps, ValueError,
+                f"draft: expected a BF16 [rows <= {self.max_rows}, steps <= {self.max_steps}, {self.width}] tensor")
+        check_tensor("draft", draft, torch.bfloat16, (draft.shape[0], draft.shape[1], self.width), self.device)
+        return self.draft_gather.gather(draft)
+
     def pick(self, packets: torch.Tensor, rows: int, tokens: torch.Tensor, step: int, emb: torch.Tensor) -> None:
         """``tokens[r, step]`` and ``emb[r]`` (its w1 row) of the winner over the gathered packets (sharded only).
 
@@ -366,8 +473,9 @@ class MarkovKernels:
         """
         check_pick(self, packets, rows, tokens, step, emb)
         i64 = Int64
-        self._pick(i64(packets.data_ptr()), Int32(rows), i64(tokens.data_ptr() + step * tokens.stride(1) * 8),
-                   i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), _stream())
+        self._pick_kernel()(
+            i64(packets.data_ptr()), Int32(rows), i64(tokens.data_ptr() + step * tokens.stride(1) * 8),
+            i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), _stream())
 
     def cache_fill(self, gathered: torch.Tensor, src_s0: int, cache: torch.Tensor, idx_map: torch.Tensor,
                    rows: int, steps: int, shard: int, vocab: int) -> None:
@@ -394,6 +502,61 @@ class MarkovKernels:
         )
 
 
+def _loop_of(w1: Any, emb: Any, *, width: int, has_cap: bool = False, tp: int | None = None,
+             pick_pdl: bool = False) -> MarkovKernels:
+    """A ``MarkovKernels`` over ``w1`` with ``emb`` as its rows and nothing compiled yet: the seed's functions
+    below check their arguments through it and compile (cached by configuration) only what they launch."""
+    check_weights(w1, emb, width, tp)
+    loop = MarkovKernels.__new__(MarkovKernels)
+    loop._bind(w1, emb, width, has_cap, tp, pick_pdl)
+    return loop
+
+
+def anchor_embed(input_ids: torch.Tensor, anchor_idx: torch.Tensor, w1: torch.Tensor, emb: torch.Tensor,
+                 arrivals: torch.Tensor) -> None:
+    """``emb[r] = w1[input_ids[anchor_idx[r]]]`` and ``arrivals[r] = 0`` for the ``arrivals.numel()`` rows
+    (int32 ids, int64 anchors, rows of ``emb`` contiguous): ``MarkovKernels.anchor_embed`` over ``w1``."""
+    require(isinstance(w1, torch.Tensor) and w1.dim() == 2, ValueError, "w1: expected a BF16 [V, R] tensor")
+    _loop_of(w1, emb, width=w1.shape[0]).anchor_embed(input_ids, anchor_idx, emb, arrivals)
+
+
+def cache_fill(gathered: torch.Tensor, src_s0: int, cache: torch.Tensor, idx_map: torch.Tensor, rows: int,
+               steps: int, shard: int, vocab: int) -> None:
+    """Scatter the gathered ``[tp, rows, steps, shard]`` BF16 draft logits (rank stride ``src_s0``) into the
+    full-vocab ``cache`` rows ``idx_map`` names (int64, one per row and step; negative: skipped):
+    ``MarkovKernels.cache_fill`` with ``tp = gathered.shape[0]``."""
+    require(isinstance(gathered, torch.Tensor) and gathered.dim() == 4, ValueError,
+            "gathered: expected a BF16 [tp, rows, steps, shard] tensor")
+    # The fill reads no table: the loop's device, tp and compiled fills are all it needs.
+    loop = MarkovKernels.__new__(MarkovKernels)
+    loop.device, loop.tp, loop.sharded, loop._fills = gathered.device, gathered.shape[0], True, {}
+    loop.cache_fill(gathered, src_s0, cache, idx_map, rows, steps, shard, vocab)
+
+
+def markov_step(base: torch.Tensor, bias: torch.Tensor, cache: torch.Tensor, col: int, idx_map: torch.Tensor,
+                pos: torch.Tensor, seeds: torch.Tensor, temperature: torch.Tensor, block_argmax: torch.Tensor,
+                block_max: torch.Tensor, arrivals: torch.Tensor, tokens: torch.Tensor, w1: torch.Tensor,
+                emb: torch.Tensor, packets: torch.Tensor, width: int, vocab_offset: int, mult: float,
+                inv_cap: float, cap: float, *, has_cap: bool, sharded: bool, block: int, pdl: bool) -> None:
+    """One step over ``width`` vocab entries from ``vocab_offset`` for the ``base.shape[0]`` rows:
+    ``MarkovKernels.step`` over ``w1`` (its docstring has the operands; ``base`` is this step's logits over
+    the whole vocabulary, ``[rows, V]``), sharded or not."""
+    require(isinstance(w1, torch.Tensor) and w1.dim() == 2, ValueError, "w1: expected a BF16 [V, R] tensor")
+    # Sharded, the step writes packets for a pick over some tp; the step itself does not depend on it.
+    loop = _loop_of(w1, emb, width=width, has_cap=has_cap, tp=1 if sharded else None)
+    loop.step(base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max, arrivals, tokens,
+              emb, packets, vocab_offset, mult, inv_cap, cap, block=block, pdl=pdl)
+
+
+def markov_pick(packets: torch.Tensor, rows: int, tokens: torch.Tensor, step: int, w1: torch.Tensor,
+                emb: torch.Tensor, *, tp: int, pdl: bool) -> None:
+    """``tokens[r, step]`` and ``emb[r]`` (its w1 row) of the winner over the gathered int32 ``[tp, rows, 4]``
+    packets: ``MarkovKernels.pick`` over ``w1``."""
+    require(isinstance(w1, torch.Tensor) and w1.dim() == 2, ValueError, "w1: expected a BF16 [V, R] tensor")
+    width = w1.shape[0] // tp if isinstance(tp, int) and tp >= 1 else 0
+    _loop_of(w1, emb, width=max(width, 1), tp=tp, pick_pdl=pdl).pick(packets, rows, tokens, step, emb)
+
+
 class StampedMarkovKernels(MarkovKernels):
     """``MarkovKernels`` whose steps store ``%globaltimer`` phase stamps (bench only, ``StepKernel(stamps=True)``):
     each call's ``block_argmax`` must then be the head of ``fused_layout.step_scratch_slots`` int64 slots."""
@@ -414,11 +577,15 @@ __all__ = [
     "StepKernel",
     "THREADS",
     "WARP",
+    "anchor_embed",
+    "cache_fill",
     "compile_kernel",
     "compile_variants",
     "copy_chunk",
     "fill_vectorized",
     "finish_warps",
+    "markov_pick",
+    "markov_step",
     "step_vectorized",
     "vector_bytes",
 ]

@@ -20,7 +20,7 @@ import torch
 from cutlass import Int32, Int64
 
 from kernels.compile import compiled
-from kernels.markov.fused_checks import _check_tensor, _require
+from kernels.markov.fused_checks import check_tensor, require
 from kernels.markov.head_gemv_kernel import MAX_DIM, MAX_ROWS, HeadGemvKernel
 
 TILE_ROWS = 16
@@ -60,7 +60,7 @@ class HeadGemv:
     """
 
     def __init__(self, dim: int, device: torch.device, *, l2_keep: float = DEFAULT_L2_KEEP, pdl: bool = True) -> None:
-        _require(isinstance(dim, int) and not isinstance(dim, bool) and supports(dim, TILE_ROWS), ValueError,
+        require(isinstance(dim, int) and not isinstance(dim, bool) and supports(dim, TILE_ROWS), ValueError,
                  f"dim: expected a multiple of 32 in [32, {MAX_DIM}], got {dim!r}")
         device = torch.device(device)
         self.dim = dim
@@ -71,20 +71,20 @@ class HeadGemv:
     def __call__(self, emb: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         """The BF16 ``[rows, n]`` bias of ``emb`` (BF16 ``[rows <= 8, dim]``, contiguous) and ``head``
         (BF16 ``[n, dim]``, ``n`` a multiple of 16, contiguous, 16-byte aligned), on the current stream."""
-        _require(isinstance(emb, torch.Tensor) and emb.dim() == 2, TypeError,
+        require(isinstance(emb, torch.Tensor) and emb.dim() == 2, TypeError,
                  f"emb: expected a 2-D tensor, got {type(emb).__name__} {tuple(getattr(emb, 'shape', ()))}")
         rows = emb.shape[0]
-        _require(1 <= rows <= MAX_ROWS, ValueError, f"emb: expected 1 to {MAX_ROWS} rows, got {rows}")
-        _check_tensor("emb", emb, torch.bfloat16, (rows, self.dim), self.device)
-        _require(isinstance(head, torch.Tensor) and head.dim() == 2, TypeError,
+        require(1 <= rows <= MAX_ROWS, ValueError, f"emb: expected 1 to {MAX_ROWS} rows, got {rows}")
+        check_tensor("emb", emb, torch.bfloat16, (rows, self.dim), self.device)
+        require(isinstance(head, torch.Tensor) and head.dim() == 2, TypeError,
                  f"head: expected a 2-D tensor, got {type(head).__name__} {tuple(getattr(head, 'shape', ()))}")
         n = head.shape[0]
-        _require(n >= TILE_ROWS and n % TILE_ROWS == 0, ValueError,
+        require(n >= TILE_ROWS and n % TILE_ROWS == 0, ValueError,
                  f"head: expected a multiple of {TILE_ROWS} rows, got {n}")
-        _check_tensor("head", head, torch.bfloat16, (n, self.dim), self.device)
+        check_tensor("head", head, torch.bfloat16, (n, self.dim), self.device)
         for name, tensor in (("emb", emb), ("head", head)):
-            _require(tensor.is_contiguous(), ValueError, f"{name}: expected a contiguous tensor")
-            _require(tensor.data_ptr() % 16 == 0, ValueError,
+            require(tensor.is_contiguous(), ValueError, f"{name}: expected a contiguous tensor")
+            require(tensor.data_ptr() % 16 == 0, ValueError,
                      f"{name}: expected a 16-byte aligned address, got {tensor.data_ptr():#x}")
         bias = torch.empty(rows, n, dtype=torch.bfloat16, device=self.device)
         self._kernel(Int64(emb.data_ptr()), Int64(head.data_ptr()), Int64(bias.data_ptr()), Int64(bias.stride(0)),

@@ -3,8 +3,8 @@ CPU) bit for bit: tokens, cache and emb, over padding rows, NaN logits,
 negative seeds, positions whose low 32 bits wrap, temperature 0 and non-zero
 mixed (with -0.0), corrupt token ids, the soft cap, misaligned strides (scalar
 path), PDL on and off, every block size, tp 1 and virtual tp 2/4/8 (ranks as
-threads of this process exchanging through ``golden.comm.ThreadWorld``, a
-torch.stack of the ranks' packets and shards), and a CUDA graph captured once
+threads of this process, one stream each, exchanging through the loop's
+device gathers over a ``kernels.fabric.VirtualFabric``), and a CUDA graph captured once
 and replayed with new inputs.
 
 Operands: w1/w2 values are multiples of 1/64 in [-1, 1], so the GEMV's exact
@@ -20,7 +20,6 @@ import math
 import pytest
 import torch
 
-from golden.comm import ThreadWorld
 from golden.fp32 import SOFT_CAP_TOLERANCE
 from golden.markov_fused import markov_bias, reference
 
@@ -113,10 +112,18 @@ def run_kernels(static, config, inputs, *, tp=1, pdl=False, sharded=None, bias_f
         system = FusedMarkovLoop(None, static_gpu, cfg, bias_fn=bias_fn)
         outs = [system.launch(to_gpu(inputs), {})]
     else:
-        world = ThreadWorld(tp, timeout_s=120)
-        systems = [FusedMarkovLoop(world.comm(r), static_gpu, cfg, bias_fn=bias_fn) for r in range(tp)]
+        from kernels.fabric import VirtualFabric
+
         rank_inputs = [to_gpu(inputs) for _ in range(tp)]
-        outs = world.run(lambda comm: systems[comm.rank].launch(rank_inputs[comm.rank], {}))
+        torch.cuda.synchronize()
+
+        def body(fabric):
+            """One rank: build the loop (collective), one call, this rank's stream finished."""
+            out = FusedMarkovLoop(fabric, static_gpu, cfg, bias_fn=bias_fn).launch(rank_inputs[fabric.rank], {})
+            torch.cuda.current_stream().synchronize()
+            return out
+
+        outs = VirtualFabric.run(VirtualFabric.create(tp, "cuda", timeout_s=120), body)
     torch.cuda.synchronize()
     return [{k: v.cpu() for k, v in o.items()} for o in outs]
 

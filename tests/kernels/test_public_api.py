@@ -46,7 +46,8 @@ def test_markov_signatures_are_the_seeds():
     from kernels.markov.sharded import ShardedMarkovSampler
 
     assert parameters(MarkovKernels.__init__) == ["w1", "embeds", "width", "has_cap", "tp", "steps", "pick_pdl",
-                                                  "fill_vector"]
+                                                  "fill_vector", "group", "max_rows", "max_steps", "timeout_ns",
+                                                  "diag"]
     assert parameters(MarkovKernels.step) == [
         "base", "bias", "cache", "col", "idx_map", "pos", "seeds", "temperature", "block_argmax", "block_max",
         "arrivals", "tokens", "emb", "packets", "vocab_offset", "mult", "inv_cap", "cap", "block", "pdl"]
@@ -54,9 +55,29 @@ def test_markov_signatures_are_the_seeds():
     assert parameters(MarkovKernels.anchor_embed) == ["input_ids", "anchor_idx", "emb", "arrivals"]
     assert parameters(MarkovKernels.cache_fill) == ["gathered", "src_s0", "cache", "idx_map", "rows", "steps",
                                                     "shard", "vocab"]
+    assert parameters(MarkovKernels.gather_packets) == ["packets", "step"]
+    assert parameters(MarkovKernels.gather_draft) == ["draft"]
     assert parameters(ShardedMarkovSampler.__call__) == [
         "base_logits", "input_ids", "query_per_row", "idx_mapping", "temperature", "noise", "logits_cache",
         "draft_tokens", "rows"]
+
+
+def test_markov_functions_beside_the_class_are_the_seeds():
+    from kernels.markov import fused
+
+    def names(function) -> list[str]:
+        """Every parameter name of a module-level function."""
+        return list(inspect.signature(function).parameters)
+
+    assert names(fused.anchor_embed) == ["input_ids", "anchor_idx", "w1", "emb", "arrivals"]
+    assert names(fused.cache_fill) == ["gathered", "src_s0", "cache", "idx_map", "rows", "steps", "shard",
+                                            "vocab"]
+    assert names(fused.markov_step) == [
+        "base", "bias", "cache", "col", "idx_map", "pos", "seeds", "temperature", "block_argmax", "block_max",
+        "arrivals", "tokens", "w1", "emb", "packets", "width", "vocab_offset", "mult", "inv_cap", "cap", "has_cap",
+        "sharded", "block", "pdl"]
+    assert names(fused.markov_pick) == ["packets", "rows", "tokens", "step", "w1", "emb", "tp", "pdl"]
+    assert {"anchor_embed", "cache_fill", "markov_step", "markov_pick"} <= set(fused.__all__)
 
 
 def test_no_generic_launch_left_in_kernels():

@@ -1,0 +1,60 @@
+"""Child process of the stale-tag test: two virtual ranks build a ``PeerGather``; rank 1 never launches.
+
+Before rank 0's first gather (launch 0: tag ``tag_of(0)``, parity 0) its own buffer gets, in rank 1's slot and
+flag of parity 0, a payload of 0x55 bytes and the tag of launch -2 (what a launch two back would have left
+there). Rank 0 must keep waiting: with a 200 ms deadline it commits the diagnostic record and traps, which
+ends the CUDA context, so this runs in its own process. Writes ``{"launch_failed", "report", "out_is_stale"}``
+as JSON to ``argv[1]`` and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+from kernels.diag import DiagRecord
+from kernels.fabric import VirtualFabric
+from kernels.markov.exchange import PeerGather
+from kernels.markov.exchange_layout import flag_offset, slot_offset, tag_of
+
+PAYLOAD = torch.arange(8, dtype=torch.int32).view(2, 4)
+
+
+def main(path: str) -> None:
+    """Plant the stale slot, launch rank 0's gather alone, report what its record says."""
+    device = torch.device("cuda", torch.cuda.current_device())
+
+    def body(fabric):
+        """Rank 1 builds its half and returns; rank 0 plants the stale values and gathers."""
+        gather = PeerGather(fabric, "stale.test", PAYLOAD.numel() * 4, timeout_ns=200_000_000, diag=DiagRecord())
+        fabric.barrier()
+        if fabric.rank == 1:
+            return None
+        own = gather.peer.local
+        slot = slot_offset(0, 1, fabric.world, gather.slot_bytes)
+        own[slot: slot + PAYLOAD.numel() * 4].fill_(0x55)
+        flag = flag_offset(0, 1, 0)
+        own[flag: flag + 4].view(torch.int32).fill_(tag_of((0 - 2) & 0xFFFFFFFF))
+        source = PAYLOAD.to(device)
+        torch.cuda.current_stream().synchronize()
+        out = gather.gather(source)
+        try:
+            torch.cuda.current_stream().synchronize()
+            failed, stale = False, bool((out[1].view(torch.uint8) == 0x55).all())
+        except RuntimeError:
+            failed, stale = True, None
+        report = gather.diag_record.read()
+        return {"launch_failed": failed, "out_is_stale": stale, "report": None if report is None else report.to_json()}
+
+    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
+    with open(path, "w") as fh:
+        json.dump(results[0], fh)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

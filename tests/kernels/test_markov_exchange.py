@@ -1,0 +1,279 @@
+"""CPU tests of the fused loop's device exchange: tags and parity, the buffer layout and work split, a model of
+the protocol under every interleaving stream order allows, and the host-side argument checks (no GPU)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+
+from kernels.markov import exchange_layout as layout
+from kernels.markov.exchange_layout import ExchangeModel, parity_of, tag_of
+
+
+@pytest.mark.parametrize("launch", [0, 1, 2, 3, (1 << 31) - 2, (1 << 31) - 1, 1 << 31, (1 << 32) - 2, (1 << 32) - 1])
+def test_tag_is_never_zero_and_differs_from_two_launches_back(launch):
+    assert 1 <= tag_of(launch) <= 1 << 31
+    assert tag_of(launch) != tag_of((launch - 2) & 0xFFFFFFFF)
+    assert parity_of(launch) != parity_of((launch + 1) & 0xFFFFFFFF)
+
+
+def test_counter_wrap_keeps_consecutive_tags_distinct():
+    tags = [tag_of(n & 0xFFFFFFFF) for n in range((1 << 32) - 3, (1 << 32) + 3)]
+    assert all(tags[i] != tags[i + 2] for i in range(len(tags) - 2))
+
+
+def test_flags_and_slots_do_not_overlap():
+    world, slot = 4, 48
+    flags = {layout.flag_offset(p, k, c) for p in range(2) for k in range(layout.MAX_RANKS)
+             for c in range(layout.MAX_CTAS)}
+    assert len(flags) == 2 * layout.MAX_RANKS * layout.MAX_CTAS and max(flags) + 4 == layout.FLAGS_BYTES
+    slots = sorted(layout.slot_offset(p, k, world, slot) for p in range(2) for k in range(world))
+    assert slots[0] == layout.FLAGS_BYTES and all(b - a == slot for a, b in zip(slots, slots[1:]))
+    assert layout.buffer_bytes(world, slot) == slots[-1] + slot
+
+
+@pytest.mark.parametrize("pieces", [1, 7, 128, 513, 4096, 100_000])
+def test_cta_shares_cover_every_piece_once(pieces):
+    ctas = layout.gather_ctas(pieces)
+    assert 1 <= ctas <= layout.MAX_CTAS
+    covered = []
+    for cta in range(ctas):
+        begin, end = layout.cta_share(pieces, ctas, cta)
+        covered += range(begin, end)
+    assert covered == list(range(pieces))
+
+
+def test_transfer_unit_depends_on_the_size_alone():
+    assert layout.transfer_unit(64) == 16 and layout.transfer_unit(6) == 2 and layout.transfer_unit(24) == 2
+
+
+def _run_schedule(world: int, launches: int, rng: random.Random) -> list:
+    """Every rank's gathers of ``launches`` launches under a random order of the phases stream order allows."""
+    model = ExchangeModel(world)
+    done = [0] * world
+    results = [[] for _ in range(world)]
+    while min(done) < launches:
+        moves = []
+        for rank in range(world):
+            if done[rank] == launches:
+                continue
+            if not model.posted[rank]:
+                moves.append(("post", rank))
+            elif model.ready(rank):
+                moves.append(("finish", rank))
+        assert moves, "deadlock: no rank can move"
+        kind, rank = rng.choice(moves)
+        if kind == "post":
+            model.post(rank, (rank, done[rank]))
+        else:
+            results[rank].append(model.finish(rank))
+            done[rank] += 1
+    return results
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_model_every_interleaving_gathers_the_launchs_payloads(world):
+    rng = random.Random(world)
+    for _ in range(200):
+        results = _run_schedule(world, 6, rng)
+        for rank in range(world):
+            assert results[rank] == [[(k, n) for k in range(world)] for n in range(6)]
+
+
+def test_model_a_stale_slot_is_not_taken():
+    model = ExchangeModel(2)
+    # Rank 1's slot in rank 0's buffer holds launch -2's payload and tag (what an older launch left there).
+    model.slots[0, 0, 1] = "stale"
+    model.flags[0, 0, 1] = tag_of((0 - 2) & 0xFFFFFFFF)
+    model.post(0, "fresh 0")
+    assert not model.ready(0)
+    with pytest.raises(RuntimeError, match="does not carry tag"):
+        model.finish(0)
+    model.post(1, "fresh 1")
+    assert model.finish(0) == ["fresh 0", "fresh 1"]
+
+
+def test_model_refuses_a_post_ahead_of_stream_order():
+    model = ExchangeModel(2)
+    model.post(0, "a")
+    with pytest.raises(RuntimeError, match="before finishing its previous"):
+        model.post(0, "b")
+
+
+def test_model_a_rank_two_launches_ahead_is_impossible():
+    # Rank 0 can finish launch 0 only after rank 1 posted it, and rank 1 posts launch 1 only after finishing 0:
+    # rank 0 never posts launch 2 (same parity as 0) while rank 1 still has launch 0 to read.
+    model = ExchangeModel(2)
+    for step in itertools.count():
+        model.post(0, step)
+        if not model.ready(0):
+            break
+        model.finish(0)
+    assert model.launches == [0, 0]
+
+
+# ----------------------------------------------------------------------------- host-side checks
+
+
+def test_timeout_must_be_a_non_negative_int():
+    from kernels.markov.exchange import check_timeout
+
+    assert check_timeout(0) == 0
+    for bad in (-1, 1.5, True, None):
+        with pytest.raises(ValueError, match="^timeout_ns: expected an int >= 0"):
+            check_timeout(bad)
+
+
+def test_peer_gather_needs_a_fabric():
+    from kernels.markov.exchange import PeerGather
+
+    with pytest.raises(TypeError, match=r"^fabric: expected a kernels.fabric provider \(missing 'rank'\)"):
+        PeerGather(object(), "x", 64)
+
+
+def _gather_on_cpu(slot_bytes: int = 64):
+    """A ``PeerGather`` with CPU fields and nothing compiled: its argument checks run, no launch is reached."""
+    from kernels.markov.exchange import PeerGather
+
+    gather = PeerGather.__new__(PeerGather)
+    gather.rank, gather.world, gather.device, gather.slot_bytes = 0, 2, torch.device("cpu"), slot_bytes
+    return gather
+
+
+@pytest.mark.parametrize(
+    "tensor, message",
+    [
+        (torch.zeros(4, 4, dtype=torch.int32).t(), r"^tensor: expected a non-empty contiguous tensor"),
+        (torch.zeros(5, 4, dtype=torch.int32), r"^tensor: 80 bytes; this gather holds an even number up to 64"),
+        (torch.zeros(3, dtype=torch.uint8), r"^tensor: 3 bytes"),
+        (torch.zeros(17, dtype=torch.bfloat16)[1:], r"^tensor: expected 16-byte alignment"),
+    ],
+)
+def test_gather_checks_its_tensor(tensor, message):
+    with pytest.raises(ValueError, match=message):
+        _gather_on_cpu().gather(tensor)
+
+
+def test_exchange_arguments_of_markov_kernels():
+    from kernels.fabric import VirtualFabric
+    from kernels.markov.fused_checks import check_exchange
+
+    fabrics = VirtualFabric.create(2, "cpu")
+    with pytest.raises(ValueError, match="^group: the exchange needs a vocab shard"):
+        check_exchange(fabrics[0], "cpu", None, 8, 8)
+    with pytest.raises(ValueError, match="^max_rows: expected an int >= 1 with group"):
+        check_exchange(fabrics[0], "cpu", 2, None, 8)
+    with pytest.raises(ValueError, match="^max_steps: expected an int >= 1 with group"):
+        check_exchange(fabrics[0], "cpu", 2, 8, 0)
+    with pytest.raises(ValueError, match="^group: world 2 differs from tp 4"):
+        check_exchange(fabrics[0], "cpu", 4, 8, 8)
+    assert check_exchange(fabrics[1], "cpu", 2, 8, 8) is fabrics[1]
+
+
+# ----------------------------------------------------------------------------- the step's base convention
+
+
+def _sharded_kernels_on_cpu(tp: int):
+    """A sharded ``MarkovKernels`` (vocab 1024, R 64) with CPU tensors and nothing compiled."""
+    from kernels.markov.fused import MarkovKernels
+
+    kernels = MarkovKernels.__new__(MarkovKernels)
+    kernels._bind(torch.zeros(1024, 64, dtype=torch.bfloat16), torch.zeros(4, 64, dtype=torch.bfloat16),
+                  1024 // tp, False, tp, False)
+    return kernels
+
+
+def _step_arguments(width: int, rows: int = 3, steps: int = 2) -> dict:
+    """A sharded step's operands on the CPU (block 512), ``base`` the whole-vocab step view."""
+    blocks = -(-width // 512)
+    return dict(
+        base=torch.zeros(rows, steps, 1024, dtype=torch.bfloat16)[:, 1], bias=torch.zeros(rows, width, dtype=torch.bfloat16),
+        cache=torch.zeros(rows, steps, width, dtype=torch.bfloat16), col=1,
+        idx_map=torch.zeros(rows, steps, dtype=torch.int64)[:, 1], pos=torch.zeros(rows, steps, dtype=torch.int64)[:, 1],
+        seeds=torch.zeros(4, dtype=torch.int64), temperature=torch.zeros(4),
+        block_argmax=torch.zeros(rows * blocks, dtype=torch.int64), block_max=torch.zeros(rows * blocks),
+        arrivals=torch.zeros(rows, dtype=torch.int32), tokens=torch.zeros(rows, steps, dtype=torch.int64),
+        emb=torch.zeros(rows, 64, dtype=torch.bfloat16), packets=torch.zeros(rows, 4, dtype=torch.int32),
+        mult=1.0, inv_cap=1 / 30, cap=30.0,
+    )
+
+
+@pytest.mark.parametrize("tp, rank", [(4, 1), (8, 1), (8, 2), (8, 3)])
+def test_a_ranks_shard_view_of_base_is_refused(tp, rank):
+    kernels = _sharded_kernels_on_cpu(tp)
+    width = 1024 // tp
+    offset = rank * width
+    args = _step_arguments(width)
+    full = torch.zeros(3, 2, 1024, dtype=torch.bfloat16)
+    # tp >= 2 rank + 1: the view is wide enough for the old check, and the kernel would read from 2 * offset.
+    assert full[:, 1, offset:].shape[1] >= offset + width
+    args["base"] = full[:, 1, offset:]
+    with pytest.raises(ValueError, match=r"^base: expected this step's logits over the whole vocabulary, "
+                                         r"\[rows, 1024\].*a rank's shard view is not accepted"):
+        kernels.step(**args, vocab_offset=offset, block=512, pdl=False)
+
+
+def test_the_whole_vocab_view_of_base_passes_the_base_check():
+    kernels = _sharded_kernels_on_cpu(4)
+    args = _step_arguments(256)
+    # Past the base checks the next operand named is the device's (CPU tensors, no launch).
+    args["packets"] = torch.zeros(3, 5, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"^packets: expected shape \(3, 4\)"):
+        kernels.step(**args, vocab_offset=256, block=512, pdl=False)
+
+
+def test_vocab_offset_outside_the_vocab_is_refused():
+    kernels = _sharded_kernels_on_cpu(4)
+    with pytest.raises(ValueError, match=r"^vocab_offset: expected columns \[1024, 1280\) inside \[0, 1024\)"):
+        kernels.step(**_step_arguments(256), vocab_offset=1024, block=512, pdl=False)
+
+
+def test_seed_functions_check_before_compiling():
+    from kernels.markov import fused
+
+    w1 = torch.zeros(64, 8, dtype=torch.bfloat16)
+    emb = torch.zeros(2, 8, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="^w1: expected a CUDA tensor"):
+        fused.anchor_embed(torch.zeros(4, dtype=torch.int32), torch.zeros(2, dtype=torch.int64), w1, emb,
+                           torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="^w1: expected a CUDA tensor"):
+        fused.markov_pick(torch.zeros(2, 2, 4, dtype=torch.int32), 2, torch.zeros(2, 1, dtype=torch.int64), 0, w1,
+                          emb, tp=2, pdl=False)
+    with pytest.raises(ValueError, match="^gathered: expected a BF16 \\[tp, rows, steps, shard\\] tensor"):
+        fused.cache_fill(torch.zeros(2, 4, dtype=torch.bfloat16), 4, torch.zeros(1, 1, 8, dtype=torch.bfloat16),
+                         torch.zeros(1, 1, dtype=torch.int64), 1, 1, 4, 8)
+    with pytest.raises(ValueError, match=r"^gathered: expected rank stride src_s0=5"):
+        fused.cache_fill(torch.zeros(2, 1, 1, 4, dtype=torch.bfloat16), 5, torch.zeros(1, 1, 8, dtype=torch.bfloat16),
+                         torch.zeros(1, 1, dtype=torch.int64), 1, 1, 4, 8)
+
+
+# ----------------------------------------------------------------------------- the harness driver
+
+
+def test_driver_refuses_ranks_calling_with_different_sizes():
+    from harness.families import markov_fused_kernel as driver
+    from kernels.fabric import FabricMismatch
+
+    class Fabric:
+        rank, world = 0, 2
+
+        def all_gather(self, tensor):
+            return torch.stack([tensor, torch.tensor([3, 2])])
+
+    loop = driver.FusedMarkovLoop.__new__(driver.FusedMarkovLoop)
+    loop.comm, loop.rank, loop.tp, loop.max_rows, loop.max_steps = Fabric(), 0, 2, 8, 8
+    with pytest.raises(FabricMismatch, match="^rank 1 calls the draft loop with 3 rows x 2 steps where rank 0 has 2 x 2"):
+        loop._check_same_call(2, 2)
+    with pytest.raises(ValueError, match="^call_inputs.base: 9 rows x 2 steps exceed config.max_rows 8"):
+        loop._check_same_call(9, 2)
+
+
+@pytest.mark.parametrize("key, value", [("max_rows", 0), ("max_steps", True), ("timeout_ns", -1)])
+def test_driver_exchange_config_errors_name_the_key(key, value):
+    from harness.families import markov_fused_kernel as driver
+
+    with pytest.raises(ValueError, match=f"^config.{key}: expected an int"):
+        driver._exchange_limits({key: value})

@@ -1,0 +1,109 @@
+"""The fused loop's device exchange on the GPU: the whole vocab-parallel loop at virtual tp 2 and 4 captured in one
+CUDA graph per rank, its replays equal to eager calls and to the golden loop bit for bit, and a stale tag in the
+mailbox never taken (the wait times out naming it instead; in a child process, since the trap ends the context).
+
+Ranks are threads of this process on one GPU, one stream each (``kernels.fabric.VirtualFabric``); the operands and
+the golden come from ``test_markov_fused_gpu`` (1/64-grid weights: the fp32-matmul GEMV is exact and capturable).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from test_markov_fused_gpu import assert_same, build_case, config_of, golden, grid_bias, to_gpu
+
+pytestmark = pytest.mark.gpu
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _host(outputs: dict) -> dict:
+    """A rank's outputs copied to the host through pinned memory (a pageable copy could wait behind a peer's)."""
+    from kernels import hostcopy
+
+    return {k: hostcopy.to_host(v.detach()).clone() for k, v in outputs.items()}
+
+
+def _load(target: dict, inputs: dict, names) -> None:
+    """Copy the CPU ``inputs`` named into a rank's device tensors through pinned memory."""
+    from kernels import hostcopy
+
+    for name in names:
+        hostcopy.copy_into(target[name], inputs[name])
+
+
+@pytest.mark.parametrize("tp, pdl", [(2, True), (4, True), (4, False)])
+def test_loop_in_one_graph_equals_eager_and_golden(tp, pdl):
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from kernels.fabric import VirtualFabric
+
+    vocab = 4096
+    config = config_of(vocab, block=512)  # the golden's (world 1); the ranks get tp
+    static, first = build_case(vocab=vocab, seed=70 + tp)
+    later = [build_case(vocab=vocab, seed=seed, nan=seed % 2 == 0, padding=True, wrap=seed % 3 == 0)[1]
+             for seed in (71, 72, 73)]
+    static_gpu = {k: v.cuda() for k, v in static.items()}
+    live = [to_gpu(first) for _ in range(tp)]
+    torch.cuda.synchronize()
+
+    def body(fabric):
+        """One rank: eager call, capture of the same call, then per input set a replay and an eager call."""
+        system = FusedMarkovLoop(fabric, static_gpu, {**config, "tp": tp, "pdl": pdl}, bias_fn=grid_bias)
+        mine = live[fabric.rank]
+        stream = torch.cuda.current_stream()
+        eager_first = system.launch(mine, {})
+        stream.synchronize()
+        runs = [("eager first", _host(eager_first))]
+        graph = torch.cuda.CUDAGraph()
+        # The ranks are threads of one context: a device-wide synchronization anywhere (torch.cuda.graph's own,
+        # a pinned allocation) would invalidate a peer's capture, so every rank captures between two barriers,
+        # on its stream, and none replays (and waits for peers) before every rank captured.
+        fabric.barrier()
+        graph.capture_begin(capture_error_mode="thread_local")
+        captured = system.launch(mine, {})
+        graph.capture_end()
+        fabric.barrier()
+        for index, inputs in enumerate([first, *later]):
+            _load(mine, inputs, mine)
+            graph.replay()
+            stream.synchronize()
+            runs.append((f"replay {index}", _host(captured)))
+            _load(mine, inputs, ["cache"])
+            eager = system.launch(mine, {})
+            stream.synchronize()
+            runs.append((f"eager {index}", _host(eager)))
+        return runs
+
+    per_rank = VirtualFabric.run(VirtualFabric.create(tp, "cuda", timeout_s=120), body)
+    wants = [golden(static, config, inputs) for inputs in (first, *later)]
+    for rank, runs in enumerate(per_rank):
+        assert len(runs) == 1 + 2 * len(wants)
+        assert_same(runs[0][1], wants[0], f"tp {tp} rank {rank} eager first")
+        for label, got in runs[1:]:
+            assert_same(got, wants[int(label.split()[-1])], f"tp {tp} rank {rank} {label}")
+
+
+def test_stale_tag_is_never_taken(tmp_path):
+    """Rank 1 never posts; rank 0's mailbox holds rank 1's payload and tag from two launches back. Rank 0 must not
+    take it: its wait passes the deadline and the record names rank 1, the tag it expected and the stale one."""
+    from kernels.markov.exchange_layout import tag_of
+
+    dump = tmp_path / "stale.json"
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "markov_exchange_stale_child.py")
+    proc = subprocess.run(
+        [sys.executable, child, str(dump)], cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
+    )
+    assert dump.exists(), f"child wrote no result: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    result = json.loads(dump.read_text())
+    assert result["launch_failed"], result
+    report = result["report"]
+    assert report is not None, result
+    assert report["kind_name"] == "MAILBOX_TAG" and report["rank"] == 0 and report["awaited_rank"] == 1, report
+    assert report["expected_tag"] == tag_of(0) and report["seen_tag"] == tag_of((0 - 2) & 0xFFFFFFFF), report
+    assert report["launch"] == 0, report
