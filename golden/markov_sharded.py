@@ -270,7 +270,9 @@ def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Ten
     (docs/results/gpu-run-3/markov_sharded_mma_full.json). For each MMA of
     ``mma_k_groups`` (all 16 products fused at once: groups of 4 or 8 and
     the other variants below do not fit the run), with ``c`` the FP32
-    accumulator:
+    accumulator (computed on a visible CUDA device when the operands are on the
+    CPU: every step is an exact or correctly rounded IEEE double operation, so
+    the device does not change the bits):
 
     1. Products ``e_k * h_k`` exact. A product's exponent is
        ``x(e_k) + x(h_k)`` with ``x(v) = floor(log2|v|)`` (so the product's
@@ -291,8 +293,12 @@ def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Ten
     the largest finite), and infinities or NaNs (the element follows IEEE
     double addition of the raw terms, the caller canonicalizes NaN).
     """
-    e = embeds.double()
-    h = head_shard.double()
+    home = embeds.device
+    # The same IEEE double operations give the same bits on any device: a visible GPU's FP64 turns the
+    # minutes a vocab-sized head takes on one CPU thread into milliseconds.
+    work = torch.device("cuda") if home.type == "cpu" and torch.cuda.is_available() else home
+    e = embeds.to(work).double()
+    h = head_shard.to(work).double()
     acc = torch.zeros((e.shape[0], h.shape[0]), dtype=torch.float64, device=e.device)
     none = torch.tensor(-math.inf, dtype=torch.float64, device=e.device)
     for ks in mma_k_groups(e.shape[1]):
@@ -314,7 +320,7 @@ def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Ten
         if not bool(finite.all()):
             total = torch.where(finite, total, products.sum(-1) + acc)
         acc = round_toward_zero_f32(total).double()
-    return acc.float()
+    return acc.float().to(home)
 
 
 BIAS_FUNCTIONS: dict[str, BiasFn] = {

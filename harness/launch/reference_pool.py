@@ -4,9 +4,10 @@
 scenario file and world, heaviest first, an item already stored skipped) and
 starts ``python -m harness.references.pool`` in a few background processes,
 each a ``harness.launch.supervision.Supervised`` tree (its own session, ended
-as a whole with the run or on an interrupt) with one thread, no GPU
-(``CUDA_VISIBLE_DEVICES`` empty) and this machine's architecture for the
-golden's facts, logging to ``<run>/logs/refpool<i>.log``.
+as a whole with the run or on an interrupt) with one CPU thread (the GPU,
+where there is one, only for the golden MMA model's double arithmetic) and
+this machine's architecture for the golden's facts, logging to
+``<run>/logs/refpool<i>.log``.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class ReferencePool:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(self.threads)
-        # The pool never touches the GPU; it takes the architecture (whose facts the golden uses) from here.
-        env["CUDA_VISIBLE_DEVICES"] = ""
+        # The golden's MMA model runs its double arithmetic on a visible GPU (golden.markov_sharded.hopper_mma_bias:
+        # same bits, minutes less per vocab-sized head); the architecture whose facts it uses comes from here.
         env[ARCH_ENV] = choose_arch().arch
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
         argv = [sys.executable, "-m", "harness.references.pool", "--queue", str(self.queue_dir),

@@ -127,3 +127,18 @@ def test_reproduces_the_recorded_mismatch_counts(kind):
         against_chain += int((model != mma_chain_bias(embeds[s], head).view(torch.int32)).sum())
         against_k_order += int((model != fp32_k_order_bias(embeds[s], head).view(torch.int32)).sum())
     assert (against_chain, against_k_order) == (result["mismatches"], result["k_order_mismatches"])
+
+
+@pytest.mark.gpu
+def test_the_model_gives_the_same_bits_on_the_gpu_as_on_the_cpu(monkeypatch):
+    """CPU operands go to a visible GPU for the double arithmetic; the bits must be the CPU's own."""
+    gen = torch.Generator().manual_seed(7)
+    spread = torch.exp2(torch.randint(-20, 20, (4, 256), generator=gen).float())
+    embeds = (torch.randn(4, 256, generator=gen) * spread).bfloat16()
+    embeds[0, :5] = 0.0
+    head = (torch.randn(3000, 256, generator=gen) * torch.exp2(torch.randint(-20, 20, (3000, 256), generator=gen).float())).bfloat16()
+    on_gpu = hopper_mma_bias(embeds, head)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    on_cpu = hopper_mma_bias(embeds, head)
+    assert on_gpu.device.type == "cpu"
+    assert torch.equal(on_gpu.view(torch.int32), on_cpu.view(torch.int32))
