@@ -620,6 +620,22 @@ class FlightRecorder:
                 pass
 
 
+def flight_recorder_of(enabled: bool, family: str, rank: int, world: int, device,
+                       directory: str | os.PathLike | None = None) -> FlightRecorder | None:
+    """A host class's recorder: a new ``FlightRecorder`` when ``enabled``, None when not (``enabled`` must be a bool)."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"flight_recorder: expected a bool, got {enabled!r}")
+    return FlightRecorder(family, rank=rank, world=world, device=device, directory=directory) if enabled else None
+
+
+def flight_args(recorder: FlightRecorder | None) -> tuple:
+    """The kernels' ``FlightRing`` values (``Int64, Int64, Int32``) for ``recorder`` (zeros for None)."""
+    from cutlass import Int32, Int64  # noqa: PLC0415 - only the launch path needs the DSL
+
+    records, words, mask = recorder.args() if recorder is not None else (0, 0, 0)
+    return Int64(records), Int64(words), Int32(mask)
+
+
 def _register(backing: mmap.mmap, size: int) -> int:
     """Register the mapping with CUDA, mapped and portable; its device address, or 0 where CUDA refuses."""
     import ctypes
@@ -662,6 +678,8 @@ __all__: Sequence[str] = (
     "encode_header",
     "encode_record",
     "first_divergence",
+    "flight_args",
+    "flight_recorder_of",
     "ident",
     "instance_name",
     "kernel_index",

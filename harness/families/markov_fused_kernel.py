@@ -127,6 +127,7 @@ class FusedMarkovLoop:
         self.kernels = (StampedMarkovKernels if self.stamped else MarkovKernels)(
             w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
             steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
+            rank=self.rank,
         )
         # The bias GEMV runs once here, on zeros, so its own first-use work (library
         # handles, workspaces, lazily loaded kernels) never happens under capture.

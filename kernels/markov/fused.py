@@ -80,6 +80,7 @@ import torch
 from cutlass import Float32, Int32, Int64
 
 from kernels.compile import CaptureError, compiled
+from kernels.flight import flight_args, flight_recorder_of
 from kernels.markov.fused_checks import (  # noqa: F401 - the _check_*, _require helpers re-exported (the harness imports them here)
     _check_rows,
     _check_tensor,
@@ -149,6 +150,14 @@ def compile_variants(arch: str):
                   row_bytes=row_bytes, chunk=copy_chunk(row_bytes, PICK_THREADS, ()), w1_rows=4096)
     for vector in (False, True):
         entry(f"markov.cache_fill[{'vec' if vector else 'scalar'}]", CacheFillKernel, vector=vector)
+    # Without the flight recorder (MarkovKernels(flight_recorder=False)): one variant of each kernel.
+    entry("markov.anchor[noflight]", AnchorKernel, row_bytes=row_bytes, chunk=4, w1_rows=4096, flight=False)
+    entry("markov.step[b1024,n160,vec,nocap,shard,pdl,noflight]", StepKernel, block=1024, blocks=160, vector=True,
+          has_cap=False, sharded=True, pdl=True, row_bytes=row_bytes,
+          chunk=copy_chunk(row_bytes, WARP * finish_warps(160), ()), w1_rows=4096, flight=False)
+    entry("markov.pick[tp8,pdl,noflight]", PickKernel, tp=8, pdl=True, row_bytes=row_bytes,
+          chunk=copy_chunk(row_bytes, PICK_THREADS, ()), w1_rows=4096, flight=False)
+    entry("markov.cache_fill[vec,noflight]", CacheFillKernel, vector=True, flight=False)
     return variants
 
 
@@ -196,6 +205,11 @@ class MarkovKernels:
         steps: the ``(block, pdl, vector)`` step variants to compile now.
         pick_pdl: launch the pick with programmatic dependent launch.
         fill_vector: the cache-fill variant(s) to compile now (a bool or several).
+        rank: this rank's number in the TP group, for the flight recorder's ring
+            (default: ``torch.distributed``'s rank when initialized, else 0).
+        flight_recorder: compile the flight recorder into every kernel and keep this
+            instance's ring (``kernels.flight``; ``flight_recorder`` attribute; default on).
+        flight_dir: the directory of the ring file (default ``kernels.flight.default_directory()``).
 
     ``StampedMarkovKernels`` is the same with the bench-only phase-stamped steps.
     """
@@ -214,6 +228,9 @@ class MarkovKernels:
         steps: Iterable[tuple[int, bool, bool]],
         pick_pdl: bool,
         fill_vector: bool | Iterable[bool],
+        rank: int | None = None,
+        flight_recorder: bool = True,
+        flight_dir: Any = None,
     ) -> None:
         check_weights(w1, embeds, width, tp)
         self.device = w1.device
@@ -221,15 +238,20 @@ class MarkovKernels:
         self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
         self.tp, self.sharded, self.pick_pdl = tp, tp is not None, bool(pick_pdl)
         self.row_bytes = dim * 2
+        if rank is None:
+            rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+        self.flight_recorder = flight_recorder_of(flight_recorder, "markov_fused", rank, tp or 1, self.device,
+                                                  flight_dir)
+        self.flight = self.flight_recorder is not None
         self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes, chunk=self.row_copy_chunk(THREADS),
-                                      w1_rows=vocab)
+                                      w1_rows=vocab, flight=self.flight)
         self._steps: dict[tuple[int, bool, bool], Any] = {}
         for block, pdl, vector in steps:
             self._step(block, pdl, vector)
         self._fills: dict[bool, Any] = {}
         if self.sharded:
             self._pick = compile_kernel(PickKernel, tp=tp, pdl=self.pick_pdl, row_bytes=self.row_bytes,
-                                        chunk=self.row_copy_chunk(PICK_THREADS), w1_rows=vocab)
+                                        chunk=self.row_copy_chunk(PICK_THREADS), w1_rows=vocab, flight=self.flight)
             for vector in (fill_vector,) if isinstance(fill_vector, bool) else fill_vector:
                 self._fill(vector)
 
@@ -252,7 +274,7 @@ class MarkovKernels:
                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
                 sharded=self.sharded, pdl=pdl, row_bytes=self.row_bytes,
                 chunk=self.row_copy_chunk(WARP * finish_warps(blocks)), w1_rows=self.w1.shape[0],
-                stamps=self.stamps,
+                stamps=self.stamps, flight=self.flight,
             )
         return kernel
 
@@ -260,7 +282,7 @@ class MarkovKernels:
         """The compiled cache fill at ``vector`` (compiled on first use, never under capture)."""
         kernel = self._fills.get(vector)
         if kernel is None:
-            kernel = self._fills[vector] = compile_kernel(CacheFillKernel, vector=vector)
+            kernel = self._fills[vector] = compile_kernel(CacheFillKernel, vector=vector, flight=self.flight)
         return kernel
 
     def anchor_embed(self, input_ids: torch.Tensor, anchor_idx: torch.Tensor, emb: torch.Tensor,
@@ -278,7 +300,8 @@ class MarkovKernels:
         rows = arrivals.shape[0]
         i64 = Int64
         self._anchor(i64(input_ids.data_ptr()), i64(input_ids.shape[0]), i64(anchor_idx.data_ptr()),
-                     i64(self.w1.data_ptr()), i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), _stream())
+                     i64(self.w1.data_ptr()), i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows),
+                     *flight_args(self.flight_recorder), _stream())
 
     def step(
         self,
@@ -351,7 +374,7 @@ class MarkovKernels:
             i64(tokens.data_ptr() + col * tokens.stride(1) * 8), i64(tokens.stride(0)), i64(self.w1.data_ptr()),
             i64(emb.data_ptr()), i64(packets.data_ptr()), Int32(col), Int32(width),
             Int32(vocab_offset), Float32(mult), Float32(inv_cap), Float32(cap),
-            Int32(rows), _stream(),
+            Int32(rows), *flight_args(self.flight_recorder), _stream(),
         )
 
     def pick(self, packets: torch.Tensor, rows: int, tokens: torch.Tensor, step: int, emb: torch.Tensor) -> None:
@@ -367,7 +390,8 @@ class MarkovKernels:
         check_pick(self, packets, rows, tokens, step, emb)
         i64 = Int64
         self._pick(i64(packets.data_ptr()), Int32(rows), i64(tokens.data_ptr() + step * tokens.stride(1) * 8),
-                   i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), _stream())
+                   i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()),
+                   *flight_args(self.flight_recorder), _stream())
 
     def cache_fill(self, gathered: torch.Tensor, src_s0: int, cache: torch.Tensor, idx_map: torch.Tensor,
                    rows: int, steps: int, shard: int, vocab: int) -> None:
@@ -390,7 +414,7 @@ class MarkovKernels:
             i64(gathered.data_ptr()), i64(src_s0), i64(cache.data_ptr()), i64(cache.stride(0)),
             i64(cache.stride(1)), i64(idx_map.data_ptr()), i64(idx_map.stride(0)), i64(idx_map.stride(1)),
             i64(cache.shape[0]), Int32(steps), Int32(shard), Int32(vocab),
-            Int32(rows * steps), Int32(-(-vocab // FILL_BLOCK)), _stream(),
+            Int32(rows * steps), Int32(-(-vocab // FILL_BLOCK)), *flight_args(self.flight_recorder), _stream(),
         )
 
 

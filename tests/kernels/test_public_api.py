@@ -45,8 +45,10 @@ def test_markov_signatures_are_the_seeds():
     from kernels.markov.fused import MarkovKernels
     from kernels.markov.sharded import ShardedMarkovSampler
 
-    assert parameters(MarkovKernels.__init__) == ["w1", "embeds", "width", "has_cap", "tp", "steps", "pick_pdl",
-                                                  "fill_vector"]
+    init = parameters(MarkovKernels.__init__)
+    assert init[:8] == ["w1", "embeds", "width", "has_cap", "tp", "steps", "pick_pdl", "fill_vector"]
+    # beyond the seed's: the flight recorder's keyword-only options (kernels.flight)
+    assert init[8:] == ["rank", "flight_recorder", "flight_dir"]
     assert parameters(MarkovKernels.step) == [
         "base", "bias", "cache", "col", "idx_map", "pos", "seeds", "temperature", "block_argmax", "block_max",
         "arrivals", "tokens", "emb", "packets", "vocab_offset", "mult", "inv_cap", "cap", "block", "pdl"]
