@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from harness.agreement import CallDisagreement, check_agreement, deviations
+from harness import flight_evidence
 from harness.case_files import case_dir, result_path, stored_case
 from harness.golden_check import StoreCollector
 from harness.phases import PhaseClock
@@ -172,6 +173,7 @@ class CaseRun:
         with self.clock.phase("construct"):
             handle = self.make_handle(self.fam)
             self.agreement_comm = handle if callable(getattr(handle, "all_gather", None)) else None
+            flight_evidence.use_case_directory(self.out_dir)
             self.system = self.fam.make_system(self.impl, handle, self.static, self.config)
             self.graphs, self.result.graph = _graph_launches(self.impl, self.system, handle, self.launches,
                                                              self.fam.graph_capture_problem)

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 from typing import Sequence
 
+from harness import flight_evidence
 from harness.case_files import CaseId
 from harness.families.catalog import discover, select
 from harness.injected import checked_injections, write_injected_copy
@@ -96,7 +97,8 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
             console.print(f"    {m['output']} {m['where']} got {m['actual_hex']} ({m['actual']}) "
                           f"expected {m['expected_hex']} ({m['expected']})", markup=False)
     kernel = kernel_diag_records(case_id.directory(out))
-    console.print("diagnosis: " + diagnose(progress, kernel_records=kernel).text, markup=False)
+    diagnosis = flight_evidence.attach(diagnose(progress, kernel_records=kernel), case_id.directory(out))
+    console.print("diagnosis: " + diagnosis.text, markup=False)
     for rec in kernel:
         console.print(f"kernel record: {rec}", markup=False)
     return code

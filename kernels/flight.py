@@ -482,7 +482,7 @@ def read_directory(directory: str | os.PathLike) -> tuple[list[Ring], list[str]]
 # --------------------------------------------------------------------------- the writer's ring (host side)
 
 _NAMES_LOCK = threading.Lock()
-_ORDINALS: dict[tuple[str, int], int] = {}
+_ORDINALS: dict[tuple[str, str, int], int] = {}
 _default_directory: str | None = None
 
 
@@ -501,12 +501,14 @@ def default_directory() -> Path:
     return Path(base) / f"rankcheck-flight-{os.getuid()}"
 
 
-def instance_name(family: str, rank: int) -> str:
-    """``<family>.<n>``: the n-th instance of ``family`` this process built for ``rank`` (the same on every rank
-    of a job whose ranks build their instances in one order)."""
+def instance_name(family: str, rank: int, directory: str | os.PathLike = "") -> str:
+    """``<family>.<n>``: the n-th instance of ``family`` this process built for ``rank`` with its ring in
+    ``directory`` (the same on every rank of a job whose ranks build their instances in one order; counted per
+    directory, so a harness case with its own directory starts at 0)."""
+    key = (os.fspath(directory), family, rank)
     with _NAMES_LOCK:
-        ordinal = _ORDINALS.get((family, rank), 0)
-        _ORDINALS[family, rank] = ordinal + 1
+        ordinal = _ORDINALS.get(key, 0)
+        _ORDINALS[key] = ordinal + 1
     return f"{family}.{ordinal}"
 
 
@@ -540,8 +542,8 @@ class FlightRecorder:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 2 or capacity & (capacity - 1):
             raise ValueError(f"capacity: expected a power of two >= 2, got {capacity!r}")
         self.family, self.rank, self.world, self.capacity = family, int(rank), int(world), capacity
-        self.name = name or instance_name(family, self.rank)
         self.directory = Path(directory) if directory is not None else default_directory()
+        self.name = name or instance_name(family, self.rank, self.directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.path = self.directory / f"{self.name}.r{self.rank}.p{os.getpid()}{RING_SUFFIX}"
         self.size = HEADER_BYTES + capacity * RECORD_BYTES

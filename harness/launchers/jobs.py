@@ -62,6 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from harness import flight_evidence
 from harness.case_files import CaseId, group_ranks
 from harness.evidence import nccl_dumps, rank_stacks, stacks_dir, torchrun_rank_log
 from harness.families.catalog import Case
@@ -392,6 +393,7 @@ class JobRunner:
                                  stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
                                  logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
+            flight_evidence.attach(diagnosis, case_id.directory(s.run_dir))
             if cut_by:
                 diagnosis.text = f"cut short when {cut_by} failed; {diagnosis.text}"
         stored = results[0].store if 0 in results else None

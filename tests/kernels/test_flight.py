@@ -167,7 +167,9 @@ def test_collect_replaces_a_link_by_the_shared_memory_files_bytes(tmp_path):
     assert [r.launch for r in flight.read_ring(link).records] == [1]
 
 
-def test_instance_names_count_per_family_and_rank():
-    first = flight.instance_name("markov_fused", 901)
-    assert flight.instance_name("markov_fused", 901) != first
-    assert flight.instance_name("markov_fused", 902) == first  # another rank's first is named alike
+def test_instance_names_count_per_family_rank_and_directory(tmp_path):
+    first = flight.instance_name("markov_fused", 901, tmp_path)
+    assert first == "markov_fused.0"
+    assert flight.instance_name("markov_fused", 901, tmp_path) == "markov_fused.1"
+    assert flight.instance_name("markov_fused", 902, tmp_path) == first  # another rank's first is named alike
+    assert flight.instance_name("markov_fused", 901, tmp_path / "next_case") == first

@@ -1,0 +1,77 @@
+"""The kernels' flight recorders as evidence of a failed case: where the rings go, and what they say.
+
+Every instance of a kernel family keeps a ring of its last launches in a
+file (``kernels.flight``) that its kernels write, CUDA-graph replays
+included, and that survives a trap, a hang and a ``kill``. For a harness
+case the rings go to ``<case dir>/flight/`` (``use_case_directory``, called
+by each rank before it builds its system: every rank of the group writes
+there, so one directory holds the whole group's rings). When a case failed
+or did not complete, ``attach`` reads them, adds each instance's finding
+(``kernels.flight.first_divergence``: the first launch where the ranks'
+records differ or one rank stopped) to the diagnosis as ``flight``, and
+appends the first divergent one to its text; where the progress records
+named no rank, the flight recorder's rank is the one blamed.
+
+Rings whose directory is not on tmpfs are links to ``/dev/shm`` files
+(the kernels pin the mapping, which Linux allows only for shmem);
+``collect`` turns them into plain files in the case directory, so the run
+directory keeps them and ``/dev/shm`` does not.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+FLIGHT_SUBDIR = "flight"
+
+
+def flight_directory(case_dir: str | os.PathLike) -> Path:
+    """Where a case's rings are: ``<case dir>/flight``."""
+    return Path(case_dir) / FLIGHT_SUBDIR
+
+
+def use_case_directory(case_dir: str | os.PathLike) -> None:
+    """Make the case's flight directory the default for the rings this process creates from now on."""
+    from kernels import flight  # noqa: PLC0415 - standard library only; imported where a case runs
+
+    flight.set_directory(flight_directory(case_dir))
+
+
+def findings(case_dir: str | os.PathLike) -> list[dict]:
+    """Each instance's finding from the case's rings (divergent first), then one entry per unreadable file."""
+    from kernels import flight  # noqa: PLC0415
+
+    directory = flight_directory(case_dir)
+    try:
+        flight.collect(directory)
+    except OSError as exc:  # a link whose target went away: read what is left
+        problems = [{"problem": f"collecting rings: {exc}"}]
+    else:
+        problems = []
+    rings, unreadable = flight.read_directory(directory)
+    problems += [{"problem": line} for line in unreadable]
+    try:
+        found = [finding.to_json() for finding in flight.first_divergence(rings)]
+    except flight.FlightFormatError as exc:
+        found = [{"problem": str(exc)}]
+    return found + problems
+
+
+def attach(diagnosis: Any, case_dir: str | os.PathLike) -> Any:
+    """Add the case's flight findings to ``diagnosis`` (``flight``), name the first divergence in its text, and
+    blame its rank where the diagnosis blamed none; the diagnosis is returned."""
+    found = findings(case_dir)
+    diagnosis.flight = found
+    divergent = [f for f in found if f.get("consistent") is False]
+    if divergent:
+        first = divergent[0]
+        diagnosis.text = f"{diagnosis.text}; {first['text']}"
+        if diagnosis.rank is None:
+            diagnosis.rank = first["rank"]
+            diagnosis.cause = diagnosis.cause or "flight"
+    return diagnosis
+
+
+__all__ = ["FLIGHT_SUBDIR", "attach", "findings", "flight_directory", "use_case_directory"]

@@ -1,0 +1,73 @@
+"""harness.flight_evidence on the CPU: a case's rings (written from the host as kernels would) in its diagnosis."""
+
+from __future__ import annotations
+
+from kernels import flight
+from kernels.flight import FlightRecorder, LaunchRecord
+
+from harness import flight_evidence
+from harness.watchdog import diagnose
+
+
+def _record(launch: int, status: str = "ended") -> LaunchRecord:
+    """A sampler launch record as every rank of a lockstep run writes it."""
+    return LaunchRecord(launch=launch, family="markov_sharded", kernel="sample", protocol="none", tag=1 + launch,
+                        parity=launch & 1, rows=2, steps=4, digest=7, ctas=8, start_ns=launch, aux=0, status=status,
+                        end_ns=None if status == "begun" else launch + 1)
+
+
+def _write_rings(case_dir, launches: dict[int, int]) -> None:
+    """One ring per rank in the case's flight directory, rank r having made ``launches[r]`` launches."""
+    for rank, count in launches.items():
+        recorder = FlightRecorder("markov_sharded", rank=rank, world=len(launches), capacity=16,
+                                  directory=flight_evidence.flight_directory(case_dir), name="markov_sharded.0")
+        for n in range(count):
+            recorder.write(_record(n, "begun" if n == count - 1 and count > min(launches.values()) else "ended"))
+
+
+def test_a_rank_that_made_one_launch_fewer_is_named_in_the_diagnosis(tmp_path):
+    _write_rings(tmp_path, {0: 5, 1: 4})
+    progress = {0: [{"event": "begin", "launch": 0}], 1: [{"event": "begin", "launch": 0}]}
+    diagnosis = flight_evidence.attach(diagnose(progress), tmp_path)
+    assert diagnosis.rank == 1 and diagnosis.cause == "flight"
+    assert "flight recorder, markov_sharded.0: rank 1 launch 4 (sample): no record" in diagnosis.text
+    assert diagnosis.flight[0]["launch"] == 4 and diagnosis.to_json()["flight"] == diagnosis.flight
+
+
+def test_the_progress_records_blame_stays_when_they_named_a_rank(tmp_path):
+    _write_rings(tmp_path, {0: 5, 1: 4})
+    progress = {0: [{"event": "begin", "launch": 0}, {"event": "begin", "launch": 1}],
+                1: [{"event": "begin", "launch": 0}]}
+    diagnosis = flight_evidence.attach(diagnose(progress), tmp_path)
+    assert diagnosis.rank == 1 and diagnosis.cause == "behind" and "flight recorder" in diagnosis.text
+
+
+def test_agreeing_rings_add_a_consistent_finding_and_leave_the_text(tmp_path):
+    _write_rings(tmp_path, {0: 3, 1: 3})
+    before = diagnose({0: [], 1: []})
+    text = before.text
+    after = flight_evidence.attach(before, tmp_path)
+    assert after.text == text and after.rank is None
+    assert [f["consistent"] for f in after.flight] == [True]
+
+
+def test_an_unreadable_ring_is_reported_not_fatal(tmp_path):
+    directory = flight_evidence.flight_directory(tmp_path)
+    directory.mkdir()
+    (directory / "junk.ring").write_bytes(b"x" * 10)
+    found = flight_evidence.findings(tmp_path)
+    assert len(found) == 1 and "junk.ring" in found[0]["problem"]
+
+
+def test_a_case_without_rings_adds_nothing(tmp_path):
+    diagnosis = flight_evidence.attach(diagnose({}), tmp_path)
+    assert diagnosis.flight == []
+
+
+def test_use_case_directory_makes_new_rings_land_in_the_case(tmp_path):
+    try:
+        flight_evidence.use_case_directory(tmp_path)
+        recorder = FlightRecorder("allreduce_mhc", rank=0, world=1, capacity=2)
+        assert recorder.path.parent == tmp_path / "flight"
+    finally:
+        flight.set_directory(None)
