@@ -18,6 +18,8 @@ record at entry and ends it at its own end (none of these kernels has a
 grid-wide completion point). Fields: rows (the grid's rows; the fill's
 ``rows * steps`` divided by steps), the step's ``col`` as tag and ``aux``,
 digests of the scalars every rank passes alike (never ``vocab_offset``).
+The begin comes before a PDL wait: it stores only into the instance's ring
+and counter words, which no other kernel of the stream reads or writes.
 """
 
 from __future__ import annotations
