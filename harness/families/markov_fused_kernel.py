@@ -75,7 +75,7 @@ class FusedMarkovLoop:
     """
 
     def __init__(self, comm_or_fabric, static: dict, config: dict, *, bias_fn: Callable | None = None,
-                 stamps: bool = False) -> None:
+                 stamps: bool = False, flight_recorder: bool = True) -> None:
         comm = comm_or_fabric if comm_or_fabric is not None else _SoloComm()
         for attr in ("rank", "world", "all_gather"):
             _require(hasattr(comm, attr), TypeError, f"comm_or_fabric: expected an object with {attr!r} (a Comm)")
@@ -127,7 +127,7 @@ class FusedMarkovLoop:
         self.kernels = (StampedMarkovKernels if self.stamped else MarkovKernels)(
             w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
             steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
-            rank=self.rank,
+            rank=self.rank, flight_recorder=flight_recorder,
         )
         # The bias GEMV runs once here, on zeros, so its own first-use work (library
         # handles, workspaces, lazily loaded kernels) never happens under capture.
