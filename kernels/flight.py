@@ -105,6 +105,7 @@ import os
 import struct
 import tempfile
 import threading
+import weakref
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -553,7 +554,11 @@ class FlightRecorder:
         self.words = None
         if device is not None:
             self._attach(device, header)
-        atexit.register(self.dump)
+        if self._pinned is not None:
+            atexit.register(self.dump)
+        # Unregister before the mapping goes: a range left registered would refuse the next ring mapped there.
+        self._finalizer = weakref.finalize(self, _release, self.backing, self.mode == "mapped")
+        self._finalizer.atexit = False  # at exit the process's end unmaps it; a trapped context takes no calls
 
     def _map_file(self, path: Path, header: bytes):
         """Create ``path`` with ``header`` and zero records and map it shared."""
@@ -638,15 +643,36 @@ def flight_args(recorder: FlightRecorder | None) -> tuple:
     return Int64(records), Int64(words), Int32(mask)
 
 
-def _register(backing: mmap.mmap, size: int) -> int:
-    """Register the mapping with CUDA, mapped and portable; its device address, or 0 where CUDA refuses."""
+def _host_address(backing: mmap.mmap) -> int:
+    """The address of the mapping's first byte (the buffer export is released again at once)."""
     import ctypes
 
+    view = ctypes.c_char.from_buffer(backing)
+    try:
+        return ctypes.addressof(view)
+    finally:
+        del view
+
+
+def _release(backing: mmap.mmap, registered: bool) -> None:
+    """Unregister a mapped ring from CUDA (when it was) and unmap it: the file keeps the records."""
+    if registered:
+        from cuda.bindings import runtime as cudart
+
+        cudart.cudaHostUnregister(_host_address(backing))
+    try:
+        backing.close()
+    except (BufferError, ValueError):
+        pass
+
+
+def _register(backing: mmap.mmap, size: int) -> int:
+    """Register the mapping with CUDA, mapped and portable; its device address, or 0 where CUDA refuses."""
     try:
         from cuda.bindings import runtime as cudart
     except ImportError:
         return 0
-    host = ctypes.addressof(ctypes.c_char.from_buffer(backing))
+    host = _host_address(backing)
     flags = cudart.cudaHostRegisterMapped | cudart.cudaHostRegisterPortable
     (err,) = cudart.cudaHostRegister(host, size, flags)
     if err != cudart.cudaError_t.cudaSuccess:

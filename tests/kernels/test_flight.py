@@ -173,3 +173,15 @@ def test_instance_names_count_per_family_rank_and_directory(tmp_path):
     assert flight.instance_name("markov_fused", 901, tmp_path) == "markov_fused.1"
     assert flight.instance_name("markov_fused", 902, tmp_path) == first  # another rank's first is named alike
     assert flight.instance_name("markov_fused", 901, tmp_path / "next_case") == first
+
+
+def test_a_dropped_recorder_unmaps_its_ring_and_the_file_keeps_the_records(tmp_path):
+    import gc
+
+    recorder = FlightRecorder("markov_sharded", rank=0, world=1, capacity=4, directory=tmp_path, name="s.0")
+    recorder.write(_record(2))
+    backing, path = recorder.backing, recorder.path
+    del recorder
+    gc.collect()
+    assert backing.closed
+    assert [r.launch for r in flight.read_ring(path).records] == [2]
