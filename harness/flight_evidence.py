@@ -43,20 +43,11 @@ def findings(case_dir: str | os.PathLike) -> list[dict]:
     """Each instance's finding from the case's rings (divergent first), then one entry per unreadable file."""
     from kernels import flight  # noqa: PLC0415
 
-    directory = flight_directory(case_dir)
     try:
-        flight.collect(directory)
-    except OSError as exc:  # a link whose target went away: read what is left
-        problems = [{"problem": f"collecting rings: {exc}"}]
-    else:
-        problems = []
-    rings, unreadable = flight.read_directory(directory)
-    problems += [{"problem": line} for line in unreadable]
-    try:
-        found = [finding.to_json() for finding in flight.first_divergence(rings)]
-    except flight.FlightFormatError as exc:
-        found = [{"problem": str(exc)}]
-    return found + problems
+        found, unreadable = flight.directory_findings(flight_directory(case_dir))
+    except (OSError, flight.FlightFormatError) as exc:  # a vanished link target, two rings of one rank
+        return [{"problem": f"{type(exc).__name__}: {exc}"}]
+    return [finding.to_json() for finding in found] + [{"problem": line} for line in unreadable]
 
 
 def attach(diagnosis: Any, case_dir: str | os.PathLike) -> Any:

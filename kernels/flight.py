@@ -480,6 +480,14 @@ def read_directory(directory: str | os.PathLike) -> tuple[list[Ring], list[str]]
     return rings, problems
 
 
+def directory_findings(directory: str | os.PathLike) -> tuple[list[Finding], list[str]]:
+    """Every instance's finding from the rings under ``directory`` (links to ``/dev/shm`` collected first), and a
+    problem line per file that is not a readable ring: what a job's own code calls after a hang or a timeout."""
+    collect(directory)
+    rings, problems = read_directory(directory)
+    return first_divergence(rings), problems
+
+
 # --------------------------------------------------------------------------- the writer's ring (host side)
 
 _NAMES_LOCK = threading.Lock()
@@ -703,6 +711,7 @@ __all__: Sequence[str] = (
     "decode_record",
     "default_directory",
     "digest",
+    "directory_findings",
     "encode_header",
     "encode_record",
     "first_divergence",

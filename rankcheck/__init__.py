@@ -5,8 +5,17 @@ records every rank of your own torchrun job (``harness.recording``): one
 bundle per rank plus a world manifest, bounded, written on exit, on an
 exception and on SIGTERM/SIGINT; ``python -m harness replay --bundle DIR``
 replays it offline.
+
+``rankcheck.flight_findings(directory)`` reads the kernels' flight
+recorders (``kernels.flight``: every instance of ``AllReduceMHC``,
+``ShardedMarkovSampler`` and ``MarkovKernels`` keeps a ring of its last
+launches in a file, written by its kernels, CUDA-graph replays included)
+that every rank left under ``directory`` (the instances' ``flight_dir``, or
+``$RANKCHECK_FLIGHT_DIR``), and names per instance the first launch where
+the ranks' records differ or one rank stopped: ``(findings, problems)``.
 """
 
 from harness.recording import recording
+from kernels.flight import directory_findings as flight_findings
 
-__all__ = ["recording"]
+__all__ = ["flight_findings", "recording"]

@@ -71,3 +71,20 @@ def test_use_case_directory_makes_new_rings_land_in_the_case(tmp_path):
         assert recorder.path.parent == tmp_path / "flight"
     finally:
         flight.set_directory(None)
+
+
+def test_rankcheck_reads_a_jobs_rings_from_its_directory(tmp_path):
+    import rankcheck
+
+    _write_rings(tmp_path, {0: 3, 1: 2})
+    found, problems = rankcheck.flight_findings(flight_evidence.flight_directory(tmp_path))
+    assert problems == [] and [(f.rank, f.launch) for f in found] == [(1, 2)]
+
+
+def test_two_rings_of_one_rank_for_one_instance_are_a_problem_not_a_crash(tmp_path):
+    _write_rings(tmp_path, {0: 2, 1: 2})
+    extra = FlightRecorder("markov_sharded", rank=1, world=2, capacity=16,
+                           directory=flight_evidence.flight_directory(tmp_path) / "again", name="markov_sharded.0")
+    extra.write(_record(0))
+    (found,) = flight_evidence.findings(tmp_path)
+    assert "a second ring of rank 1" in found["problem"]
