@@ -637,7 +637,7 @@ class FlightRecorder:
 
 def flight_recorder_of(enabled: bool, family: str, rank: int, world: int, device,
                        directory: str | os.PathLike | None = None) -> FlightRecorder | None:
-    """A host class's recorder: a new ``FlightRecorder`` when ``enabled``, None when not (``enabled`` must be a bool)."""
+    """A host class's recorder: a new ``FlightRecorder`` when ``enabled`` (a bool), None when not."""
     if not isinstance(enabled, bool):
         raise TypeError(f"flight_recorder: expected a bool, got {enabled!r}")
     return FlightRecorder(family, rank=rank, world=world, device=device, directory=directory) if enabled else None

@@ -91,7 +91,10 @@ class OwnerReduceKernel(KernelVariant):
         stream: cuda.CUstream,
     ) -> None:
         """Launch the owner reduce on ``ctas`` CTAs, programmatic dependent launch."""
-        self.kernel(mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m, FlightRing(flight_records, flight_words, flight_mask)).launch(
+        self.kernel(
+            mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m,
+            FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(ctas, 1, 1),
             block=(self.threads, 1, 1),
             stream=stream,

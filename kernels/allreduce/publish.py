@@ -123,7 +123,9 @@ class PublishKernel(KernelVariant):
         stream: cuda.CUstream,
     ) -> None:
         """Launch the publish: ``M * ctas_per_token`` CTAs, programmatic dependent launch."""
-        self.kernel(x, weights, indices, shared, state, target, rank, FlightRing(flight_records, flight_words, flight_mask)).launch(
+        self.kernel(
+            x, weights, indices, shared, state, target, rank, FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(m * self.ctas_per_token, 1, 1),
             block=(self.threads, 1, 1),
             stream=stream,

@@ -139,7 +139,9 @@ class AnchorKernel(KernelVariant):
         self, input_ids: Int64, id_count: Int64, anchor_idx: Int64, w1: Int64, emb: Int64, arrivals: Int64,
         rows: Int32, flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
-        self.kernel(input_ids, id_count, anchor_idx, w1, emb, arrivals, FlightRing(flight_records, flight_words, flight_mask)).launch(
+        self.kernel(
+            input_ids, id_count, anchor_idx, w1, emb, arrivals, FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(rows, 1, 1), block=(THREADS, 1, 1), stream=stream
         )
 
@@ -220,8 +222,8 @@ class StepKernel(KernelVariant):
         idx_map: Int64, idx_map_s0: Int64, pos: Int64, pos_s0: Int64, seeds: Int64, temperature: Int64,
         max_reqs: Int64, block_argmax: Int64, block_max: Int64, arrivals: Int64, tokens: Int64,
         tokens_s0: Int64, w1: Int64, emb: Int64, packets: Int64, col: Int32, width: Int32,
-        vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32, rows: Int32, flight_records: Int64, flight_words: Int64, flight_mask: Int32, 
-        stream: cuda.CUstream,
+        vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32, rows: Int32,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
         self.kernel(
             Rows(base, base_s0), Rows(bias, bias_s0), Rows(cache, cache_s0), Rows(idx_map, idx_map_s0),
@@ -411,7 +413,9 @@ class PickKernel(KernelVariant):
         self, packets: Int64, rows: Int32, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64,
         flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
-        self.kernel(packets, rows, tokens, tokens_s0, w1, emb, FlightRing(flight_records, flight_words, flight_mask)).launch(
+        self.kernel(
+            packets, rows, tokens, tokens_s0, w1, emb, FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(rows, 1, 1), block=(PICK_THREADS, 1, 1), stream=stream, use_pdl=self.pdl
         )
 
@@ -459,7 +463,8 @@ class CacheFillKernel(KernelVariant):
     def __call__(
         self, src: Int64, src_s0: Int64, cache: Int64, cache_s0: Int64, cache_s1: Int64, idx_map: Int64,
         idx_s0: Int64, idx_s1: Int64, max_reqs: Int64, steps: Int32, shard: Int32, vocab: Int32,
-        grid_x: Int32, grid_y: Int32, flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
+        grid_x: Int32, grid_y: Int32, flight_records: Int64, flight_words: Int64, flight_mask: Int32,
+        stream: cuda.CUstream,
     ) -> None:
         self.kernel(src, src_s0, cache, cache_s0, cache_s1, idx_map, idx_s0, idx_s1, max_reqs, steps, shard, vocab,
                     FlightRing(flight_records, flight_words, flight_mask)).launch(

@@ -328,7 +328,8 @@ class ShardedMarkovSample(KernelVariant):
             BaseLogits(base_logits, base_row_stride, base_step_stride, base_column), embed_table, head_shard,
             input_ids, idx_mapping, temperature, Rows(noise, noise_row_stride),
             LogitsCache(logits_cache, cache_stride0, cache_stride1), draft_tokens, peers, control, diag, timeout_ns,
-            query_per_row, rank, world, vocab_local, rows, max_rows, FlightRing(flight_records, flight_words, flight_mask),
+            query_per_row, rank, world, vocab_local, rows, max_rows,
+            FlightRing(flight_records, flight_words, flight_mask),
         ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
 
     def _stamp(self, control: Int64, name: str, step=0) -> None:

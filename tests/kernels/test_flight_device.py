@@ -1,4 +1,4 @@
-"""kernels.flight_device compiled on the CPU: the writers emit the documented instructions, and the flag removes them."""
+"""kernels.flight_device compiled on the CPU: the writers emit the documented instructions; the flag removes them."""
 
 from __future__ import annotations
 

@@ -196,8 +196,8 @@ def _ranks(device: torch.device, tp: int, hidden: int, bt: bool, flight: bool = 
         weight = make_weight(device, hidden)
         config = make_config(tp=tp, hidden=hidden, bt=bt)
         _SYSTEMS[key] = build_ranks(
-            tp, device, lambda fabric: AllReduceMHCSystem(fabric, {"norm_weight": weight}, config, timeout_ms=TIMEOUT_MS,
-                                                          flight_recorder=flight)
+            tp, device, lambda fabric: AllReduceMHCSystem(fabric, {"norm_weight": weight}, config,
+                                                          timeout_ms=TIMEOUT_MS, flight_recorder=flight)
         )
     return _SYSTEMS[key]
 
