@@ -4,8 +4,8 @@ Every instance of a kernel family keeps a ring of its last launches in a
 file (``kernels.flight``) that its kernels write, CUDA-graph replays
 included, and that survives a trap, a hang and a ``kill``. For a harness
 case the rings go to ``<case dir>/flight/`` (``use_case_directory``, called
-by each rank before it builds its system: every rank of the group writes
-there, so one directory holds the whole group's rings). When a case failed
+by each rank in its own thread before it builds its system: every rank of
+the group writes there, so one directory holds the whole group's rings). When a case failed
 or did not complete, ``attach`` reads them, adds each instance's finding
 (``kernels.flight.first_divergence``: the first launch where the ranks'
 records differ or one rank stopped) to the diagnosis as ``flight``, and
@@ -33,10 +33,11 @@ def flight_directory(case_dir: str | os.PathLike) -> Path:
 
 
 def use_case_directory(case_dir: str | os.PathLike) -> None:
-    """Make the case's flight directory the default for the rings this process creates from now on."""
+    """Make the case's flight directory the default for the rings this thread creates from now on (a rank builds
+    its system in its own thread; the virtual launcher runs several groups' ranks in one process)."""
     from kernels import flight  # noqa: PLC0415 - standard library only; imported where a case runs
 
-    flight.set_directory(flight_directory(case_dir))
+    flight.set_directory(flight_directory(case_dir), this_thread=True)
 
 
 def findings(case_dir: str | os.PathLike) -> list[dict]:

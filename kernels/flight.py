@@ -493,17 +493,24 @@ def directory_findings(directory: str | os.PathLike) -> tuple[list[Finding], lis
 _NAMES_LOCK = threading.Lock()
 _ORDINALS: dict[tuple[str, str, int], int] = {}
 _default_directory: str | None = None
+_thread_directory = threading.local()
 
 
-def set_directory(directory: str | os.PathLike | None) -> None:
-    """Make ``directory`` the default for rings created from now on in this process (None: back to the default)."""
+def set_directory(directory: str | os.PathLike | None, *, this_thread: bool = False) -> None:
+    """Make ``directory`` the default for rings created from now on in this process, or with ``this_thread`` only
+    in the calling thread (virtual ranks of several groups are threads of one process); None: back to the default."""
     global _default_directory
-    _default_directory = None if directory is None else os.fspath(directory)
+    chosen = None if directory is None else os.fspath(directory)
+    if this_thread:
+        _thread_directory.path = chosen
+    else:
+        _default_directory = chosen
 
 
 def default_directory() -> Path:
-    """``set_directory``'s, else ``$RANKCHECK_FLIGHT_DIR``, else a per-user directory under ``/dev/shm`` or tmp."""
-    chosen = _default_directory or os.environ.get(DIRECTORY_VAR)
+    """This thread's ``set_directory``, else the process's, else ``$RANKCHECK_FLIGHT_DIR``, else a per-user
+    directory under ``/dev/shm`` (or tmp)."""
+    chosen = getattr(_thread_directory, "path", None) or _default_directory or os.environ.get(DIRECTORY_VAR)
     if chosen:
         return Path(chosen)
     base = SHM_DIRECTORY if os.path.isdir(SHM_DIRECTORY) else tempfile.gettempdir()

@@ -64,13 +64,26 @@ def test_a_case_without_rings_adds_nothing(tmp_path):
     assert diagnosis.flight == []
 
 
-def test_use_case_directory_makes_new_rings_land_in_the_case(tmp_path):
+def test_use_case_directory_makes_this_threads_new_rings_land_in_the_case(tmp_path):
+    import threading
+
+    seen = {}
+
+    def other_group():
+        """Another virtual rank's thread, of another group's case."""
+        flight_evidence.use_case_directory(tmp_path / "other")
+        seen["other"] = FlightRecorder("allreduce_mhc", rank=0, world=1, capacity=2).path.parent
+
     try:
         flight_evidence.use_case_directory(tmp_path)
+        thread = threading.Thread(target=other_group)
+        thread.start()
+        thread.join()
         recorder = FlightRecorder("allreduce_mhc", rank=0, world=1, capacity=2)
         assert recorder.path.parent == tmp_path / "flight"
+        assert seen["other"] == tmp_path / "other" / "flight"
     finally:
-        flight.set_directory(None)
+        flight.set_directory(None, this_thread=True)
 
 
 def test_rankcheck_reads_a_jobs_rings_from_its_directory(tmp_path):
