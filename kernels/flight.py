@@ -122,6 +122,7 @@ CHECKSUM_SEED = 0xA5A5A5A5
 FNV_OFFSET = 0x811C9DC5
 FNV_PRIME = 0x01000193
 DIRECTORY_VAR = "RANKCHECK_FLIGHT_DIR"
+RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
 SHM_DIRECTORY = "/dev/shm"
 RING_SUFFIX = ".ring"
 
@@ -508,13 +509,15 @@ def set_directory(directory: str | os.PathLike | None, *, this_thread: bool = Fa
 
 
 def default_directory() -> Path:
-    """This thread's ``set_directory``, else the process's, else ``$RANKCHECK_FLIGHT_DIR``, else a per-user
-    directory under ``/dev/shm`` (or tmp)."""
+    """This thread's ``set_directory``, else the process's, else ``$RANKCHECK_FLIGHT_DIR``, else
+    ``rankcheck-flight-<uid>/<job>`` under ``/dev/shm`` (or tmp), ``<job>`` torchrun's run id (the same on every
+    rank of one job, another for the next job) or, outside torchrun, ``pid<pid>``."""
     chosen = getattr(_thread_directory, "path", None) or _default_directory or os.environ.get(DIRECTORY_VAR)
     if chosen:
         return Path(chosen)
     base = SHM_DIRECTORY if os.path.isdir(SHM_DIRECTORY) else tempfile.gettempdir()
-    return Path(base) / f"rankcheck-flight-{os.getuid()}"
+    job = os.environ.get(RUN_ID_VAR) or f"pid{os.getpid()}"
+    return Path(base) / f"rankcheck-flight-{os.getuid()}" / job
 
 
 def instance_name(family: str, rank: int, directory: str | os.PathLike = "") -> str:

@@ -10,8 +10,9 @@ replays it offline.
 recorders (``kernels.flight``: every instance of ``AllReduceMHC``,
 ``ShardedMarkovSampler`` and ``MarkovKernels`` keeps a ring of its last
 launches in a file, written by its kernels, CUDA-graph replays included)
-that every rank left under ``directory`` (the instances' ``flight_dir``, or
-``$RANKCHECK_FLIGHT_DIR``), and names per instance the first launch where
+that every rank left under ``directory`` (the instances' ``flight_dir``,
+``$RANKCHECK_FLIGHT_DIR``, or by default ``kernels.flight.default_directory()``,
+one per torchrun job), and names per instance the first launch where
 the ranks' records differ or one rank stopped: ``(findings, problems)``.
 """
 

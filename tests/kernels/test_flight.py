@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
@@ -185,3 +186,16 @@ def test_a_dropped_recorder_unmaps_its_ring_and_the_file_keeps_the_records(tmp_p
     gc.collect()
     assert backing.closed
     assert [r.launch for r in flight.read_ring(path).records] == [2]
+
+
+def test_the_default_directory_is_per_job(monkeypatch):
+    monkeypatch.delenv(flight.DIRECTORY_VAR, raising=False)
+    monkeypatch.setenv(flight.RUN_ID_VAR, "job-a")
+    first = flight.default_directory()
+    monkeypatch.setenv(flight.RUN_ID_VAR, "job-b")
+    assert first.name == "job-a" and flight.default_directory().name == "job-b"
+    assert first.parent == flight.default_directory().parent
+    monkeypatch.delenv(flight.RUN_ID_VAR)
+    assert flight.default_directory().name == f"pid{os.getpid()}"
+    monkeypatch.setenv(flight.DIRECTORY_VAR, "/somewhere/rings")
+    assert str(flight.default_directory()) == "/somewhere/rings"
