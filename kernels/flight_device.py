@@ -18,10 +18,12 @@ compile-time part of its variant), calls
   A kernel that learns its tag only after a programmatic-dependent-launch
   wait takes the number first (``take``, before the wait, where the
   atomic's latency overlaps the wait) and passes it to ``begin`` after;
-- ``record_end(ring, kernel, writer)`` at its completion point: the
+- ``record_end(ring, kernel, writer, launch)`` at its completion point: the
   thread where ``writer`` is non-zero (the last CTA to finish, where the
-  kernel counts them, else ``leader()`` at the end) reads the launch number
-  back and stores ``end_ns`` and ``end_status | end_launch << 32``.
+  kernel counts them, else ``leader()`` at the end) stores ``end_ns`` and
+  ``end_status | end_launch << 32``; the thread that began the record passes
+  the number it kept (``begin`` returns it: one register, no load at the
+  kernel's tail), another reads it back from the kernel's word.
 
 A ring address of 0 (a host class built without CUDA-mapped memory) skips
 both at run time; ``begin``/``end`` take the class's flag and trace nothing
@@ -105,22 +107,39 @@ def store_begin(ring: FlightRing, ident: cutlass.Constexpr, fields, writer: Int3
             ptx.st_ordered_b64(slot + 8 * pair, _pair(words[2 * pair], words[2 * pair + 1]), "relaxed", "sys")
 
 
-def record_begin(ring: FlightRing, ident: int, kernel: int, fields, writer, launch=None) -> None:
+def record_begin(ring: FlightRing, ident: int, kernel: int, fields, writer, launch=None) -> Uint32:
     """On the writer thread: take the launch's number (unless ``launch``, from ``take_launch``, is given) and
-    store the record's begin."""
+    store the record's begin; the number is returned (0 on other threads)."""
     if launch is None:
         launch = take_launch(ring, kernel, writer)
     store_begin(ring, ident, fields, writer, launch)
+    return launch
 
 
 @cute.jit
-def record_end(ring: FlightRing, kernel: cutlass.Constexpr, writer: Int32):
-    """On the writer thread: store the end stamp and ``ended`` for the kernel's latest begun launch."""
+def latest_launch(ring: FlightRing, kernel: cutlass.Constexpr, writer: Int32) -> Uint32:
+    """On the writer thread: the number of the kernel's latest begun launch, from its device word (0 elsewhere)."""
+    launch = Uint32(0)
     if (writer != Int32(0)) & (ring.records != Int64(0)):
         launch = ptx.ld_ordered_b32(ring.words + 4 * (1 + kernel), "relaxed", "gpu")
+    return launch
+
+
+@cute.jit
+def store_end(ring: FlightRing, writer: Int32, launch: Uint32):
+    """On the writer thread: the end stamp and ``ended`` of ``launch``'s record."""
+    if (writer != Int32(0)) & (ring.records != Int64(0)):
         slot = _slot(ring, launch)
         ptx.st_ordered_b64(slot + 4 * W_END_LO, ptx.globaltimer(), "relaxed", "sys")
         ptx.st_ordered_b64(slot + 4 * W_END_STATUS, _pair(Uint32(STATUS_ENDED), launch), "relaxed", "sys")
+
+
+def record_end(ring: FlightRing, kernel: int, writer, launch=None) -> None:
+    """On the writer thread: end the record of ``launch`` (when the writer began it and kept the number), else of
+    the kernel's latest begun launch (read back from its device word)."""
+    if launch is None:
+        launch = latest_launch(ring, kernel, writer)
+    store_end(ring, writer, launch)
 
 
 def checked_flag(flight) -> bool:
@@ -141,18 +160,20 @@ def take(flight: bool, ring: FlightRing, kernel: int, writer=None):
     return take_launch(ring, kernel, leader() if writer is None else writer) if flight else None
 
 
-def begin(flight: bool, ring: FlightRing, ident: int, kernel: int, fields, writer=None, launch=None) -> None:
+def begin(flight: bool, ring: FlightRing, ident: int, kernel: int, fields, writer=None, launch=None):
     """``record_begin`` when ``flight`` is compiled in (writer: ``leader()`` unless given; ``launch`` from
-    ``take``); nothing traced otherwise."""
+    ``take``), returning the launch's number for an ``end`` by the same thread; nothing traced (None) otherwise."""
     if flight:
-        record_begin(ring, ident, kernel, fields, leader() if writer is None else writer, launch)
+        return record_begin(ring, ident, kernel, fields, leader() if writer is None else writer, launch)
+    return None
 
 
-def end(flight: bool, ring: FlightRing, kernel: int, writer=None) -> None:
-    """``record_end`` when ``flight`` is compiled in (writer: ``leader()`` unless given); nothing traced otherwise."""
+def end(flight: bool, ring: FlightRing, kernel: int, writer=None, launch=None) -> None:
+    """``record_end`` when ``flight`` is compiled in (writer: ``leader()`` unless given; ``launch``: what
+    ``begin`` returned on the same thread, which spares reading it back); nothing traced otherwise."""
     if flight:
-        record_end(ring, kernel, leader() if writer is None else writer)
+        record_end(ring, kernel, leader() if writer is None else writer, launch)
 
 
-__all__ = ["FlightRing", "begin", "checked_flag", "digest", "end", "key_part", "leader", "record_begin",
-           "record_end", "store_begin", "take", "take_launch"]
+__all__ = ["FlightRing", "begin", "checked_flag", "digest", "end", "key_part", "latest_launch", "leader",
+           "record_begin", "record_end", "store_begin", "store_end", "take", "take_launch"]

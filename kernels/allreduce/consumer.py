@@ -224,12 +224,12 @@ class LamportMHCConsumer(KernelVariant):
                 address = inputs.weight + Int64(fragments[trip]) * VEC * 2
                 weights.append(device.bf16_words_to_f32(ptx.ld_global(address, VEC_BYTES, Int32(valid[trip]))))
 
-        launch = take(self.flight, ring, 2)
+        flight_launch = take(self.flight, ring, 2)
         cute.arch.griddepcontrol_wait()
         generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
         begin(self.flight, ring, flight_ident("allreduce_mhc", "consumer", "bt" if self.reduced_input else "ll"), 2,
               (generation, Uint32(0), m, Uint32(0), digest([m, ptx.f32_bits(eps)]), Uint32(OUTPUTS.index(self.output))),
-              launch=launch)
+              launch=flight_launch)
 
         # A grid of fewer clusters than tokens (virtual ranks sharing one GPU
         # must all stay resident) walks the tokens; the parity alternates the
@@ -249,7 +249,7 @@ class LamportMHCConsumer(KernelVariant):
         cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.output == "mxfp8"):
             self.zero_padding_scales(m, first_token, cta, tidx, outputs.mx_scales)
-        end(self.flight, ring, 2)
+        end(self.flight, ring, 2, launch=flight_launch)
 
     @cute.jit
     def consume_token(self, token, parity, cta, tidx, fragments, valid, weights, generation, mailbox: Int64,

@@ -118,11 +118,11 @@ class OwnerReduceKernel(KernelVariant):
         tidx, _, _ = cute.arch.thread_idx()
         work_items = (m + (self.tp - 1)) // self.tp * self.ctas_per_token
 
-        launch = take(self.flight, ring, 1)
+        flight_launch = take(self.flight, ring, 1)
         cute.arch.griddepcontrol_wait()
         generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
         begin(self.flight, ring, flight_ident("allreduce_mhc", "owner_reduce", "bt"), 1,
-              (generation, Uint32(0), m, Uint32(0), digest([m]), Uint32(0)), launch=launch)
+              (generation, Uint32(0), m, Uint32(0), digest([m]), Uint32(0)), launch=flight_launch)
         peers = None
         if cutlass.const_expr(self.fanout == "unicast"):
             peers = device.load_peer_table(target, self.tp)
@@ -137,7 +137,7 @@ class OwnerReduceKernel(KernelVariant):
         ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32((block == 0) & (tidx == 0)))
         cute.arch.barrier()
         cute.arch.griddepcontrol_launch_dependents()
-        end(self.flight, ring, 1)
+        end(self.flight, ring, 1, launch=flight_launch)
 
     @cute.jit
     def reduce_fragment(self, work, tidx, generation, mailbox: Int64, target: Int64, peers, deadline: WaitDeadline,

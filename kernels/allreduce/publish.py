@@ -168,7 +168,7 @@ class PublishKernel(KernelVariant):
         fragment = (block % self.ctas_per_token) * self.threads + tidx
         active = fragment < self.fragments
 
-        launch = take(self.flight, ring, 0)
+        flight_launch = take(self.flight, ring, 0)
         # The previous kernel in the stream produced x and, for the call
         # before, consumed the mailbox generation this call may reuse.
         cute.arch.griddepcontrol_wait()
@@ -176,7 +176,7 @@ class PublishKernel(KernelVariant):
         blocks, _, _ = cute.arch.grid_dim()
         begin(self.flight, ring, flight_ident("allreduce_mhc", "publish", self.protocol), 0, (
             generation, Uint32(0), blocks // self.ctas_per_token, Uint32(0), digest([blocks]),
-            Uint32(self.source == "finalize")), launch=launch)
+            Uint32(self.source == "finalize")), launch=flight_launch)
         words = device.scrub_sentinel(self.contribution(x, weights, indices, shared, token, fragment, active))
 
         if cutlass.const_expr(self.protocol == "ll"):
@@ -197,4 +197,4 @@ class PublishKernel(KernelVariant):
         ptx.st_global(state + ACTIVE * 4, [cutlass.Uint32(generation)], 4, Int32((block == 0) & (tidx == 0)))
         cute.arch.barrier()
         cute.arch.griddepcontrol_launch_dependents()
-        end(self.flight, ring, 0)
+        end(self.flight, ring, 0, launch=flight_launch)

@@ -151,7 +151,7 @@ class AnchorKernel(KernelVariant):
         tidx, _, _ = cute.arch.thread_idx()
         r, _, _ = cute.arch.block_idx()
         rows, _, _ = cute.arch.grid_dim()
-        begin(self.flight, ring, flight_ident("markov_fused", "anchor"), 0,
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "anchor"), 0,
               (Uint32(0), Uint32(0), rows, Uint32(0), digest([rows, Uint32(id_count)]), Uint32(0)))
         row = Int64(r)
         # The host checks anchors; the clamp keeps a bad one inside the ids.
@@ -163,7 +163,7 @@ class AnchorKernel(KernelVariant):
         )
         # The step counts the row's arriving CTAs from zero per call.
         ptx.st_global(arrivals + row * 4, [Uint32(0)], 4, Int32(tidx == 0))
-        end(self.flight, ring, 0)
+        end(self.flight, ring, 0, launch=flight_launch)
 
 
 class StepKernel(KernelVariant):
@@ -240,7 +240,7 @@ class StepKernel(KernelVariant):
     ) -> None:
         block, per_thread = self.block, self.per_thread
         rows, _, _ = cute.arch.grid_dim()
-        begin(self.flight, ring, flight_ident("markov_fused", "step"), 1, (
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "step"), 1, (
             Uint32(col), Uint32(0), rows, Uint32(0),
             digest([width, col, *[ptx.f32_bits(v) for v in transform]]), Uint32(col)))
         if const_expr(self.stamps):
@@ -341,7 +341,7 @@ class StepKernel(KernelVariant):
             self._finish(tidx, warp_values, warp_indices, row, results, winner)
         if const_expr(self.stamps):
             self._stamp(results.block_argmax, col, "finish", ptx.globaltimer())
-        end(self.flight, ring, 1)
+        end(self.flight, ring, 1, launch=flight_launch)
 
     @cute.jit
     def _finish(
@@ -422,7 +422,7 @@ class PickKernel(KernelVariant):
     @cute.kernel
     def kernel(self, packets: Int64, rows: Int32, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64,
                ring: FlightRing) -> None:
-        begin(self.flight, ring, flight_ident("markov_fused", "pick"), 2,
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "pick"), 2,
               (Uint32(0), Uint32(0), rows, Uint32(0), digest([rows]), Uint32(0)))
         if const_expr(self.pdl):
             # The packets are the gather's output.
@@ -441,7 +441,7 @@ class PickKernel(KernelVariant):
             w1 + ptx.min_u64(token, self.w1_rows - 1) * self.row_bytes,
             emb + row * self.row_bytes, tidx, PICK_THREADS, self.row_bytes, self.chunk,
         )
-        end(self.flight, ring, 2)
+        end(self.flight, ring, 2, launch=flight_launch)
 
 
 class CacheFillKernel(KernelVariant):
@@ -478,7 +478,7 @@ class CacheFillKernel(KernelVariant):
     ) -> None:
         per_thread = FILL_BLOCK // THREADS
         rows_steps, _, _ = cute.arch.grid_dim()
-        begin(self.flight, ring, flight_ident("markov_fused", "fill"), 3,
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "fill"), 3,
               (Uint32(0), Uint32(0), rows_steps // steps, steps, digest([steps, shard, vocab]), Uint32(0)))
         tidx, _, _ = cute.arch.thread_idx()
         rs, blk, _ = cute.arch.block_idx()
@@ -505,7 +505,7 @@ class CacheFillKernel(KernelVariant):
                 loaded.append((c, keep, ptx.ld_global_nc(src + (Int64(k) * src_s0 + src_row + Int64(local)) * 2, 2, keep)))
             for c, keep, words in loaded:
                 ptx.st_global(target + Int64(c) * 2, words, 2, keep)
-        end(self.flight, ring, 3)
+        end(self.flight, ring, 3, launch=flight_launch)
 
 
 
