@@ -3,8 +3,9 @@
 Grid (ctas,), 64 threads: every thread stores its index into ``out[block *
 64 + thread]``; thread 0 of CTA 0 begins the record (tag, parity, rows,
 steps and aux as given, the digest of ``rows`` and ``steps``) and, with
-``end``, ends it after the stores. ``end=False`` leaves a record begun and
-never ended, as a kernel that hangs would.
+``end``, ends it after the stores (``keep``: with the launch number it kept
+from the begin, else read back from the counter words). ``end=False`` leaves
+a record begun and never ended, as a kernel that hangs would.
 """
 
 from __future__ import annotations
@@ -25,13 +26,13 @@ PROBE_IDENT = ident("markov_fused", "anchor")
 class FlightProbe(KernelVariant):
     """The probe kernel; ``flight`` compiles the recorder in, ``end`` its end."""
 
-    def __init__(self, flight: bool = True, end: bool = True) -> None:
+    def __init__(self, flight: bool = True, end: bool = True, keep: bool = False) -> None:
         self.flight = checked_flag(flight)
-        self.end = bool(end)
+        self.end, self.keep = bool(end), bool(keep)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant."""
-        return ("FlightProbe", "end" if self.end else "noend") + key_part(self.flight)
+        return ("FlightProbe", "end" if self.end else "noend", "keep" if self.keep else "reread") + key_part(self.flight)
 
     @cute.jit
     def __call__(self, out: Int64, tag: Int32, parity: Int32, rows: Int32, steps: Int32, aux: Int32, ctas: Int32,
@@ -43,11 +44,11 @@ class FlightProbe(KernelVariant):
     @cute.kernel
     def kernel(self, out: Int64, tag: Int32, parity: Int32, rows: Int32, steps: Int32, aux: Int32, ring: FlightRing):
         """Begin, store the thread indices, end."""
-        begin(self.flight, ring, PROBE_IDENT, 0,
+        launch = begin(self.flight, ring, PROBE_IDENT, 0,
               (Uint32(tag), Uint32(parity), Uint32(rows), Uint32(steps), digest([rows, steps]), Uint32(aux)))
         tidx, _, _ = cute.arch.thread_idx()
         block, _, _ = cute.arch.block_idx()
         index = block * THREADS + tidx
         ptx.st_global(out + Int64(index) * 4, [Uint32(index)], 4, Int32(1))
         if const_expr(self.end):
-            end(self.flight, ring, 0)
+            end(self.flight, ring, 0, launch=launch if const_expr(self.keep) else None)

@@ -31,6 +31,12 @@ def test_the_recorder_takes_the_launch_atomically_and_stores_the_record_relaxed_
     assert len(re.findall(r"%globaltimer", body)) == 2
 
 
+def test_an_end_by_the_thread_that_began_uses_the_kept_number_and_loads_nothing():
+    kept, reread = _entry_ptx(FlightProbe(keep=True)), _entry_ptx(FlightProbe(keep=False))
+    assert "ld.relaxed.gpu" not in kept and reread.count("ld.relaxed.gpu.global.b32") == 1
+    assert kept.count("st.relaxed.sys.global.b64") == reread.count("st.relaxed.sys.global.b64") == 8
+
+
 def test_the_variant_without_the_recorder_has_none_of_it():
     body = _entry_ptx(FlightProbe(flight=False))
     assert "atom." not in body and "st.relaxed.sys" not in body and "%globaltimer" not in body
