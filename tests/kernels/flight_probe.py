@@ -32,7 +32,8 @@ class FlightProbe(KernelVariant):
 
     def key(self) -> tuple:
         """The configuration that identifies this variant."""
-        return ("FlightProbe", "end" if self.end else "noend", "keep" if self.keep else "reread") + key_part(self.flight)
+        ending = ("end" if self.end else "noend", "keep" if self.keep else "reread")
+        return ("FlightProbe", *ending) + key_part(self.flight)
 
     @cute.jit
     def __call__(self, out: Int64, tag: Int32, parity: Int32, rows: Int32, steps: Int32, aux: Int32, ctas: Int32,
