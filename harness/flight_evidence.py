@@ -14,8 +14,9 @@ named no rank, the flight recorder's rank is the one blamed.
 
 Rings whose directory is not on tmpfs are links to ``/dev/shm`` files
 (the kernels pin the mapping, which Linux allows only for shmem);
-``collect`` turns them into plain files in the case directory, so the run
-directory keeps them and ``/dev/shm`` does not.
+``keep`` (called for every case when its verdict is given) turns them into
+plain files in the case directory, so the run directory keeps them and
+``/dev/shm`` does not.
 """
 
 from __future__ import annotations
@@ -38,6 +39,18 @@ def use_case_directory(case_dir: str | os.PathLike) -> None:
     from kernels import flight  # noqa: PLC0415 - standard library only; imported where a case runs
 
     flight.set_directory(flight_directory(case_dir), this_thread=True)
+
+
+def keep(case_dir: str | os.PathLike) -> list[str]:
+    """Move the case's rings out of ``/dev/shm`` into its flight directory (every case, passed or not, so shared
+    memory does not fill up over a run); the problems met, one line each."""
+    from kernels import flight  # noqa: PLC0415
+
+    try:
+        flight.collect(flight_directory(case_dir))
+    except OSError as exc:
+        return [f"collecting rings: {exc}"]
+    return []
 
 
 def findings(case_dir: str | os.PathLike) -> list[dict]:
@@ -66,4 +79,4 @@ def attach(diagnosis: Any, case_dir: str | os.PathLike) -> Any:
     return diagnosis
 
 
-__all__ = ["FLIGHT_SUBDIR", "attach", "findings", "flight_directory", "use_case_directory"]
+__all__ = ["FLIGHT_SUBDIR", "attach", "findings", "flight_directory", "keep", "use_case_directory"]

@@ -386,6 +386,7 @@ class JobRunner:
         """Judge one group's case and hand the verdict (and its stored-bits check) to the report."""
         s = self.settings
         case_id = run.case_id(case)
+        flight_evidence.keep(case_id.directory(s.run_dir))
         diagnosis = None
         if not end.completed or any(r.failed for r in results.values()):
             progress = records.read_group_progress(s.run_dir, case_id)

@@ -101,3 +101,15 @@ def test_two_rings_of_one_rank_for_one_instance_are_a_problem_not_a_crash(tmp_pa
     extra.write(_record(0))
     (found,) = flight_evidence.findings(tmp_path)
     assert "a second ring of rank 1" in found["problem"]
+
+
+def test_keep_moves_a_cases_rings_out_of_shared_memory(tmp_path):
+    shm = tmp_path / "shm"
+    recorder = FlightRecorder("markov_sharded", rank=0, world=1, capacity=4, directory=shm, name="markov_sharded.0")
+    recorder.write(_record(0))
+    link = flight_evidence.flight_directory(tmp_path / "case") / recorder.path.name
+    link.parent.mkdir(parents=True)
+    link.symlink_to(recorder.path)
+    assert flight_evidence.keep(tmp_path / "case") == []
+    assert not link.is_symlink() and not recorder.path.exists()
+    assert flight_evidence.keep(tmp_path / "no_such_case") == []
