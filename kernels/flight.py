@@ -20,10 +20,11 @@ on tmpfs the file is created under ``/dev/shm`` and ``<directory>/<name>.ring``
 is a symbolic link to it (``read_ring`` follows it; ``collect`` copies it
 into the directory and unlinks the shmem file). Where neither can be
 registered, the ring lives in pinned host memory (``torch``) and
-``dump()`` writes its bytes to the file (at ``close``, at interpreter exit,
-and when the harness asks after an error): a trap is then still survived,
-a ``kill`` is not. Without CUDA (``device=None``) the ring is only a file,
-for the CPU tests and the reader.
+``dump()`` writes its bytes to the file (at interpreter exit, and whenever
+called): a trap is then still survived, a ``kill`` is not. A recorder that
+is dropped unregisters its mapping and unmaps it (the file keeps the
+records). Without CUDA (``device=None``) the ring is only a file, for the
+CPU tests and the reader.
 
 File layout (little-endian). A 64-byte header, then ``capacity`` records
 of 64 bytes (``capacity`` a power of two, so ``slot = launch mod
