@@ -22,6 +22,7 @@ from typing import Sequence
 from rich.console import Console
 from rich.table import Table
 
+from harness.launch import flight_evidence
 from harness.families.catalog import discover, select
 from harness.launch import records
 from harness.launch.diagnosis import diagnose, kernel_diag_records
@@ -95,7 +96,8 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
             console.print(f"    {m['output']} {m['where']} got {m['actual_hex']} ({m['actual']}) "
                           f"expected {m['expected_hex']} ({m['expected']})", markup=False)
     kernel = kernel_diag_records(case_id.directory(out))
-    console.print("diagnosis: " + diagnose(progress, kernel_records=kernel).text, markup=False)
+    diagnosis = flight_evidence.attach(diagnose(progress, kernel_records=kernel), case_id.directory(out))
+    console.print("diagnosis: " + diagnosis.text, markup=False)
     for rec in kernel:
         console.print(f"kernel record: {rec}", markup=False)
     return code

@@ -31,9 +31,22 @@ def case_line(document: Mapping, entry: Mapping) -> str:
     baseline = next((c for c in document["cases"] if c["family"] == entry["family"] and c["name"] == baseline_name), None)
     if baseline is not None:
         parts.append(f"{baseline['graph']['median_us'] / graph:5.2f}x vs {baseline_name}")
+    parts += flight_cost(document, entry)
     if "setup_s" in entry:
         parts.append(f"({entry['setup_s']:.1f} s setup, {entry['timed_s']:.1f} s timed)")
     return "  ".join(parts)
+
+
+def flight_cost(document: Mapping, entry: Mapping) -> list[str]:
+    """For a case without the flight recorder whose twin with it already ran (``flight_cost_of``): the recorder's
+    cost, the twin's graph median minus this one's, in us and in percent of this one."""
+    twin_name = entry["params"].get("flight_cost_of")
+    twin = next((c for c in document["cases"] if c["family"] == entry["family"] and c["name"] == twin_name), None)
+    if twin is None:
+        return []
+    graph = entry["graph"]["median_us"]
+    cost = twin["graph"]["median_us"] - graph
+    return [f"flight recorder {cost:+.2f} us ({100 * cost / graph:+.1f}%) in {twin_name}"]
 
 
 def failure_line(failure: Mapping) -> str:

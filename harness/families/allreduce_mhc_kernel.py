@@ -41,7 +41,7 @@ class AllReduceMHCSystem:
     """One rank of the ``allreduce_mhc`` family for the harness: ``launch``/``state`` over ``AllReduceMHC``."""
 
     def __init__(self, fabric: Any, static: Mapping[str, Any], config: Mapping[str, Any], *,
-                 timeout_ms: float = HARNESS_TIMEOUT_MS, diag: Any = None) -> None:
+                 timeout_ms: float = HARNESS_TIMEOUT_MS, diag: Any = None, flight_recorder: bool = True) -> None:
         self.config = check_config(config)
         cfg = self.config
         if cfg.tp != fabric.world:
@@ -56,7 +56,7 @@ class AllReduceMHCSystem:
             device=self.device, quantize_layer_input=cfg.quantize, residual_only=cfg.residual_only, group=fabric,
             bt_min_rows=cfg.bt_min_rows, bt_min_finalize_rows=cfg.bt_min_finalize_rows,
             norm_threads=cfg.layout.threads, norm_cluster=cfg.layout.cluster, start_generation=cfg.start_generation,
-            timeout_ms=timeout_ms, diag=diag,
+            timeout_ms=timeout_ms, diag=diag, flight_recorder=flight_recorder,
         )
 
     def _check_static(self, static: Mapping[str, Any]) -> torch.Tensor | None:

@@ -91,7 +91,7 @@ class FusedMarkovLoop:
     """
 
     def __init__(self, fabric, static: dict, config: dict, *, bias_fn: Callable | None = None,
-                 stamps: bool = False) -> None:
+                 stamps: bool = False, flight_recorder: bool = True) -> None:
         comm = fabric if fabric is not None else _Solo()
         for attr in ("rank", "world"):
             require(hasattr(comm, attr), TypeError, f"fabric: expected a kernels.fabric provider (missing {attr!r})")
@@ -155,7 +155,7 @@ class FusedMarkovLoop:
         self.kernels = (StampedMarkovKernels if self.stamped else MarkovKernels)(
             w1, embeds, width=self.width, has_cap=self.has_cap, tp=tp if self.sharded else None,
             steps=[(block, self.pdl, vector) for vector in vectors], pick_pdl=self.pdl, fill_vector=(False, True),
-            **exchange,
+            rank=self.rank, flight_recorder=flight_recorder, **exchange,
         )
         self.diag_record = self.kernels.diag_record
 

@@ -33,7 +33,8 @@ SYSTEM_CLASS = "ShardedMarkovSystem"
 class ShardedMarkovSystem:
     """One rank of the ``markov_sharded`` family for the harness: ``launch``/``state`` over the public sampler."""
 
-    def __init__(self, fabric: Any, static: Mapping[str, Any], config: Mapping[str, Any], *, diag: Any = None) -> None:
+    def __init__(self, fabric: Any, static: Mapping[str, Any], config: Mapping[str, Any], *, diag: Any = None,
+                 flight_recorder: bool = True) -> None:
         for attr in ("rank", "world", "device", "alloc", "barrier"):
             if not hasattr(fabric, attr):
                 raise TypeError(f"fabric: expected a kernels.fabric provider (missing {attr!r}), got {type(fabric).__name__}")
@@ -49,6 +50,7 @@ class ShardedMarkovSystem:
             cache_dtype=cfg.cache_dtype, max_rows=cfg.max_rows, max_reqs=cfg.max_reqs, group=fabric,
             shard_only_base=cfg.shard_only_base, launch_counter_start=cfg.launch_counter_start,
             timeout_ns=cfg.timeout_ns, ctas=cfg.ctas, ranks_per_device=cfg.ranks_per_device, diag=diag,
+            flight_recorder=flight_recorder,
         )
         self.rank, self.device = self.api.rank, self.api.device
 

@@ -36,6 +36,8 @@ class Diagnosis:
     logs: dict = field(default_factory=dict)
     # NCCL flight-recorder dumps the job left
     nccl_dumps: list = field(default_factory=list)
+    # the kernels' flight-recorder findings, one per instance (harness.launch.flight_evidence)
+    flight: list = field(default_factory=list)
     # the TP group whose ranks the numbers above are (None: one group spans the world), and its global ranks
     group: int | None = None
     group_ranks: list = field(default_factory=list)

@@ -63,6 +63,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from harness.wire.case_files import CaseId, group_ranks
+from harness.launch import flight_evidence
 from harness.launch.evidence import nccl_dumps, rank_stacks, torchrun_rank_log
 from harness.wire.worker_evidence import stacks_dir
 from harness.families.catalog import Case
@@ -387,6 +388,7 @@ class JobRunner:
         """Judge one group's case and hand the verdict (and its stored-bits check) to the report."""
         s = self.settings
         case_id = run.case_id(case)
+        flight_evidence.keep(case_id.directory(s.run_dir))
         diagnosis = None
         if not end.completed or any(r.failed for r in results.values()):
             progress = records.read_group_progress(s.run_dir, case_id)
@@ -394,6 +396,7 @@ class JobRunner:
                                  stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
                                  logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
+            flight_evidence.attach(diagnosis, case_id.directory(s.run_dir))
             if cut_by:
                 diagnosis.text = f"cut short when {cut_by} failed; {diagnosis.text}"
         stored = results[0].store if 0 in results else None

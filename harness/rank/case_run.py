@@ -56,6 +56,7 @@ from harness.wire.case_files import case_dir, result_path, stored_case
 from harness.wire.phases import PhaseClock
 from harness.wire.progress import ProgressWriter
 from harness.wire.rank_result import RankResult, error_of
+from harness.wire.worker_evidence import use_case_directory
 from kernels.hostcopy import outputs_to_host  # torch only, no CuTe DSL
 
 
@@ -173,6 +174,7 @@ class CaseRun:
         with self.clock.phase("construct"):
             handle = self.make_handle(self.fam)
             self.agreement_comm = handle if callable(getattr(handle, "all_gather", None)) else None
+            use_case_directory(self.out_dir)
             self.system = self.fam.make_system(self.impl, handle, self.static, self.config)
             self.graphs, self.result.graph = _graph_launches(self.impl, self.system, handle, self.launches,
                                                              self.fam.graph_capture_problem)

@@ -1,4 +1,4 @@
-"""What a rank's process sets up at start so that it leaves evidence if it hangs: its stack file, and the NCCL trace directory.
+"""What a rank's process sets up so that it leaves evidence if it hangs: its stack file, the NCCL trace directory, its flight rings' directory.
 
 ``register_worker`` opens ``<run>/stacks/<pid>.txt``, keeps it open for the
 life of the process, and registers ``faulthandler`` on ``SIGUSR1`` to dump
@@ -8,6 +8,13 @@ synchronisation still answers. It also creates the directory of the NCCL
 flight recorder's dump prefix (``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE``) when the
 job's environment names one. The launching side signals and reads these
 files (``harness.launch.evidence``).
+
+Before it builds a case's system, each rank points the kernels' flight
+recorders (``kernels.flight``) at ``<case dir>/flight/``
+(``use_case_directory``, in the rank's own thread: the virtual launcher
+runs several groups' ranks in one process), so one directory holds the
+whole group's rings; the launching side reads them there
+(``harness.launch.flight_evidence``).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import IO
 
 STACK_SIGNAL = signal.SIGUSR1
 NCCL_TRACE_PREFIX_VAR = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"
+FLIGHT_SUBDIR = "flight"
 # Kept open for the life of the worker: faulthandler writes to its descriptor from a signal handler.
 _stack_file: IO[str] | None = None
 
@@ -46,3 +54,16 @@ def register_worker(run_dir: str | os.PathLike) -> Path:
     _stack_file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - must outlive this call
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
     return path
+
+
+def flight_directory(case_dir: str | os.PathLike) -> Path:
+    """Where a case's flight rings are: ``<case dir>/flight``."""
+    return Path(case_dir) / FLIGHT_SUBDIR
+
+
+def use_case_directory(case_dir: str | os.PathLike) -> None:
+    """Make the case's flight directory the default for the rings this thread creates from now on (a rank builds
+    its system in its own thread; the virtual launcher runs several groups' ranks in one process)."""
+    from kernels import flight  # noqa: PLC0415 - standard library only; imported where a case runs
+
+    flight.set_directory(flight_directory(case_dir), this_thread=True)

@@ -67,6 +67,8 @@ from cutlass import Boolean, Float32, Int32, Int64, Uint32
 
 from kernels import ptx
 from kernels.variant import KernelVariant
+from kernels.flight import ident as flight_ident
+from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part, take
 from kernels.allreduce import device
 from kernels.allreduce.arguments import TokenInputs, TokenOutputs, WaitDeadline
 from kernels.allreduce.layout import (
@@ -105,6 +107,7 @@ class LamportMHCConsumer(KernelVariant):
         output: str,
         arch: str,
         layout: NormLayout | None = None,
+        flight: bool = True,
     ) -> None:
         if output not in OUTPUTS:
             raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
@@ -135,11 +138,12 @@ class LamportMHCConsumer(KernelVariant):
         self.fragments = hidden // VEC
         self.sources = 1 if reduced_input else tp
         self.scale_cols = mxfp8_padded_cols(hidden)
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""
         return ("consumer", self.hidden, self.hc, self.tp, self.capacity, self.reduced_input, self.output, self.arch,
-                self.cluster, self.threads)
+                self.cluster, self.threads) + key_part(self.flight)
 
     @cute.jit
     def __call__(
@@ -162,13 +166,16 @@ class LamportMHCConsumer(KernelVariant):
         launch: Int32,
         m: Int32,
         clusters: Int32,
+        flight_records: Int64,
+        flight_words: Int64,
+        flight_mask: Int32,
         stream: cuda.CUstream,
     ) -> None:
         """Launch ``clusters`` clusters of ``cluster`` CTAs, programmatic dependent launch."""
         self.kernel(
             mailbox, TokenInputs(residual, post, comb, pre, weight),
             TokenOutputs(residual_out, norm_out, mx_values, mx_scales), state, eps,
-            WaitDeadline(timeout_ns, diag, rank, launch), m,
+            WaitDeadline(timeout_ns, diag, rank, launch), m, FlightRing(flight_records, flight_words, flight_mask),
         ).launch(
             grid=(clusters, self.cluster, 1),
             block=(self.threads, 1, 1),
@@ -237,7 +244,7 @@ class LamportMHCConsumer(KernelVariant):
 
     @cute.kernel
     def kernel(self, mailbox: Int64, inputs: TokenInputs, outputs: TokenOutputs, state: Int64, eps: Float32,
-               deadline: WaitDeadline, m: Int32):
+               deadline: WaitDeadline, m: Int32, ring: FlightRing):
         """Walk this cluster's tokens, then (LL) advance NEXT, release the dependents, zero padding scales."""
         tidx, _, _ = cute.arch.thread_idx()
         first_token, _, _ = cute.arch.block_idx()
@@ -258,8 +265,12 @@ class LamportMHCConsumer(KernelVariant):
         streams = cute.make_rmem_tensor((self.trips * self.hc * 4,), Uint32)
         self.load_token(first_token, Int32(first_token < m), fragments, valid, inputs, mixes, streams)
 
+        flight_launch = take(self.flight, ring, 2)
         cute.arch.griddepcontrol_wait()
         generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        begin(self.flight, ring, flight_ident("allreduce_mhc", "consumer", "bt" if self.reduced_input else "ll"), 2,
+              (generation, Uint32(0), m, Uint32(0), digest([m, ptx.f32_bits(eps)]), Uint32(OUTPUTS.index(self.output))),
+              launch=flight_launch)
 
         # A grid of fewer clusters than tokens (virtual ranks sharing one GPU
         # must all stay resident) walks the tokens; the parity alternates the
@@ -280,6 +291,7 @@ class LamportMHCConsumer(KernelVariant):
         cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(self.output == "mxfp8"):
             self.zero_padding_scales(m, first_token, cta, tidx, outputs.mx_scales)
+        end(self.flight, ring, 2, launch=flight_launch)
 
     @cute.jit
     def consume_token(self, token, parity, cta, tidx, fragments, valid, weights, generation, mailbox: Int64,

@@ -78,6 +78,7 @@ from kernels.allreduce.config import (
     public_label,
 )
 from kernels.fabric import fabric_of
+from kernels.flight import flight_args, flight_recorder_of
 from kernels.allreduce.consumer import LamportMHCConsumer
 from kernels.allreduce.layout import (
     ACTIVE,
@@ -142,6 +143,9 @@ class AllReduceMHC:
             ``kernels.diag`` record and traps (default 10 minutes, the
             ``kernels.diag`` deadline policy; 0: waits forever).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
+        flight_recorder: compile the flight recorder into every kernel and keep this
+            instance's ring (``kernels.flight``; ``flight_recorder`` attribute; default on).
+        flight_dir: the directory of the ring file (default ``kernels.flight.default_directory()``).
     """
 
     def __init__(
@@ -162,6 +166,8 @@ class AllReduceMHC:
         start_generation: int = 0,
         timeout_ms: float = DEFAULT_TIMEOUT_MS,
         diag: Any = None,
+        flight_recorder: bool = True,
+        flight_dir: Any = None,
     ) -> None:
         if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
             raise ValueError(f"timeout_ms must be a number >= 0, got {timeout_ms!r}")
@@ -192,6 +198,9 @@ class AllReduceMHC:
 
             self.diag_record = DiagRecord()
         self.calls = 0
+        self.flight_recorder = flight_recorder_of(flight_recorder, "allreduce_mhc", self.rank, cfg.tp, self.device,
+                                                  flight_dir)
+        self.flight = self.flight_recorder is not None
 
         # Allocation and the barrier are collective: every rank makes the same
         # calls in the same order (the fan-out needs the buffers' multicast
@@ -243,18 +252,19 @@ class AllReduceMHC:
             fanout = self.fanout if protocol == "ll" else "unicast"
             for source in ("plain", "finalize"):
                 kernels["publish", protocol, source] = variants.compiled(
-                    PublishKernel(**shape, protocol=protocol, source=source, fanout=fanout, top_k=cfg.top_k), self.arch
+                    PublishKernel(**shape, protocol=protocol, source=source, fanout=fanout, top_k=cfg.top_k,
+                                  flight=self.flight), self.arch
                 )
             for output in outputs:
                 kernels["consumer", protocol, output] = variants.compiled(
                     LamportMHCConsumer(
                         **shape, hc=cfg.hc, reduced_input=protocol == "bt", output=output, arch=self.arch,
-                        layout=cfg.layout,
+                        layout=cfg.layout, flight=self.flight,
                     ),
                     self.arch,
                 )
         if self.bt_enabled:
-            owner = OwnerReduceKernel(**shape, fanout=self.fanout)
+            owner = OwnerReduceKernel(**shape, fanout=self.fanout, flight=self.flight)
             self._owner_ctas_per_token = owner.ctas_per_token
             kernels["owner_reduce"] = variants.compiled(owner, self.arch)
         for function in kernels.values():
@@ -441,6 +451,7 @@ class AllReduceMHC:
         diag = self.diag_record.address if self.diag_record is not None and self.timeout_ns else 0
         cluster_cap, owner_cap = self._grid_caps
         timing = (Int64(self.timeout_ns), Int64(diag), Int32(self.rank), Int32(self.calls))
+        flight = flight_args(self.flight_recorder)
         consumer_args = (
             Int64((self.bt_reduced if bt else self.ll_mailbox).local.data_ptr()),
             Int64(call.residual.data_ptr()),
@@ -457,12 +468,13 @@ class AllReduceMHC:
             *timing,
             Int32(call.rows),
             Int32(self._capped(call.rows, cluster_cap)),
+            *flight,
             stream,
         )
         with _LAUNCH_LOCK:
             self._kernels["publish", protocol, "finalize" if call.finalize else "plain"](
                 *[Int64(a) for a in sources], Int64(state.data_ptr()), Int64(target), Int32(self.rank),
-                Int32(call.rows), stream,
+                Int32(call.rows), *flight, stream,
             )
             if bt:
                 reduced = self.bt_reduced
@@ -470,7 +482,7 @@ class AllReduceMHC:
                 owner_work = -(-call.rows // cfg.tp) * self._owner_ctas_per_token
                 self._kernels["owner_reduce"](
                     Int64(self.bt_mailbox.local.data_ptr()), Int64(state.data_ptr()), Int64(reduced_target),
-                    *timing, Int32(call.rows), Int32(self._capped(owner_work, owner_cap)), stream,
+                    *timing, Int32(call.rows), Int32(self._capped(owner_work, owner_cap)), *flight, stream,
                 )
             self._kernels["consumer", protocol, checked.output](*consumer_args)
 

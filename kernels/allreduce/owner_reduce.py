@@ -31,6 +31,8 @@ from cutlass import Float32, Int32, Int64, Uint32
 
 from kernels import ptx
 from kernels.variant import KernelVariant
+from kernels.flight import ident as flight_ident
+from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part, take
 from kernels.allreduce import device
 from kernels.allreduce.arguments import WaitDeadline
 from kernels.allreduce.layout import (
@@ -49,7 +51,8 @@ FANOUTS = ("multicast", "unicast")
 class OwnerReduceKernel(KernelVariant):
     """Reduces the tokens a rank owns (BT) and fans the sums out to every rank."""
 
-    def __init__(self, *, hidden: int, tp: int, capacity: int, fanout: str, threads: int = PUBLISH_THREADS) -> None:
+    def __init__(self, *, hidden: int, tp: int, capacity: int, fanout: str, threads: int = PUBLISH_THREADS,
+                 flight: bool = True) -> None:
         if fanout not in FANOUTS:
             raise ValueError(f"fanout must be one of {FANOUTS}, got {fanout!r}")
         if hidden <= 0 or hidden % VEC:
@@ -64,10 +67,11 @@ class OwnerReduceKernel(KernelVariant):
         self.fragments = hidden // VEC
         self.ctas_per_token = math.ceil(self.fragments / threads)
         self.owner_capacity = owner_capacity(capacity, tp)
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""
-        return ("owner_reduce", self.hidden, self.tp, self.capacity, self.fanout, self.threads)
+        return ("owner_reduce", self.hidden, self.tp, self.capacity, self.fanout, self.threads) + key_part(self.flight)
 
     @cute.jit
     def __call__(
@@ -81,10 +85,16 @@ class OwnerReduceKernel(KernelVariant):
         launch: Int32,
         m: Int32,
         ctas: Int32,
+        flight_records: Int64,
+        flight_words: Int64,
+        flight_mask: Int32,
         stream: cuda.CUstream,
     ) -> None:
         """Launch the owner reduce on ``ctas`` CTAs, programmatic dependent launch."""
-        self.kernel(mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m).launch(
+        self.kernel(
+            mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m,
+            FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(ctas, 1, 1),
             block=(self.threads, 1, 1),
             stream=stream,
@@ -101,15 +111,18 @@ class OwnerReduceKernel(KernelVariant):
         return (slot * self.hidden + Int64(fragment) * VEC) * 2
 
     @cute.kernel
-    def kernel(self, mailbox: Int64, state: Int64, target: Int64, deadline: WaitDeadline, m: Int32):
+    def kernel(self, mailbox: Int64, state: Int64, target: Int64, deadline: WaitDeadline, m: Int32, ring: FlightRing):
         """Walk this owner's fragments, then advance NEXT and release the dependents."""
         block, _, _ = cute.arch.block_idx()
         ctas, _, _ = cute.arch.grid_dim()
         tidx, _, _ = cute.arch.thread_idx()
         work_items = (m + (self.tp - 1)) // self.tp * self.ctas_per_token
 
+        flight_launch = take(self.flight, ring, 1)
         cute.arch.griddepcontrol_wait()
         generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        begin(self.flight, ring, flight_ident("allreduce_mhc", "owner_reduce", "bt"), 1,
+              (generation, Uint32(0), m, Uint32(0), digest([m]), Uint32(0)), launch=flight_launch)
         peers = None
         if cutlass.const_expr(self.fanout == "unicast"):
             peers = device.load_peer_table(target, self.tp)
@@ -124,6 +137,7 @@ class OwnerReduceKernel(KernelVariant):
         ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32((block == 0) & (tidx == 0)))
         cute.arch.barrier()
         cute.arch.griddepcontrol_launch_dependents()
+        end(self.flight, ring, 1, launch=flight_launch)
 
     @cute.jit
     def reduce_fragment(self, work, tidx, generation, mailbox: Int64, target: Int64, peers, deadline: WaitDeadline,

@@ -36,10 +36,12 @@ import math
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
-from cutlass import Int32, Int64
+from cutlass import Int32, Int64, Uint32
 
 from kernels import ptx
 from kernels.variant import KernelVariant
+from kernels.flight import ident as flight_ident
+from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part, take
 from kernels.allreduce import device
 from kernels.allreduce.layout import (
     ACTIVE,
@@ -70,6 +72,7 @@ class PublishKernel(KernelVariant):
         fanout: str,
         top_k: int = 0,
         threads: int = PUBLISH_THREADS,
+        flight: bool = True,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
@@ -96,11 +99,12 @@ class PublishKernel(KernelVariant):
         self.fragments = hidden // VEC
         self.ctas_per_token = math.ceil(self.fragments / threads)
         self.owner_capacity = owner_capacity(capacity, tp)
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""
         return ("publish", self.hidden, self.tp, self.capacity, self.protocol, self.source, self.fanout,
-                self.top_k, self.threads)
+                self.top_k, self.threads) + key_part(self.flight)
 
     @cute.jit
     def __call__(
@@ -113,10 +117,15 @@ class PublishKernel(KernelVariant):
         target: Int64,
         rank: Int32,
         m: Int32,
+        flight_records: Int64,
+        flight_words: Int64,
+        flight_mask: Int32,
         stream: cuda.CUstream,
     ) -> None:
         """Launch the publish: ``M * ctas_per_token`` CTAs, programmatic dependent launch."""
-        self.kernel(x, weights, indices, shared, state, target, rank).launch(
+        self.kernel(
+            x, weights, indices, shared, state, target, rank, FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(m * self.ctas_per_token, 1, 1),
             block=(self.threads, 1, 1),
             stream=stream,
@@ -150,7 +159,8 @@ class PublishKernel(KernelVariant):
         return words
 
     @cute.kernel
-    def kernel(self, x: Int64, weights: Int64, indices: Int64, shared: Int64, state: Int64, target: Int64, rank: Int32):
+    def kernel(self, x: Int64, weights: Int64, indices: Int64, shared: Int64, state: Int64, target: Int64, rank: Int32,
+               ring: FlightRing):
         """One fragment of one token: load (or finalize) it, scrub the sentinel, store it where the protocol says."""
         block, _, _ = cute.arch.block_idx()
         tidx, _, _ = cute.arch.thread_idx()
@@ -158,10 +168,15 @@ class PublishKernel(KernelVariant):
         fragment = (block % self.ctas_per_token) * self.threads + tidx
         active = fragment < self.fragments
 
+        flight_launch = take(self.flight, ring, 0)
         # The previous kernel in the stream produced x and, for the call
         # before, consumed the mailbox generation this call may reuse.
         cute.arch.griddepcontrol_wait()
         generation = Int64(ptx.ld_volatile_b32_or(state + NEXT * 4, Int32(1), cutlass.Uint32(0)))
+        blocks, _, _ = cute.arch.grid_dim()
+        begin(self.flight, ring, flight_ident("allreduce_mhc", "publish", self.protocol), 0, (
+            generation, Uint32(0), blocks // self.ctas_per_token, Uint32(0), digest([blocks]),
+            Uint32(self.source == "finalize")), launch=flight_launch)
         words = device.scrub_sentinel(self.contribution(x, weights, indices, shared, token, fragment, active))
 
         if cutlass.const_expr(self.protocol == "ll"):
@@ -182,3 +197,4 @@ class PublishKernel(KernelVariant):
         ptx.st_global(state + ACTIVE * 4, [cutlass.Uint32(generation)], 4, Int32((block == 0) & (tidx == 0)))
         cute.arch.barrier()
         cute.arch.griddepcontrol_launch_dependents()
+        end(self.flight, ring, 0, launch=flight_launch)

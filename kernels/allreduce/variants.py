@@ -64,6 +64,15 @@ def gate_kernels(arch: str, shape: dict | None = None) -> dict[str, Any]:
                 hidden=s["hidden"], hc=s["hc"], tp=s["tp"], capacity=s["capacity"], reduced_input=reduced_input,
                 output=output, arch=arch,
             )
+    # Without the flight recorder (AllReduceMHC(flight_recorder=False)): one variant of each kernel.
+    kernels["publish[ll,plain,unicast,noflight]"] = PublishKernel(
+        hidden=s["hidden"], tp=s["tp"], capacity=s["capacity"], protocol="ll", source="plain", fanout="unicast",
+        top_k=s["top_k"], flight=False)
+    kernels["owner_reduce[unicast,noflight]"] = OwnerReduceKernel(
+        hidden=s["hidden"], tp=s["tp"], capacity=s["capacity"], fanout="unicast", flight=False)
+    kernels["consumer[ll,plain,noflight]"] = LamportMHCConsumer(
+        hidden=s["hidden"], hc=s["hc"], tp=s["tp"], capacity=s["capacity"], reduced_input=False, output="plain",
+        arch=arch, flight=False)
     return kernels
 
 

@@ -76,6 +76,7 @@ import torch
 
 from kernels import hostcopy
 from kernels.compile import compiled, preload
+from kernels.flight import flight_args
 from kernels.markov.exchange_layout import (
     CONTROL_WORDS,
     LAUNCH_WORD,
@@ -92,18 +93,23 @@ _LAUNCH_LOCK = threading.Lock()
 DEFAULT_TIMEOUT_NS = 0
 
 
-def compile_gather(unit: int, options: str | None = None):
-    """The compiled ``PeerGatherKernel`` at ``unit`` bytes per piece (``kernels.compile``: cached)."""
+def compile_gather(unit: int, options: str | None = None, *, flight: bool = True):
+    """The compiled ``PeerGatherKernel`` at ``unit`` bytes per piece, with the flight recorder compiled in or not
+    (``kernels.compile``: cached)."""
     from kernels.markov.exchange_kernel import PeerGatherKernel  # CuTe DSL, imported on first compile
 
-    return compiled(PeerGatherKernel(unit=unit), options, remedy="build MarkovKernels with a group")
+    return compiled(PeerGatherKernel(unit=unit, flight=flight), options, remedy="build MarkovKernels with a group")
 
 
 def compile_variants(arch: str):
-    """The compile gate's entries (``harness/compile_gate.py``): the gather at each piece size, no spills."""
+    """The compile gate's entries (``harness/compile_gate.py``): the gather at each piece size, and one without
+    the flight recorder, no spills."""
     del arch  # the gate's options select the target
-    return [(f"markov.peer_gather[u{unit}]", lambda options, u=unit: compile_gather(u, options), True)
-            for unit in UNITS]
+    variants = [(f"markov.peer_gather[u{unit}]", lambda options, u=unit: compile_gather(u, options), True)
+                for unit in UNITS]
+    variants.append((f"markov.peer_gather[u{UNITS[0]},noflight]",
+                     lambda options: compile_gather(UNITS[0], options, flight=False), True))
+    return variants
 
 
 def check_timeout(timeout_ns: Any) -> int:
@@ -119,10 +125,13 @@ class PeerGather:
     Construction is collective (``fabric.alloc``); ``gather(tensor)`` is one
     kernel launch on the current stream and returns ``[world, *tensor.shape]``,
     a view of this instance's output buffer (valid until the next gather).
+    ``flight_recorder``: the ``kernels.flight.FlightRecorder`` of the loop that
+    owns the gather (its launches are recorded there as kernel ``gather``), or
+    None: the kernel compiles without the recorder.
     """
 
     def __init__(self, fabric: Any, name: str, slot_bytes: int, *, timeout_ns: int = DEFAULT_TIMEOUT_NS,
-                 diag: Any = None) -> None:
+                 diag: Any = None, flight_recorder: Any = None) -> None:
         for attr in ("rank", "world", "device", "alloc"):
             if not hasattr(fabric, attr):
                 raise TypeError(f"fabric: expected a kernels.fabric provider (missing {attr!r}), "
@@ -135,7 +144,8 @@ class PeerGather:
         self.slot_bytes = round_up(slot_bytes)
         self.timeout_ns = check_timeout(timeout_ns)
         self.diag_record = diag
-        self._kernels = {unit: compile_gather(unit) for unit in UNITS}
+        self.flight_recorder = flight_recorder
+        self._kernels = {unit: compile_gather(unit, flight=flight_recorder is not None) for unit in UNITS}
         with torch.cuda.device(self.device):
             for kernel in self._kernels.values():
                 preload(kernel)
@@ -178,7 +188,8 @@ class PeerGather:
                     self.slot_bytes, diag, self.timeout_ns)
         sizes = (pieces, self.rank, self.world, step, gather_ctas(pieces))
         with _LAUNCH_LOCK:
-            kernel(*[Int64(p) for p in pointers], *[Int32(s) for s in sizes], stream)
+            kernel(*[Int64(p) for p in pointers], *[Int32(s) for s in sizes], *flight_args(self.flight_recorder),
+                   stream)
         self._launches = (self._launches + 1) & 0xFFFFFFFF
 
 

@@ -17,6 +17,13 @@ then ``trap``); ``bar.sync``; the CTA copies its share of every rank's slot
 (``ld.global.cg``: written by other agents) to the output; the last CTA to
 finish (``atom.add.acq_rel.gpu`` on the end count) clears the count and
 advances the counter, so a graph replay advances it as an eager launch does.
+
+Flight recorder (``flight=True``, the default; ``kernels.flight``): the
+gather records into its loop's ring (``MarkovKernels``' recorder, kernel
+``gather``). Thread 0 of CTA 0 begins the launch's record where it reads
+the launch counter (tag, parity, pieces as rows, the draft ``step`` as aux,
+a digest of pieces, world, step and the slot size), and the last CTA ends
+it where it advances the counter.
 """
 
 from __future__ import annotations
@@ -27,8 +34,10 @@ import cutlass.cute as cute
 from cutlass import Int32, Int64, Uint32
 from cutlass.memory import SmemAllocator
 
-from kernels import ptx
 from kernels.diag import WaitKind, write_diag_and_trap
+from kernels.flight import ident as flight_ident, kernel_index
+from kernels import flight_device, ptx  # flight_device.begin/end by module: the kernel's `begin`/`end` are its share
+from kernels.flight_device import FlightRing, checked_flag, digest, key_part
 from kernels.markov.exchange_layout import (
     END_WORD,
     FLAG_BYTES,
@@ -41,6 +50,9 @@ from kernels.markov.exchange_layout import (
     UNITS,
 )
 from kernels.variant import KernelVariant
+
+# The gather's number among the fused loop's kernels (``kernels.flight.KERNELS``): its flight device word.
+GATHER_KERNEL = kernel_index("markov_fused", "gather")
 
 
 @cute.jit
@@ -66,29 +78,31 @@ class PeerGatherKernel(KernelVariant):
     """Grid (ctas,), 128 threads: every rank's ``pieces * unit`` source bytes, gathered into ``out``
     ``[world][pieces * unit]`` through the peer buffers (module docstring)."""
 
-    def __init__(self, *, unit: int) -> None:
+    def __init__(self, *, unit: int, flight: bool = True) -> None:
         if unit not in UNITS:
             raise ValueError(f"unit: expected one of {UNITS}, got {unit!r}")
         self.unit = unit
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
-        return ("markov_peer_gather", self.unit)
+        return ("markov_peer_gather", self.unit) + key_part(self.flight)
 
     @cute.jit
     def __call__(
         self, src: Int64, out: Int64, peers: Int64, control: Int64, slot_bytes: Int64, diag: Int64,
         timeout_ns: Int64, pieces: Int32, rank: Int32, world: Int32, step: Int32, ctas: Int32,
-        stream: cuda.CUstream,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
-        self.kernel(src, out, peers, control, slot_bytes, diag, timeout_ns, pieces, rank, world, step).launch(
+        self.kernel(src, out, peers, control, slot_bytes, diag, timeout_ns, pieces, rank, world, step,
+                    FlightRing(flight_records, flight_words, flight_mask)).launch(
             grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream
         )
 
     @cute.kernel
     def kernel(
         self, src: Int64, out: Int64, peers: Int64, control: Int64, slot_bytes: Int64, diag: Int64,
-        timeout_ns: Int64, pieces: Int32, rank: Int32, world: Int32, step: Int32,
+        timeout_ns: Int64, pieces: Int32, rank: Int32, world: Int32, step: Int32, ring: FlightRing,
     ) -> None:
         unit = self.unit
         tidx, _, _ = cute.arch.thread_idx()
@@ -98,7 +112,11 @@ class PeerGatherKernel(KernelVariant):
         counter = smem.allocate(16, byte_alignment=16).toint()
         if tidx == 0:
             # The previous launch's last CTA advanced it (an earlier grid in this stream).
-            ptx.st_shared_b32(counter, ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0])
+            launch_word = ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0]
+            ptx.st_shared_b32(counter, launch_word)
+            flight_device.begin(self.flight, ring, flight_ident("markov_fused", "gather"), GATHER_KERNEL, (
+                Uint32(1) + launch_word % Uint32(TAG_PERIOD), launch_word & Uint32(1), pieces, Uint32(0),
+                digest([pieces, world, step, slot_bytes]), Uint32(step)))
         cute.arch.barrier()
         launch = ptx.ld_shared_b32(counter)
         tag = Uint32(1) + launch % Uint32(TAG_PERIOD)
@@ -146,6 +164,7 @@ class PeerGatherKernel(KernelVariant):
             if previous == Uint32(ctas - 1):
                 ptx.st_ordered_b32(control + END_WORD * 4, Uint32(0), "relaxed", "gpu")
                 ptx.st_ordered_b32(control + LAUNCH_WORD * 4, launch + Uint32(1), "relaxed", "gpu")
+                flight_device.end(self.flight, ring, GATHER_KERNEL, Int32(1))
 
 
 __all__ = ["PeerGatherKernel"]

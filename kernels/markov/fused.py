@@ -62,11 +62,15 @@ and the compile gate's ``compile_variants``.
 
 Public API (seed 001): ``MarkovKernels(w1, embeds, *, width, has_cap, tp,
 steps, pick_pdl, fill_vector, group=None, max_rows=None, max_steps=None,
-timeout_ns=0)`` compiles a loop's kernels (and, given ``group``, builds
-the device exchange collectively); its ``anchor_embed``, ``step``,
-``gather_packets``, ``pick``, ``gather_draft`` and ``cache_fill`` launch
-on the caller's tensors around the caller's own GEMV, each checking its
-arguments before its launch. Beside the class, as the seed names them:
+timeout_ns=0, diag=None, rank=None, flight_recorder=True, flight_dir=None)``
+compiles a loop's kernels (and, given ``group``, builds the device exchange
+collectively) and keeps the loop's flight-recorder ring, which every kernel
+it launches writes, the exchange's gathers included (``kernels.flight``;
+``flight_recorder=False`` compiles them all without it); its
+``anchor_embed``, ``step``, ``gather_packets``, ``pick``, ``gather_draft``
+and ``cache_fill`` launch on the caller's tensors around the caller's own
+GEMV, each checking its arguments before its launch. The seed's functions
+below own no ring: their kernels compile without the recorder. Beside the class, as the seed names them:
 ``anchor_embed(input_ids, anchor_idx, w1, emb, arrivals)``,
 ``markov_step(base, ..., w1, emb, packets, width, vocab_offset, mult,
 inv_cap, cap, *, has_cap, sharded, block, pdl)``, ``markov_pick(packets,
@@ -89,6 +93,7 @@ import torch
 from cutlass import Float32, Int32, Int64
 
 from kernels.compile import CaptureError, compiled, preload
+from kernels.flight import flight_args, flight_recorder_of
 from kernels.markov.exchange import DEFAULT_TIMEOUT_NS, PeerGather, check_timeout
 from kernels.markov.fused_checks import (
     check_anchor_embed,
@@ -158,6 +163,14 @@ def compile_variants(arch: str):
                   row_bytes=row_bytes, chunk=copy_chunk(row_bytes, PICK_THREADS, ()), w1_rows=4096)
     for vector in (False, True):
         entry(f"markov.cache_fill[{'vec' if vector else 'scalar'}]", CacheFillKernel, vector=vector)
+    # Without the flight recorder (MarkovKernels(flight_recorder=False)): one variant of each kernel.
+    entry("markov.anchor[noflight]", AnchorKernel, row_bytes=row_bytes, chunk=4, w1_rows=4096, flight=False)
+    entry("markov.step[b1024,n160,vec,nocap,shard,pdl,noflight]", StepKernel, block=1024, blocks=160, vector=True,
+          has_cap=False, sharded=True, pdl=True, row_bytes=row_bytes,
+          chunk=copy_chunk(row_bytes, WARP * finish_warps(160), ()), w1_rows=4096, flight=False)
+    entry("markov.pick[tp8,pdl,noflight]", PickKernel, tp=8, pdl=True, row_bytes=row_bytes,
+          chunk=copy_chunk(row_bytes, PICK_THREADS, ()), w1_rows=4096, flight=False)
+    entry("markov.cache_fill[vec,noflight]", CacheFillKernel, vector=True, flight=False)
     return variants
 
 
@@ -218,6 +231,12 @@ class MarkovKernels:
             record and traps (0, the default: wait forever, as the seed).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its
             own when ``timeout_ns > 0``, ``diag_record``).
+        rank: this rank's number in the TP group, for the flight recorder's ring
+            (default: ``group``'s rank when given, else ``torch.distributed``'s
+            rank when initialized, else 0).
+        flight_recorder: compile the flight recorder into every kernel and keep this
+            instance's ring (``kernels.flight``; ``flight_recorder`` attribute; default on).
+        flight_dir: the directory of the ring file (default ``kernels.flight.default_directory()``).
 
     ``StampedMarkovKernels`` is the same with the bench-only phase-stamped steps.
     """
@@ -226,6 +245,10 @@ class MarkovKernels:
     stamps = False
     # The device exchange (``group`` given), else None.
     packet_gather = draft_gather = diag_record = max_rows = max_steps = None
+    # The flight recorder (``flight_recorder=True``), else None, and whether the kernels compile it in: the seed's
+    # functions below build loops with neither (their kernels compile without it).
+    flight_recorder = None
+    flight = False
 
     def __init__(
         self,
@@ -243,13 +266,22 @@ class MarkovKernels:
         max_steps: int | None = None,
         timeout_ns: int = DEFAULT_TIMEOUT_NS,
         diag: Any = None,
+        rank: int | None = None,
+        flight_recorder: bool = True,
+        flight_dir: Any = None,
     ) -> None:
         check_weights(w1, embeds, width, tp)
         fabric = None
         if group is not None:
             fabric = check_exchange(group, w1.device, tp, max_rows, max_steps)
             timeout_ns = check_timeout(timeout_ns)
+        if rank is None:
+            rank = fabric.rank if fabric is not None else (
+                torch.distributed.get_rank() if torch.distributed.is_initialized() else 0)
         self._bind(w1, embeds, width, has_cap, tp, pick_pdl)
+        self.flight_recorder = flight_recorder_of(flight_recorder, "markov_fused", rank, tp or 1, self.device,
+                                                  flight_dir)
+        self.flight = self.flight_recorder is not None
         self._anchor_kernel()
         for block, pdl, vector in steps:
             self._step(block, pdl, vector)
@@ -285,9 +317,9 @@ class MarkovKernels:
         self.diag_record = diag
         self.max_rows, self.max_steps = max_rows, max_steps
         self.packet_gather = PeerGather(fabric, "markov_fused.packets", max_rows * 16, timeout_ns=timeout_ns,
-                                        diag=diag)
+                                        diag=diag, flight_recorder=self.flight_recorder)
         self.draft_gather = PeerGather(fabric, "markov_fused.draft", max_rows * max_steps * self.width * 2,
-                                       timeout_ns=timeout_ns, diag=diag)
+                                       timeout_ns=timeout_ns, diag=diag, flight_recorder=self.flight_recorder)
         fabric.barrier()
 
     @property
@@ -303,14 +335,16 @@ class MarkovKernels:
         """The compiled anchor kernel (compiled on first use, never under capture)."""
         if self._anchor is None:
             self._anchor = compile_kernel(AnchorKernel, row_bytes=self.row_bytes,
-                                          chunk=self.row_copy_chunk(THREADS), w1_rows=self.w1.shape[0])
+                                          chunk=self.row_copy_chunk(THREADS), w1_rows=self.w1.shape[0],
+                                          flight=self.flight)
         return self._anchor
 
     def _pick_kernel(self):
         """The compiled pick kernel for ``tp`` (compiled on first use, never under capture)."""
         if self._pick is None:
             self._pick = compile_kernel(PickKernel, tp=self.tp, pdl=self.pick_pdl, row_bytes=self.row_bytes,
-                                        chunk=self.row_copy_chunk(PICK_THREADS), w1_rows=self.w1.shape[0])
+                                        chunk=self.row_copy_chunk(PICK_THREADS), w1_rows=self.w1.shape[0],
+                                        flight=self.flight)
         return self._pick
 
     def _step(self, block: int, pdl: bool, vector: bool):
@@ -323,7 +357,7 @@ class MarkovKernels:
                 StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
                 sharded=self.sharded, pdl=pdl, row_bytes=self.row_bytes,
                 chunk=self.row_copy_chunk(WARP * finish_warps(blocks)), w1_rows=self.w1.shape[0],
-                stamps=self.stamps,
+                stamps=self.stamps, flight=self.flight,
             )
         return kernel
 
@@ -331,7 +365,7 @@ class MarkovKernels:
         """The compiled cache fill at ``vector`` (compiled on first use, never under capture)."""
         kernel = self._fills.get(vector)
         if kernel is None:
-            kernel = self._fills[vector] = compile_kernel(CacheFillKernel, vector=vector)
+            kernel = self._fills[vector] = compile_kernel(CacheFillKernel, vector=vector, flight=self.flight)
         return kernel
 
     def anchor_embed(self, input_ids: torch.Tensor, anchor_idx: torch.Tensor, emb: torch.Tensor,
@@ -350,7 +384,7 @@ class MarkovKernels:
         i64 = Int64
         self._anchor_kernel()(
             i64(input_ids.data_ptr()), i64(input_ids.shape[0]), i64(anchor_idx.data_ptr()), i64(self.w1.data_ptr()),
-            i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), _stream())
+            i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), *flight_args(self.flight_recorder), _stream())
 
     def step(
         self,
@@ -426,7 +460,7 @@ class MarkovKernels:
             i64(tokens.data_ptr() + col * tokens.stride(1) * 8), i64(tokens.stride(0)), i64(self.w1.data_ptr()),
             i64(emb.data_ptr()), i64(packets.data_ptr()), Int32(col), Int32(width),
             Int32(vocab_offset), Float32(mult), Float32(inv_cap), Float32(cap),
-            Int32(rows), _stream(),
+            Int32(rows), *flight_args(self.flight_recorder), _stream(),
         )
 
     def gather_packets(self, packets: torch.Tensor, step: int) -> torch.Tensor:
@@ -475,7 +509,8 @@ class MarkovKernels:
         i64 = Int64
         self._pick_kernel()(
             i64(packets.data_ptr()), Int32(rows), i64(tokens.data_ptr() + step * tokens.stride(1) * 8),
-            i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), _stream())
+            i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), *flight_args(self.flight_recorder),
+            _stream())
 
     def cache_fill(self, gathered: torch.Tensor, src_s0: int, cache: torch.Tensor, idx_map: torch.Tensor,
                    rows: int, steps: int, shard: int, vocab: int) -> None:
@@ -498,7 +533,7 @@ class MarkovKernels:
             i64(gathered.data_ptr()), i64(src_s0), i64(cache.data_ptr()), i64(cache.stride(0)),
             i64(cache.stride(1)), i64(idx_map.data_ptr()), i64(idx_map.stride(0)), i64(idx_map.stride(1)),
             i64(cache.shape[0]), Int32(steps), Int32(shard), Int32(vocab),
-            Int32(rows * steps), Int32(-(-vocab // FILL_BLOCK)), _stream(),
+            Int32(rows * steps), Int32(-(-vocab // FILL_BLOCK)), *flight_args(self.flight_recorder), _stream(),
         )
 
 

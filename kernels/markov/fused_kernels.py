@@ -11,6 +11,15 @@ compiles and launches them; nothing here reads a torch tensor.
 
 The traced helpers below are plain Python functions called while a kernel is
 traced: their Python loops unroll at trace time.
+
+Flight recorder (``flight=True``, the default; ``kernels.flight``): every
+kernel takes a ``FlightRing`` and thread 0 of CTA 0 begins the launch's
+record at entry and ends it at its own end (none of these kernels has a
+grid-wide completion point). Fields: rows (the grid's rows; the fill's
+``rows * steps`` divided by steps), the step's ``col`` as tag and ``aux``,
+digests of the scalars every rank passes alike (never ``vocab_offset``).
+The begin comes before a PDL wait: it stores only into the instance's ring
+and counter words, which no other kernel of the stream reads or writes.
 """
 
 from __future__ import annotations
@@ -35,6 +44,8 @@ from kernels.markov.fused_layout import (
     finish_warps,
     vector_bytes,
 )
+from kernels.flight import ident as flight_ident
+from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part
 from kernels.variant import KernelVariant
 
 # ---------------------------------------------------------------------------
@@ -115,26 +126,33 @@ class AnchorKernel(KernelVariant):
     each row's anchor token, clamped to the table) and the row's arrival
     count reset."""
 
-    def __init__(self, *, row_bytes: int, chunk: int, w1_rows: int) -> None:
+    def __init__(self, *, row_bytes: int, chunk: int, w1_rows: int, flight: bool = True) -> None:
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
-        return ("markov_anchor", self.row_bytes, self.chunk, self.w1_rows)
+        return ("markov_anchor", self.row_bytes, self.chunk, self.w1_rows) + key_part(self.flight)
 
     @cute.jit
     def __call__(
         self, input_ids: Int64, id_count: Int64, anchor_idx: Int64, w1: Int64, emb: Int64, arrivals: Int64,
-        rows: Int32, stream: cuda.CUstream,
+        rows: Int32, flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
-        self.kernel(input_ids, id_count, anchor_idx, w1, emb, arrivals).launch(
+        self.kernel(
+            input_ids, id_count, anchor_idx, w1, emb, arrivals, FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(rows, 1, 1), block=(THREADS, 1, 1), stream=stream
         )
 
     @cute.kernel
-    def kernel(self, input_ids: Int64, id_count: Int64, anchor_idx: Int64, w1: Int64, emb: Int64, arrivals: Int64) -> None:
+    def kernel(self, input_ids: Int64, id_count: Int64, anchor_idx: Int64, w1: Int64, emb: Int64, arrivals: Int64,
+               ring: FlightRing) -> None:
         tidx, _, _ = cute.arch.thread_idx()
         r, _, _ = cute.arch.block_idx()
+        rows, _, _ = cute.arch.grid_dim()
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "anchor"), 0,
+              (Uint32(0), Uint32(0), rows, Uint32(0), digest([rows, Uint32(id_count)]), Uint32(0)))
         row = Int64(r)
         # The host checks anchors; the clamp keeps a bad one inside the ids.
         anchor = ptx.min_u64(ptx.ld_global_nc_b64(anchor_idx + row * 8, Int32(1)), id_count - 1)
@@ -145,6 +163,7 @@ class AnchorKernel(KernelVariant):
         )
         # The step counts the row's arriving CTAs from zero per call.
         ptx.st_global(arrivals + row * 4, [Uint32(0)], 4, Int32(tidx == 0))
+        end(self.flight, ring, 0, launch=flight_launch)
 
 
 class StepKernel(KernelVariant):
@@ -166,7 +185,7 @@ class StepKernel(KernelVariant):
 
     def __init__(
         self, *, block: int, blocks: int, vector: bool, has_cap: bool, sharded: bool, pdl: bool,
-        row_bytes: int, chunk: int, w1_rows: int, stamps: bool = False,
+        row_bytes: int, chunk: int, w1_rows: int, stamps: bool = False, flight: bool = True,
     ) -> None:
         if block not in BLOCK_SIZES:
             raise ValueError(f"block must be one of {BLOCK_SIZES}, got {block}")
@@ -178,11 +197,12 @@ class StepKernel(KernelVariant):
         self.has_cap, self.sharded, self.pdl = has_cap, sharded, pdl
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
         self.stamps = bool(stamps)
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
         key = ("markov_step", self.block, self.blocks, self.vector, self.has_cap, self.sharded, self.pdl,
-               self.row_bytes, self.chunk, self.w1_rows)
+               self.row_bytes, self.chunk, self.w1_rows) + key_part(self.flight)
         return key + ("stamps",) if self.stamps else key
 
     def _stamp(self, block_argmax: Int64, col: Int32, name: str, value: Int64) -> None:
@@ -202,21 +222,27 @@ class StepKernel(KernelVariant):
         idx_map: Int64, idx_map_s0: Int64, pos: Int64, pos_s0: Int64, seeds: Int64, temperature: Int64,
         max_reqs: Int64, block_argmax: Int64, block_max: Int64, arrivals: Int64, tokens: Int64,
         tokens_s0: Int64, w1: Int64, emb: Int64, packets: Int64, col: Int32, width: Int32,
-        vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32, rows: Int32, stream: cuda.CUstream,
+        vocab_offset: Int32, mult: Float32, inv_cap: Float32, cap: Float32, rows: Int32,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
         self.kernel(
             Rows(base, base_s0), Rows(bias, bias_s0), Rows(cache, cache_s0), Rows(idx_map, idx_map_s0),
             Rows(pos, pos_s0), seeds, temperature, max_reqs, BlockResults(block_argmax, block_max, arrivals),
             Winner(tokens, tokens_s0, w1, emb, packets), col, width, vocab_offset, LogitTransform(mult, inv_cap, cap),
+            FlightRing(flight_records, flight_words, flight_mask),
         ).launch(grid=(rows, self.blocks, 1), block=(THREADS, 1, 1), stream=stream, use_pdl=self.pdl)
 
     @cute.kernel
     def kernel(
         self, base: Rows, bias: Rows, cache: Rows, idx_map: Rows, pos: Rows, seeds: Int64, temperature: Int64,
         max_reqs: Int64, results: BlockResults, winner: Winner, col: Int32, width: Int32, vocab_offset: Int32,
-        transform: LogitTransform,
+        transform: LogitTransform, ring: FlightRing,
     ) -> None:
         block, per_thread = self.block, self.per_thread
+        rows, _, _ = cute.arch.grid_dim()
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "step"), 1, (
+            Uint32(col), Uint32(0), rows, Uint32(0),
+            digest([width, col, *[ptx.f32_bits(v) for v in transform]]), Uint32(col)))
         if const_expr(self.stamps):
             entered = ptx.globaltimer()
         tidx, _, _ = cute.arch.thread_idx()
@@ -315,6 +341,7 @@ class StepKernel(KernelVariant):
             self._finish(tidx, warp_values, warp_indices, row, results, winner)
         if const_expr(self.stamps):
             self._stamp(results.block_argmax, col, "finish", ptx.globaltimer())
+        end(self.flight, ring, 1, launch=flight_launch)
 
     @cute.jit
     def _finish(
@@ -370,27 +397,33 @@ class PickKernel(KernelVariant):
     packets (lane l holds rank l % tp; a butterfly over tp lanes), its token
     and w1 row."""
 
-    def __init__(self, *, tp: int, pdl: bool, row_bytes: int, chunk: int, w1_rows: int) -> None:
+    def __init__(self, *, tp: int, pdl: bool, row_bytes: int, chunk: int, w1_rows: int, flight: bool = True) -> None:
         if tp < 1 or tp > WARP or tp & (tp - 1):
             raise ValueError(f"tp must be a power of two in [1, {WARP}], got {tp}")
         self.tp, self.pdl = tp, pdl
         self.row_bytes, self.chunk, self.w1_rows = row_bytes, chunk, w1_rows
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
-        return ("markov_pick", self.tp, self.pdl, self.row_bytes, self.chunk, self.w1_rows)
+        return ("markov_pick", self.tp, self.pdl, self.row_bytes, self.chunk, self.w1_rows) + key_part(self.flight)
 
     @cute.jit
     def __call__(
         self, packets: Int64, rows: Int32, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64,
-        stream: cuda.CUstream,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32, stream: cuda.CUstream,
     ) -> None:
-        self.kernel(packets, rows, tokens, tokens_s0, w1, emb).launch(
+        self.kernel(
+            packets, rows, tokens, tokens_s0, w1, emb, FlightRing(flight_records, flight_words, flight_mask),
+        ).launch(
             grid=(rows, 1, 1), block=(PICK_THREADS, 1, 1), stream=stream, use_pdl=self.pdl
         )
 
     @cute.kernel
-    def kernel(self, packets: Int64, rows: Int32, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64) -> None:
+    def kernel(self, packets: Int64, rows: Int32, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64,
+               ring: FlightRing) -> None:
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "pick"), 2,
+              (Uint32(0), Uint32(0), rows, Uint32(0), digest([rows]), Uint32(0)))
         if const_expr(self.pdl):
             # The packets are the gather's output.
             cute.arch.griddepcontrol_wait()
@@ -408,6 +441,7 @@ class PickKernel(KernelVariant):
             w1 + ptx.min_u64(token, self.w1_rows - 1) * self.row_bytes,
             emb + row * self.row_bytes, tidx, PICK_THREADS, self.row_bytes, self.chunk,
         )
+        end(self.flight, ring, 2, launch=flight_launch)
 
 
 class CacheFillKernel(KernelVariant):
@@ -417,29 +451,35 @@ class CacheFillKernel(KernelVariant):
     negative (or out of range) request row is skipped. ``vector``: one
     16-byte copy per thread."""
 
-    def __init__(self, *, vector: bool) -> None:
+    def __init__(self, *, vector: bool, flight: bool = True) -> None:
         self.vector = vector
+        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies this variant (and its kernel symbol)."""
-        return ("markov_fill", self.vector)
+        return ("markov_fill", self.vector) + key_part(self.flight)
 
     @cute.jit
     def __call__(
         self, src: Int64, src_s0: Int64, cache: Int64, cache_s0: Int64, cache_s1: Int64, idx_map: Int64,
         idx_s0: Int64, idx_s1: Int64, max_reqs: Int64, steps: Int32, shard: Int32, vocab: Int32,
-        grid_x: Int32, grid_y: Int32, stream: cuda.CUstream,
+        grid_x: Int32, grid_y: Int32, flight_records: Int64, flight_words: Int64, flight_mask: Int32,
+        stream: cuda.CUstream,
     ) -> None:
-        self.kernel(src, src_s0, cache, cache_s0, cache_s1, idx_map, idx_s0, idx_s1, max_reqs, steps, shard, vocab).launch(
+        self.kernel(src, src_s0, cache, cache_s0, cache_s1, idx_map, idx_s0, idx_s1, max_reqs, steps, shard, vocab,
+                    FlightRing(flight_records, flight_words, flight_mask)).launch(
             grid=(grid_x, grid_y, 1), block=(THREADS, 1, 1), stream=stream
         )
 
     @cute.kernel
     def kernel(
         self, src: Int64, src_s0: Int64, cache: Int64, cache_s0: Int64, cache_s1: Int64, idx_map: Int64,
-        idx_s0: Int64, idx_s1: Int64, max_reqs: Int64, steps: Int32, shard: Int32, vocab: Int32,
+        idx_s0: Int64, idx_s1: Int64, max_reqs: Int64, steps: Int32, shard: Int32, vocab: Int32, ring: FlightRing,
     ) -> None:
         per_thread = FILL_BLOCK // THREADS
+        rows_steps, _, _ = cute.arch.grid_dim()
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "fill"), 3,
+              (Uint32(0), Uint32(0), rows_steps // steps, steps, digest([steps, shard, vocab]), Uint32(0)))
         tidx, _, _ = cute.arch.thread_idx()
         rs, blk, _ = cute.arch.block_idx()
         r = rs // steps
@@ -465,6 +505,7 @@ class CacheFillKernel(KernelVariant):
                 loaded.append((c, keep, ptx.ld_global_nc(src + (Int64(k) * src_s0 + src_row + Int64(local)) * 2, 2, keep)))
             for c, keep, words in loaded:
                 ptx.st_global(target + Int64(c) * 2, words, 2, keep)
+        end(self.flight, ring, 3, launch=flight_launch)
 
 
 

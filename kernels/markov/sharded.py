@@ -84,6 +84,7 @@ from kernels import hostcopy
 from kernels.diag import SERVING_DEADLINE_NS
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.fabric import fabric_of
+from kernels.flight import flight_args, flight_recorder_of
 from kernels.markov.sharded_checks import (
     CallArgs,
     SamplerConfig,
@@ -116,13 +117,13 @@ STAMPED_GATE_VARIANTS = ((MAX_STEPS, "bfloat16", "bfloat16"), (MAX_STEPS, "float
 
 def compiled_kernel(
     steps: int, base_dtype: str, cache_dtype: str, options: str | None = None, *, cooperative: bool = True,
-    stamps: bool = False,
+    stamps: bool = False, flight: bool = True,
 ):
     """The compiled ``ShardedMarkovSample`` variant (``kernels.compile``: cached by configuration, launch kind,
     stamps and options; ``CaptureError`` instead of compiling under capture)."""
     from kernels.markov.sharded_kernel import ShardedMarkovSample  # CuTe DSL, imported on first compile
 
-    return compiled(ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative, stamps), options,
+    return compiled(ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative, stamps, flight=flight), options,
                     remedy="construct the ShardedMarkovSampler")
 
 
@@ -139,6 +140,11 @@ def compile_variants(arch: str):
                     lambda options, s=steps, b=base, c=cache: compiled_kernel(s, b, c, options),
                     True,
                 ))
+    variants.append((
+        f"markov_sharded.sample[s{MAX_STEPS},bfloat16/bfloat16,noflight]",
+        lambda options: compiled_kernel(MAX_STEPS, "bfloat16", "bfloat16", options, flight=False),
+        True,
+    ))
     for steps, base, cache in STAMPED_GATE_VARIANTS:
         variants.append((
             f"markov_sharded.sample[s{steps},{base}/{cache},stamps]",
@@ -198,6 +204,9 @@ class ShardedMarkovSampler:
             ``VirtualFabric``, else 1).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its own, ``diag_record``).
         stamps: compile the bench-only phase stamps in (module docstring; default off).
+        flight_recorder: compile the flight recorder in and keep this instance's ring
+            (``kernels.flight``; ``flight_recorder`` attribute; default on).
+        flight_dir: the directory of the ring file (default ``kernels.flight.default_directory()``).
     """
 
     def __init__(
@@ -219,6 +228,8 @@ class ShardedMarkovSampler:
         ranks_per_device: int | None = None,
         diag: Any = None,
         stamps: bool = False,
+        flight_recorder: bool = True,
+        flight_dir: Any = None,
     ) -> None:
         fabric = fabric_of(group, device)
         for attr in ("rank", "world", "device", "alloc", "barrier"):
@@ -259,8 +270,10 @@ class ShardedMarkovSampler:
         # compile fails here instead of leaving the others in the rendezvous.
         self.cooperative = cooperative_launch(fabric, cfg)
         self.stamped = bool(stamps)
+        self.flight_recorder = flight_recorder_of(flight_recorder, "markov_sharded", self.rank, fabric.world,
+                                                  self.device, flight_dir)
         self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype, cooperative=self.cooperative,
-                                       stamps=self.stamped)
+                                       stamps=self.stamped, flight=self.flight_recorder is not None)
         with torch.cuda.device(self.device):
             preload(self._kernel)
         self.peer = fabric.alloc(
@@ -359,7 +372,8 @@ class ShardedMarkovSampler:
         )
         stream = cuda.CUstream(torch.cuda.current_stream(self.device).cuda_stream)
         with _LAUNCH_LOCK:
-            self._kernel(*[Int64(p) for p in pointers], *[Int32(s) for s in sizes], stream)
+            self._kernel(*[Int64(p) for p in pointers], *[Int32(s) for s in sizes], *flight_args(self.flight_recorder),
+                         stream)
 
 
 def kernel_arguments(

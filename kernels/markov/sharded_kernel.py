@@ -81,6 +81,11 @@ live (no registers to save around the ``printf``), its CTA commits the
 ``WaitKind.MAILBOX_TAG``) at ``diag`` and traps. One claimer: concurrent
 timeouts never tear the record.
 
+Flight recorder (``flight=True``, the default; ``kernels.flight``): thread 0
+of CTA 0 begins the launch's record where it reads the launch counter (tag,
+parity, rows, steps, a digest of query_per_row, world, vocab_local, rows and
+max_rows), and the last CTA ends it where it advances the counter.
+
 Shared memory per CTA (bytes): embeddings 4096, the warps' tile staging
 8192 (``[16][8][16]`` words), the warps' best keys 1024 (``[16][8]`` u64),
 the winners 64, the launch counter 16, the timeout state 32, the warps'
@@ -133,6 +138,8 @@ from kernels.markov.head_tile import (bf16_bits, check_l2_keep, chunk_mma, copy_
                                      thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
+from kernels.flight import ident as flight_ident
+from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part
 from kernels.markov.sharded_layout import (
     ARRIVAL_WORD,
     CHUNKS,
@@ -246,7 +253,7 @@ class ShardedMarkovSample(KernelVariant):
 
     def __init__(
         self, steps: int, base_dtype: str, cache_dtype: str, cooperative: bool = True, stamps: bool = False,
-        l2_keep: float = 0.5,
+        l2_keep: float = 0.5, flight: bool = True,
     ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:
             raise ValueError(f"steps: expected an int in [1, {MAX_STEPS}], got {steps!r}")
@@ -259,6 +266,8 @@ class ShardedMarkovSample(KernelVariant):
             raise TypeError(f"stamps: expected a bool, got {stamps!r}")
         # The bench-only phase stamps (module docstring), compiled in or not at all.
         self.stamps = stamps
+        # The flight recorder's begin and end (kernels.flight), compiled in or not at all.
+        self.flight = checked_flag(flight)
         self.stamp_count = len(stamp_names(steps))
         # The fraction of streamed-tile copies that carry an L2 evict_last
         # policy (0: no policy), so that part of the head streamed at every
@@ -285,6 +294,7 @@ class ShardedMarkovSample(KernelVariant):
                "coop" if self.cooperative else "plain")
         if self.l2_keep > 0.0:
             key += (f"keep{round(self.l2_keep * 100)}",)
+        key += key_part(self.flight)
         return key + ("stamps",) if self.stamps else key
 
     @cute.jit
@@ -317,6 +327,9 @@ class ShardedMarkovSample(KernelVariant):
         rows: Int32,
         max_rows: Int32,
         ctas: Int32,
+        flight_records: Int64,  # kernels.flight.FlightRecorder.args()
+        flight_words: Int64,
+        flight_mask: Int32,
         stream: cuda.CUstream,
     ):
         """Launch the chain as a grid of ``ctas`` CTAs of 512 threads (cooperative unless configured not to be)."""
@@ -325,6 +338,7 @@ class ShardedMarkovSample(KernelVariant):
             input_ids, idx_mapping, temperature, Rows(noise, noise_row_stride),
             LogitsCache(logits_cache, cache_stride0, cache_stride1), draft_tokens, peers, control, diag, timeout_ns,
             max_reqs, query_per_row, rank, world, vocab_local, rows, max_rows,
+            FlightRing(flight_records, flight_words, flight_mask),
         ).launch(grid=(ctas, 1, 1), block=(THREADS, 1, 1), stream=stream, cooperative=self.cooperative)
 
     def _stamp(self, control: Int64, name: str, step=0) -> None:
@@ -582,7 +596,7 @@ class ShardedMarkovSample(KernelVariant):
         self, base_logits: BaseLogits, embed_table: Int64, head_shard: Int64, input_ids: Int64, idx_mapping: Int64,
         temperature: Int64, noise: Rows, logits_cache: LogitsCache, draft_tokens: Int64, peers: Int64,
         control: Int64, diag: Int64, timeout_ns: Int64, max_reqs: Int64, query_per_row: Int32, rank: Int32,
-        world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32,
+        world: Int32, vocab_local: Int32, rows: Int32, max_rows: Int32, ring: FlightRing,
     ):
         """One CTA of 16 warps; see the module docstring."""
         self._stamp(control, "start")
@@ -618,7 +632,11 @@ class ShardedMarkovSample(KernelVariant):
             self._copy_tile(head_shard, first_streamed, g, t, lane_stream)
 
         if thread == 0:
-            ptx.st_shared_b32(counter, ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0])
+            launch_word = ptx.ld_volatile_global(control + LAUNCH_WORD * 4, 4, Int32(1))[0]
+            ptx.st_shared_b32(counter, launch_word)
+            begin(self.flight, ring, flight_ident("markov_sharded", "sample"), 0, (
+                Uint32(1) + launch_word % Uint32(TAG_PERIOD), launch_word & Uint32(1), rows, Uint32(steps),
+                digest([query_per_row, world, vocab_local, rows, max_rows]), Uint32(0)))
         if thread < INFO_WORDS:
             ptx.st_shared_b32(timeout_info + thread * 4, Uint32(0))
         if warp < MAX_ROWS:
@@ -739,6 +757,7 @@ class ShardedMarkovSample(KernelVariant):
             if previous == Uint32(ctas - 1):
                 ptx.st_ordered_b32(control + END_WORD * 4, Uint32(0), "relaxed", "gpu")
                 ptx.st_ordered_b32(control + LAUNCH_WORD * 4, launches + Uint32(1), "relaxed", "gpu")
+                end(self.flight, ring, 0, Int32(1))
         self._stamp(control, "end")
 
 

@@ -4,6 +4,7 @@ the protocol under every interleaving stream order allows, and the host-side arg
 from __future__ import annotations
 
 import itertools
+import os
 import random
 
 import pytest
@@ -277,3 +278,35 @@ def test_driver_exchange_config_errors_name_the_key(key, value):
 
     with pytest.raises(ValueError, match=f"^config.{key}: expected an int"):
         driver._exchange_limits({key: value})
+
+
+# ----------------------------------------------------------------------------- the flight recorder
+
+
+def _gather_ptx(flight: bool) -> str:
+    """The PTX entry of the 16-byte gather, with or without the flight recorder, compiled for sm_90a."""
+    pytest.importorskip("cutlass")
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+    from kernels.compile import compiled
+    from kernels.markov.exchange_kernel import PeerGatherKernel
+
+    text = compiled(PeerGatherKernel(unit=16, flight=flight), "--gpu-arch sm_90a --keep-ptx", remedy="test")
+    text = text.artifacts.PTX
+    text = text if isinstance(text, str) else text.decode()
+    return text[text.index(".entry"):]
+
+
+def test_the_gather_records_its_launch_in_the_loops_ring_and_the_variant_without_does_not():
+    from kernels import flight
+    from kernels.markov.exchange_kernel import GATHER_KERNEL, PeerGatherKernel
+
+    recorded, bare = _gather_ptx(True), _gather_ptx(False)
+    # the ring's counter taken once, six 8-byte stores of the begin and two of the end, at system scope, relaxed;
+    # the end (the last CTA, not the one that began) reads the launch number back
+    assert recorded.count("atom.add.relaxed.gpu.global.u32") == 1
+    assert recorded.count("st.relaxed.sys.global.b64") == 8
+    assert recorded.count("ld.relaxed.gpu.global.b32") == 1
+    assert "atom.add.relaxed" not in bare and "st.relaxed.sys.global.b64" not in bare
+    assert bare.count("%globaltimer") == recorded.count("%globaltimer") - 2
+    assert PeerGatherKernel(unit=16, flight=False).key() == ("markov_peer_gather", 16, "noflight")
+    assert GATHER_KERNEL == flight.kernel_index("markov_fused", "gather") == len(flight.KERNELS["markov_fused"]) - 1

@@ -116,7 +116,8 @@ def _step_ptx(stamps: bool) -> str:
 
 def test_step_stamps_are_a_separate_variant_storing_after_the_wait():
     """Off by default (same key as before the option); on, five timer reads and
-    five predicated 64-bit stores, none before the PDL wait."""
+    five predicated 64-bit stores, none before the PDL wait (the flight
+    recorder's two timer reads are in both)."""
     from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots
 
     config = dict(block=1024, blocks=4, vector=True, has_cap=False, sharded=False, pdl=True, row_bytes=128,
@@ -124,7 +125,7 @@ def test_step_stamps_are_a_separate_variant_storing_after_the_wait():
     assert fused.StepKernel(**config).key() == ("markov_step", 1024, 4, True, False, False, True, 128, 4, 4096)
     assert fused.StepKernel(**config, stamps=True).key()[-1] == "stamps"
     plain, stamped = _step_ptx(False), _step_ptx(True)
-    assert plain.count("%globaltimer") == 0 and stamped.count("%globaltimer") == len(STEP_STAMPS)
+    assert plain.count("%globaltimer") == 2 and stamped.count("%globaltimer") == 2 + len(STEP_STAMPS)
     assert stamped.count("st.global.b64") == plain.count("st.global.b64") + len(STEP_STAMPS)
     wait = stamped.index("griddepcontrol.wait")
     assert "st.global" not in stamped[:wait]

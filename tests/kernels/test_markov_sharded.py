@@ -164,7 +164,7 @@ def test_compile_registry_lists_every_variant():
 
     variants = sharded.compile_variants("sm_90a")
     names = [name for name, _, _ in variants]
-    assert len(names) == len(set(names)) == 8 * 4 + len(sharded.STAMPED_GATE_VARIANTS)
+    assert len(names) == len(set(names)) == 8 * 4 + len(sharded.STAMPED_GATE_VARIANTS) + 1  # + noflight
     assert all(must_not_spill for _, _, must_not_spill in variants)
     assert "markov_sharded.sample[s8,float32/bfloat16]" in names
     assert "markov_sharded.sample[s8,bfloat16/bfloat16,stamps]" in names
@@ -199,7 +199,7 @@ def test_kernel_ptx_carries_the_protocol_instructions():
 
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [Int64(0), Int64(0), Int32(0), cute.runtime.make_fake_stream()]
     compiled = cute.compile(ShardedMarkovSample(2, "float32", "bfloat16"), *args, options="--keep-ptx --gpu-arch sm_90a")
     text = compiled.artifacts.PTX
     text = text if isinstance(text, str) else text.decode()
@@ -220,7 +220,7 @@ def _sample_ptx(steps: int, stamps: bool, **config) -> str:
 
     from kernels.markov.sharded_kernel import ShardedMarkovSample
 
-    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [cute.runtime.make_fake_stream()]
+    args = [Int64(0)] * 20 + [Int32(1)] * 7 + [Int64(0), Int64(0), Int32(0), cute.runtime.make_fake_stream()]
     kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps, **config)
     text = cute.compile(kernel, *args, options="--keep-ptx --gpu-arch sm_90a").artifacts.PTX
     return text if isinstance(text, str) else text.decode()

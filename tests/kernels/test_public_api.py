@@ -45,9 +45,11 @@ def test_markov_signatures_are_the_seeds():
     from kernels.markov.fused import MarkovKernels
     from kernels.markov.sharded import ShardedMarkovSampler
 
-    assert parameters(MarkovKernels.__init__) == ["w1", "embeds", "width", "has_cap", "tp", "steps", "pick_pdl",
-                                                  "fill_vector", "group", "max_rows", "max_steps", "timeout_ns",
-                                                  "diag"]
+    init = parameters(MarkovKernels.__init__)
+    assert init[:8] == ["w1", "embeds", "width", "has_cap", "tp", "steps", "pick_pdl", "fill_vector"]
+    # beyond the seed's: the device exchange's options, then the flight recorder's (kernels.flight)
+    assert init[8:] == ["group", "max_rows", "max_steps", "timeout_ns", "diag", "rank", "flight_recorder",
+                        "flight_dir"]
     assert parameters(MarkovKernels.step) == [
         "base", "bias", "cache", "col", "idx_map", "pos", "seeds", "temperature", "block_argmax", "block_max",
         "arrivals", "tokens", "emb", "packets", "vocab_offset", "mult", "inv_cap", "cap", "block", "pdl"]

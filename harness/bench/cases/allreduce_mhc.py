@@ -13,6 +13,10 @@ plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
   crossover (``harness.bench.thresholds``);
 - tp 4, H 5120, M in {1, 128}: ``unfused`` and ``ll`` (the M of the
   published figures; BT is not built there, to keep compile time down).
+- tp 2, H 5120: ``ll`` at M 1 and ``bt`` at M 128 again, ``_noflight``:
+  the kernels without the flight recorder (``kernels.flight``; their own
+  instance), ``flight_cost_of`` naming the case with it; the run's line
+  shows the recorder's cost.
 
 The unfused path per rank, on its stream: the all-reduce's stand-in, a sum
 over the ranks' contributions in one process (``x.sum(0)``: in a real run
@@ -182,25 +186,28 @@ def check_outputs(case: str, outputs: list[dict], inputs: dict, weight: torch.Te
         check_close(case, name, outputs[0][name], value, magnitude, ulps=4)
 
 
-def _ranks(device: torch.device, tp: int, hidden: int, bt: bool) -> list:
-    """The cached virtual ranks of one (tp, H) instance (built, compiled and loaded once per process)."""
+def _ranks(device: torch.device, tp: int, hidden: int, bt: bool, flight: bool = True) -> list:
+    """The cached virtual ranks of one (tp, H, flight recorder or not) instance (built, compiled and loaded once
+    per process)."""
     from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
-    key = (device, tp, hidden, bt)
+    key = (device, tp, hidden, bt, flight)
     if key not in _SYSTEMS:
         weight = make_weight(device, hidden)
         config = make_config(tp=tp, hidden=hidden, bt=bt)
         _SYSTEMS[key] = build_ranks(
-            tp, device, lambda fabric: AllReduceMHCSystem(fabric, {"norm_weight": weight}, config, timeout_ms=TIMEOUT_MS)
+            tp, device, lambda fabric: AllReduceMHCSystem(fabric, {"norm_weight": weight}, config,
+                                                          timeout_ms=TIMEOUT_MS, flight_recorder=flight)
         )
     return _SYSTEMS[key]
 
 
 def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protocol: str, bt: bool,
-                  finalize: bool = False) -> Prepared:
-    """The kernel at one shape, source and protocol, with a checked call (and the other protocol's bits) first."""
+                  finalize: bool = False, flight: bool = True) -> Prepared:
+    """The kernel at one shape, source and protocol (with the flight recorder or without), with a checked call
+    (and the other protocol's bits) first."""
     device = ctx.device
-    ranks = _ranks(device, tp, hidden, bt)
+    ranks = _ranks(device, tp, hidden, bt, flight)
     weight = make_weight(device, hidden)
     gen = torch.Generator(device=device).manual_seed(1000 * tp + rows)
     make = make_finalize_inputs if finalize else make_inputs
@@ -260,9 +267,10 @@ def _unfused_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int) -> Pre
     )
 
 
-def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool) -> None:
-    """Register one case: ``impl`` is ``unfused``, ``ll``, ``bt``, ``finalize_ll`` or ``finalize_bt``."""
-    name = f"tp{tp}_h{hidden}_m{rows}_{impl}"
+def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool, flight: bool = True) -> None:
+    """Register one case: ``impl`` is ``unfused``, ``ll``, ``bt``, ``finalize_ll`` or ``finalize_bt``; a kernel
+    case without the flight recorder (``_noflight``) names the case with it (``flight_cost_of``)."""
+    name = f"tp{tp}_h{hidden}_m{rows}_{impl}" + ("" if flight else "_noflight")
     finalize = impl.startswith("finalize_")
     protocol = impl.removeprefix("finalize_")
     params = {"tp": tp, "hidden": hidden, "rows": rows, "hc": HC, "impl": impl, "virtual_ranks": True,
@@ -277,11 +285,16 @@ def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool) -> None:
     else:
         if not finalize:
             params["baseline"] = f"tp{tp}_h{hidden}_m{rows}_unfused"
+        if not flight:
+            # Not an LL/BT measurement of the tables and thresholds: the protocol is only the case's setup.
+            params.pop("baseline", None)
+            params.update(protocol=f"{protocol} (no flight recorder)", flight_recorder=False,
+                          flight_cost_of=f"tp{tp}_h{hidden}_m{rows}_{impl}")
         setup = lambda ctx: _kernel_setup(ctx, tp=tp, rows=rows, hidden=hidden, protocol=protocol,  # noqa: E731
-                                          bt=bt, finalize=finalize)
+                                          bt=bt, finalize=finalize, flight=flight)
         description = (f"AllReduceMHC {'finalize ' if finalize else ''}{protocol.upper()}, {tp} virtual ranks "
-                       "on one GPU (not an NVLink latency)")
-    default = rows in DEFAULT_ROWS and not finalize
+                       "on one GPU (not an NVLink latency)" + ("" if flight else ", without the flight recorder"))
+    default = rows in DEFAULT_ROWS and not finalize and flight
     bench_case("allreduce_mhc", name, params=params, description=description, references=references,
                default=default)(setup)
 
@@ -297,5 +310,7 @@ for _hidden, _rows in _SHAPES_TP4:
 for _impl in ("ll", "bt", "finalize_ll", "finalize_bt"):
     for _hidden, _rows in _SHAPES_TP2:
         _register(2, _hidden, _rows, _impl, bt=True)
+for _rows, _impl in ((1, "ll"), (128, "bt")):
+    _register(2, 5120, _rows, _impl, bt=True, flight=False)
 for _hidden, _rows in _SHAPES_TP4:
     _register(4, _hidden, _rows, "ll", bt=False)

@@ -10,6 +10,8 @@ eager launches, inputs rotated beyond the L2); the goals are judged at rows
   streamed through shared memory, half of it kept in L2 between steps,
   PDL) and the step kernel (output transform, cache store, Gumbel or greedy
   pick, next embedding), the step launched with PDL.
+- ``r8_s8_v129280_tp1_noflight``: the kernel case without the flight
+  recorder (``kernels.flight``); ``flight_cost_of`` names the case with it.
 - ``rR_sS_v129280_tp1_eager``: the same loop in torch ops: per step the
   GEMV, the add, the output transform (``* mult``, BF16), the cache store
   (``index_copy_``), Gumbel noise from ``torch.rand`` (``-log(-log(u))``,
@@ -147,8 +149,9 @@ def _clone(inputs: dict) -> dict:
     return {**inputs, "cache": inputs["cache"].clone()}
 
 
-def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int) -> Prepared:
-    """The kernel loop (``fused``) or the torch loop at ``rows`` x ``steps``, with a checked call first."""
+def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int, flight: bool = True) -> Prepared:
+    """The kernel loop (``fused``; with the flight recorder or without) or the torch loop at ``rows`` x ``steps``,
+    with a checked call first."""
     from harness.families.markov_fused_kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
     from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
@@ -163,7 +166,8 @@ def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int) -> Prepared
         check_equal(case, "HeadGemv bias of the anchors (kernel vs golden mma_bias)",
                     gemv(anchors, static["w2"]), mma_bias(anchors, static["w2"]))
         eager_out = eager_loop(static, _clone(check), bias_fn=gemv)
-        system = FusedMarkovLoop(None, static, make_config(vocab=VOCAB, dim=DIM, max_reqs=rows), bias_fn=gemv)
+        system = FusedMarkovLoop(None, static, make_config(vocab=VOCAB, dim=DIM, max_reqs=rows), bias_fn=gemv,
+                                 flight_recorder=flight)
         out = system.launch(_clone(check))
         torch.cuda.synchronize(device)
         check_equal(case, "greedy tokens (kernel vs eager)", out["tokens"][:GREEDY_ROWS], eager_out["tokens"][:GREEDY_ROWS])
@@ -194,6 +198,19 @@ def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int) -> Prepared
     )
 
 
+def _register_noflight(rows: int, steps: int) -> None:
+    """Register the kernel case at ``rows`` x ``steps`` without the flight recorder (``kernels.flight``);
+    ``flight_cost_of`` names the case with it."""
+    name = f"r{rows}_s{steps}_v{VOCAB}_tp1"
+    bench_case(
+        "markov_fused", f"{name}_noflight",
+        params={"rows": rows, "steps": steps, "vocab": VOCAB, "dim": DIM, "tp": 1, "block": BLOCK, "impl": "kernel",
+                "flight_cost_of": name, "flight_recorder": False},
+        description="FusedMarkovLoop as the kernel case, without the flight recorder",
+        default=False,
+    )(lambda ctx: _setup(ctx, fused=True, rows=rows, steps=steps, flight=False))
+
+
 def _register(rows: int, steps: int) -> None:
     """Register the kernel case and its eager baseline at ``rows`` x ``steps`` (goals at rows 8, steps 8)."""
     params = {
@@ -217,3 +234,4 @@ def _register(rows: int, steps: int) -> None:
 
 for _rows, _steps in ((ROWS, STEPS), (1, 1), (1, STEPS), (ROWS, 1)):
     _register(_rows, _steps)
+_register_noflight(ROWS, STEPS)

@@ -4,6 +4,10 @@ Cases at rows 8, steps 8, vocab 129280 (BF16 base and cache, query 1 token
 per row), timed by the runner in the same run:
 
 - ``r8_s8_v129280_w1``: the kernel, one rank (one cooperative launch per call).
+- ``r8_s8_v129280_w1_noflight``: the same without the flight recorder
+  (``kernels.flight``; ``flight_cost_of`` names the case with it, and the
+  run's line for this case shows the recorder's cost). Outside the default
+  set, as every ``_noflight`` case: ``--all`` or ``--case``.
 - ``r8_s8_v129280_w8``: the kernel on 8 virtual ranks of this GPU (each an
   eighth of the head and of the SMs; forked onto the ranks' streams and
   joined per call, ``virtual.py``). Not a measurement of NVLink.
@@ -150,13 +154,14 @@ def chain_check(case: str, static: dict, inputs: dict, out: dict) -> None:
     )
 
 
-def _kernel_setup(ctx: BenchContext, world: int) -> Prepared:
-    """The kernel on ``world`` virtual ranks, with a checked call first."""
+def _kernel_setup(ctx: BenchContext, world: int, flight: bool = True) -> Prepared:
+    """The kernel on ``world`` virtual ranks (with the flight recorder or without), with a checked call first."""
     from harness.families.markov_sharded_kernel import ShardedMarkovSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     device = ctx.device
     static = make_static(device)
-    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSystem(fabric, static, make_config(world)))
+    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSystem(fabric, static, make_config(world),
+                                                                          flight_recorder=flight))
     gen = torch.Generator(device=device).manual_seed(4)
     check = make_inputs(device, gen, world)
     case = f"markov_sharded/kernel_w{world}"
@@ -206,20 +211,25 @@ _BASE = f"r{ROWS}_s{STEPS}_v{VOCAB}"
 _PARAMS = {"rows": ROWS, "steps": STEPS, "vocab": VOCAB, "dim": DIM, "greedy_rows": GREEDY_ROWS,
            "base_dtype": "bfloat16", "cache_dtype": "bfloat16"}
 
-def _register_kernel(world: int) -> None:
-    """Register the kernel case at ``world`` ranks."""
+def _register_kernel(world: int, flight: bool = True) -> None:
+    """Register the kernel case at ``world`` ranks, with the flight recorder (baseline: the torch loop) or
+    without (``_noflight``; ``flight_cost_of``: the case with it)."""
+    compared = {"baseline": f"{_BASE}_eager", "goal": GOAL} if flight else {"flight_cost_of": f"{_BASE}_w{world}"}
     bench_case(
-        "markov_sharded", f"{_BASE}_w{world}",
-        params={**_PARAMS, "world": world, "impl": "kernel", "baseline": f"{_BASE}_eager", "goal": GOAL,
-                "virtual_ranks": world > 1},
+        "markov_sharded", f"{_BASE}_w{world}" + ("" if flight else "_noflight"),
+        params={**_PARAMS, "world": world, "impl": "kernel", **compared, "virtual_ranks": world > 1,
+                "flight_recorder": flight},
         description=f"ShardedMarkovSampler, {world} rank(s) on one GPU"
-        + (" (virtual ranks: not an NVLink latency)" if world > 1 else ""),
-    )(lambda ctx: _kernel_setup(ctx, world))
+        + (" (virtual ranks: not an NVLink latency)" if world > 1 else "")
+        + ("" if flight else ", without the flight recorder"),
+        default=flight,
+    )(lambda ctx: _kernel_setup(ctx, world, flight))
 
 
 # Order: the virtual 8-rank case last, so that a trap there (which ends the
 # CUDA context) cannot take the one-rank and torch cases with it.
 _register_kernel(1)
+_register_kernel(1, flight=False)
 bench_case(
     "markov_sharded", f"{_BASE}_eager",
     params={**_PARAMS, "world": 1, "impl": "eager torch loop"},
