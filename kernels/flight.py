@@ -593,7 +593,11 @@ class FlightRecorder:
 
         self.words = torch.zeros(DEVICE_WORDS, dtype=torch.int32, device=device)
         if not _on_shmem(self.directory) and os.path.isdir(SHM_DIRECTORY):
-            shm_path = Path(SHM_DIRECTORY) / f"rankcheck-flight-{os.getuid()}-{os.getpid()}-{self.path.name}"
+            # A unique name: one process runs many cases whose rings share their instance name, rank and pid.
+            handle, shm_name = tempfile.mkstemp(prefix=f"rankcheck-flight-{os.getuid()}-", suffix=f"-{self.path.name}",
+                                                dir=SHM_DIRECTORY)
+            os.close(handle)
+            shm_path = Path(shm_name)
             self.backing.close()
             self.path.unlink()
             self.backing = self._map_file(shm_path, header)

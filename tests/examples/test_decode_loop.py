@@ -21,7 +21,7 @@ def _run(command: str, directory: Path) -> subprocess.CompletedProcess:
     """README's command with this interpreter and ``directory`` for the recording."""
     argv = [sys.executable if w == "python" else w.replace(README_DIR, str(directory)) for w in command.split()]
     return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
 
 
 def test_readme_shows_these_commands():

@@ -113,7 +113,7 @@ def test_a_tampered_recording_is_refused(tmp_path, capsys):
 def _signal_child(directory: Path, signum: int, *args: str) -> None:
     """Run recording_child.py with ``args``, send ``signum`` once it is ready, check it died by that signal."""
     child = subprocess.Popen([sys.executable, str(HERE / "recording_child.py"), str(directory), *args], cwd=ROOT,
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
     try:
         assert child.stdout.readline().strip() == "ready"
         child.send_signal(signum)

@@ -38,7 +38,7 @@ def run_workers(world: int, out_dir: Path, *, virtual: bool = False) -> tuple[in
     killed past the deadline): (exit status, output, every rank's report)."""
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
            "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": str(ROOT)}
+           "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
     argv = ([sys.executable, str(WORKER), "--virtual", str(world), str(out_dir)] if virtual else
             [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(world),
              "--monitor-interval", "0.5", str(WORKER), str(out_dir)])
