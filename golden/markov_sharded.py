@@ -47,14 +47,14 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
      truncating alignment inside an MMA on earlier GPUs instead, so this is
      a model to test, not a fact; the GPU decided against it.
    - ``hopper_mma_bias`` (the H200's behaviour: fitted to one probe run and
-     confirmed by the full probe on all 1,196,032 sums, gpu-run-3; the
+     confirmed by the full probe on all 1,196,032 sums; the
      harness's model): the same 16 MMAs, but inside
      each MMA the 16 exact products and the accumulator are aligned to the
      largest exponent (a product's exponent is the sum of its operands'
      exponents), each truncated toward zero to a multiple of 2^(E - 25),
      summed exactly and the sum truncated (RZ) to FP32 (see its docstring).
-     It reproduces the 24 recorded GPU examples of
-     ``docs/results/markov_sharded_mma_probe_2026-11-29.json`` bit for bit
+     It reproduces the 24 GPU examples recorded by that probe run bit for
+     bit
      and the run's six mismatch counts against the other two models over
      all 180,224 sums, which ``mma_chain_bias`` and ``fp32_k_order_bias``
      miss on 83% of the sums.
@@ -267,7 +267,7 @@ def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Ten
     mismatch counts over 180,224 sums, all reproduced), then confirmed by the
     full probe: equal to ``mma.sync`` on all 1,196,032 sums of normal,
     exponent-spread and cancelling operands
-    (docs/results/gpu-run-3/markov_sharded_mma_full.json). For each MMA of
+    (the evidence kept in golden/data/arch/sm_90.json). For each MMA of
     ``mma_k_groups`` (all 16 products fused at once: groups of 4 or 8 and
     the other variants below do not fit the run), with ``c`` the FP32
     accumulator:
