@@ -29,10 +29,12 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    head_shard_bf16 [n, 256])`` -> FP32 (or BF16) ``[rows, n]``. The kernel
    computes it with 16 ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate)
    chained in order over k; how the tensor core rounds inside one MMA is not
-   documented by NVIDIA, so the accumulation is pluggable:
+   documented by NVIDIA, so the accumulation is pluggable, and the config
+   names it (no default: the model is a fact of the GPU, ``mma_model`` in
+   ``golden/data/arch/<arch>.json``):
 
-   - ``fp32_k_order_bias`` (the function's default; refuted for the H200's
-     tensor cores by the probe, kept for comparison): each product ``e_k * h_k`` rounded to FP32
+   - ``fp32_k_order_bias`` (refuted for the H200's tensor cores by the
+     probe; equal to the others where every partial sum is exact in FP32): each product ``e_k * h_k`` rounded to FP32
      (exact unless it falls below 2^-126), summed in FP32 in k order
      0..255, one rounding per add.
    - ``mma_chain_bias`` (refuted by the probe, kept for comparison): 16 MMAs in
@@ -355,9 +357,11 @@ def decode_record(record: int) -> tuple[int, int]:
 
 
 def _bias_fn(value) -> BiasFn:
-    """The bias accumulation a config entry names (a BIAS_FUNCTIONS key or a callable)."""
+    """The bias accumulation a config entry names (a BIAS_FUNCTIONS key or a callable); ValueError when missing."""
     if value is None:
-        return fp32_k_order_bias
+        raise ValueError(f"config['bias_fn']: required: the tensor cores' accumulation model, one of "
+                         f"{sorted(BIAS_FUNCTIONS)} or a callable (the GPU's mma_model in golden/data/arch/<arch>.json; "
+                         f"the harness passes it)")
     if callable(value):
         return value
     if isinstance(value, str) and value in BIAS_FUNCTIONS:
@@ -389,8 +393,8 @@ class _Call:
 class GoldenMarkovSharded:
     """Rank ``comm.rank`` of the sharded Markov chain: the golden side of seed 000's interface.
 
-    Config beyond the family's (docs/interfaces.md): ``bias_fn`` (a
-    ``BIAS_FUNCTIONS`` name or a callable; default ``fp32_k_order``),
+    Config beyond the family's (docs/interfaces.md): ``bias_fn`` (required:
+    a ``BIAS_FUNCTIONS`` name or a callable),
     ``rcp_table`` (``{t bits: rcp bits}``, an arch name for
     ``golden.fp32.load_rcp_table``, or None: powers of two only) and
     ``launch_counter_start`` (default 0). ``call_params``: ``query_per_row``
