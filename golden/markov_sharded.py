@@ -29,10 +29,12 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    head_shard_bf16 [n, 256])`` -> FP32 (or BF16) ``[rows, n]``. The kernel
    computes it with 16 ``mma.sync.m16n8k16`` (BF16 in, FP32 accumulate)
    chained in order over k; how the tensor core rounds inside one MMA is not
-   documented by NVIDIA, so the accumulation is pluggable:
+   documented by NVIDIA, so the accumulation is pluggable, and the config
+   names it (no default: the model is a fact of the GPU, ``mma_model`` in
+   ``golden/data/arch/<arch>.json``):
 
-   - ``fp32_k_order_bias`` (the function's default; refuted for the H200's
-     tensor cores by the probe, kept for comparison): each product ``e_k * h_k`` rounded to FP32
+   - ``fp32_k_order_bias`` (refuted for the H200's tensor cores by the
+     probe; equal to the others where every partial sum is exact in FP32): each product ``e_k * h_k`` rounded to FP32
      (exact unless it falls below 2^-126), summed in FP32 in k order
      0..255, one rounding per add.
    - ``mma_chain_bias`` (refuted by the probe, kept for comparison): 16 MMAs in
@@ -47,14 +49,14 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
      truncating alignment inside an MMA on earlier GPUs instead, so this is
      a model to test, not a fact; the GPU decided against it.
    - ``hopper_mma_bias`` (the H200's behaviour: fitted to one probe run and
-     confirmed by the full probe on all 1,196,032 sums, gpu-run-3; the
+     confirmed by the full probe on all 1,196,032 sums; the
      harness's model): the same 16 MMAs, but inside
      each MMA the 16 exact products and the accumulator are aligned to the
      largest exponent (a product's exponent is the sum of its operands'
      exponents), each truncated toward zero to a multiple of 2^(E - 25),
      summed exactly and the sum truncated (RZ) to FP32 (see its docstring).
-     It reproduces the 24 recorded GPU examples of
-     ``docs/results/markov_sharded_mma_probe_2026-11-29.json`` bit for bit
+     It reproduces the 24 GPU examples recorded by that probe run bit for
+     bit
      and the run's six mismatch counts against the other two models over
      all 180,224 sums, which ``mma_chain_bias`` and ``fp32_k_order_bias``
      miss on 83% of the sums.
@@ -267,7 +269,7 @@ def hopper_mma_bias(embeds: torch.Tensor, head_shard: torch.Tensor) -> torch.Ten
     mismatch counts over 180,224 sums, all reproduced), then confirmed by the
     full probe: equal to ``mma.sync`` on all 1,196,032 sums of normal,
     exponent-spread and cancelling operands
-    (docs/results/gpu-run-3/markov_sharded_mma_full.json). For each MMA of
+    (the evidence kept in golden/data/arch/sm_90.json). For each MMA of
     ``mma_k_groups`` (all 16 products fused at once: groups of 4 or 8 and
     the other variants below do not fit the run), with ``c`` the FP32
     accumulator (computed on a visible CUDA device when the operands are on the
@@ -361,9 +363,11 @@ def decode_record(record: int) -> tuple[int, int]:
 
 
 def _bias_fn(value) -> BiasFn:
-    """The bias accumulation a config entry names (a BIAS_FUNCTIONS key or a callable)."""
+    """The bias accumulation a config entry names (a BIAS_FUNCTIONS key or a callable); ValueError when missing."""
     if value is None:
-        return fp32_k_order_bias
+        raise ValueError(f"config['bias_fn']: required: the tensor cores' accumulation model, one of "
+                         f"{sorted(BIAS_FUNCTIONS)} or a callable (the GPU's mma_model in golden/data/arch/<arch>.json; "
+                         f"the harness passes it)")
     if callable(value):
         return value
     if isinstance(value, str) and value in BIAS_FUNCTIONS:
@@ -395,8 +399,8 @@ class _Call:
 class GoldenMarkovSharded:
     """Rank ``comm.rank`` of the sharded Markov chain: the golden side of seed 000's interface.
 
-    Config beyond the family's (docs/interfaces.md): ``bias_fn`` (a
-    ``BIAS_FUNCTIONS`` name or a callable; default ``fp32_k_order``),
+    Config beyond the family's (docs/interfaces.md): ``bias_fn`` (required:
+    a ``BIAS_FUNCTIONS`` name or a callable),
     ``rcp_table`` (``{t bits: rcp bits}``, an arch name for
     ``golden.fp32.load_rcp_table``, or None: powers of two only) and
     ``launch_counter_start`` (default 0). ``call_params``: ``query_per_row``

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from harness.wire.case_files import default_run_dir, stored_case
+from harness.wire.case_files import check_tp_divides, default_run_dir, stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
 from harness.launch.launchers import argv_builder, gpu_count, resolve, settings_for
@@ -148,8 +148,7 @@ def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> WorldPlan:
             raise ValueError("--tp needs --world (the total rank count, a multiple of --tp) "
                              "or torchrun's --nnodes and --nproc-per-node")
         for world in worlds:
-            if world % req.tp:
-                raise ValueError(f"--tp {req.tp} must divide --world {world}")
+            check_tp_divides(req.tp, world, "--world")
         where, option = f"tp {req.tp}, {where}", "--tp"
         pairs = [(world, [c for c in cases if req.tp in c.worlds]) for world in worlds]
     else:

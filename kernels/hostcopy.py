@@ -10,7 +10,7 @@ spin until every peer has launched. So a rank copying its outputs back while
 its kernel waits for a peer holds the staging path, and the peer's own
 pageable copy of its next inputs (before its launch) waits behind it: neither
 kernel can finish until the peer's deadline traps the context. Seen on the
-H200 (docs/results/gpu-run-3_2026-11-29.md): the awaited rank was always
+H200: the awaited rank was always
 inside a pageable copy when its peer timed out.
 
 How. Host to device: the data is first copied on the CPU into page-locked

@@ -53,9 +53,10 @@ import torch
 from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
 from harness.cli import number_type
+from harness.wire.case_files import REPO_ROOT
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
-DEFAULT_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs", "results")
+DEFAULT_OUT = str(REPO_ROOT / "runs" / "bench")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--family", help="only this family's cases")
     parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not")
     parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default docs/results)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default runs/bench/, git-ignored)")
     parser.add_argument("--warmup", type=number_type(int, "a whole number", 0), default=DEFAULT_WARMUP,
                         help=f"graph replays / eager loops before timing (default {DEFAULT_WARMUP})")
     parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,

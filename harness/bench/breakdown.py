@@ -53,8 +53,7 @@ import torch
 from harness.bench.cases import markov_fused as fused_case
 from harness.bench.cases import markov_sharded as sharded_case
 from harness.bench.cases.virtual import build_ranks, launch_ranks
-
-FAMILIES = ("markov_sharded", "markov_fused")
+from golden.families import FAMILIES
 
 
 def filled(row: Sequence[int]) -> list[int]:
@@ -219,11 +218,26 @@ def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps
     return names, launches, call_us
 
 
+def _sharded_run(args: argparse.Namespace, sizes: dict) -> tuple[list[str], list, list[float], str]:
+    """The stamped sampler on ``args.world`` virtual ranks: stamp names, launches, call times and how it ran."""
+    return (*measure_markov_sharded(world=args.world, **sizes), "eager launches")
+
+
+def _fused_run(args: argparse.Namespace, sizes: dict) -> tuple[list[str], list, list[float], str]:
+    """The stamped fused loop at tp 1: stamp names, launches, call times and how it ran."""
+    return (*measure_markov_fused(graph=not args.eager, **sizes), "eager calls" if args.eager else "CUDA graph replays")
+
+
+# The registered families that have a bench-only stamped variant, and how each is measured.
+STAMPED_RUNS = {"markov_sharded": _sharded_run, "markov_fused": _fused_run}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, measure on this GPU and print the breakdown (module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m harness.bench.breakdown",
                                      description="Per-phase time of a kernel from its %globaltimer stamps.")
-    parser.add_argument("--family", required=True, help=f"one of {', '.join(FAMILIES)}")
+    parser.add_argument("--family", required=True, choices=FAMILIES,
+                        help=f"stamped: {', '.join(STAMPED_RUNS)}")
     parser.add_argument("--world", type=int, default=1, help="virtual ranks on this GPU (default 1)")
     parser.add_argument("--rows", type=int, default=8)
     parser.add_argument("--steps", type=int, default=8)
@@ -234,8 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--detail", action="store_true", help="also print every step's phases")
     parser.add_argument("--json", help="write the tables as JSON to this path")
     args = parser.parse_args(argv)
-    if args.family not in FAMILIES:
-        print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(FAMILIES)})",
+    if args.family not in STAMPED_RUNS:
+        print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(STAMPED_RUNS)})",
               file=sys.stderr)
         return 2
     if args.reps < 1 or args.warmup < 0 or args.world < 1 or (args.family == "markov_fused" and args.world != 1):
@@ -246,12 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("breakdown: needs a GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
         return 2
     sizes = dict(rows=args.rows, steps=args.steps, vocab=args.vocab, warmup=args.warmup, reps=args.reps)
-    if args.family == "markov_sharded":
-        names, launches, call_us = measure_markov_sharded(world=args.world, **sizes)
-        how = "eager launches"
-    else:
-        names, launches, call_us = measure_markov_fused(graph=not args.eager, **sizes)
-        how = "eager calls" if args.eager else "CUDA graph replays"
+    names, launches, call_us, how = STAMPED_RUNS[args.family](args, sizes)
     result = summarize_launches(names, launches, call_us)
     result["config"] = {"family": args.family, "world": args.world, **sizes, "graph": how,
                         "device": torch.cuda.get_device_name()}

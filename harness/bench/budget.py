@@ -13,9 +13,8 @@ stored entry at ``warmup`` and ``reps``:
   of one instance).
 
 A run adds ``STARTUP_S`` once (imports, machine figures). The two allowances
-were fitted to GPU run 4 (``docs/results/bench-20261129T122444Z.json``: 78
-cases at warm-up 3, 20 reps, 193 s of wall time of which the formula above
-explains 158 s); the split of the remaining 35 s between start-up and cases
+were fitted to a run on one H200 (2026-11-29: 78 cases at warm-up 3, 20
+reps, 193 s of wall time of which the formula above explains 158 s); the split of the remaining 35 s between start-up and cases
 is an assumption, which the per-case ``setup_s`` of later runs replaces.
 
 The defaults of ``python -m harness bench`` live here because they are

@@ -4,7 +4,7 @@ Cases are matched by ``family/name``. For each case in both documents the
 ratio of the new to the old per-call median, in CUDA graphs and with eager
 launches (below 1: faster now); cases found in only one document are listed
 by family, never silently dropped. The output is Markdown, so that a
-comparison can be kept under ``docs/results/`` as it was printed.
+comparison can be kept beside the results it compares, as it was printed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The benchmark results document: its schema, its provenance, and where it is written.
 
-One JSON document per run, under ``docs/results/`` by default, named
+One JSON document per run, under ``runs/bench/`` by default (``--out``), named
 ``bench-<UTC timestamp>.json``, rewritten after every case
 (``ResultsWriter``), so an interrupted run keeps what finished; the summary
 and the plots beside it come from ``harness.bench.report``. Schema

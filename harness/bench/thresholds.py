@@ -12,7 +12,7 @@ same inputs, and this module turns those medians into entries of
     "sm_90a/virtual/tp2/h5120": {
         "bt_min_rows": 64,            # null: BT was never faster (LL only)
         "bt_min_finalize_rows": 32,   # absent when finalize was not measured
-        "source": "docs/results/bench-....json", "device": "...", "date": "...",
+        "source": "runs/bench/bench-....json", "device": "...", "date": "...",
         "measured": {"plain": {"rows": [...], "ll_us": [...], "bt_us": [...]}, ...},
         "rule": "..."}
 

@@ -14,8 +14,8 @@ one MMA and in the accumulator), and cancellation (pairs that cancel
 exactly, leaving tiny residues next to large terms).
 
 ``probe_models(size)`` runs every family at ``REPORT_SIZES[size]`` with the
-seeds the H200 runs used (``1000 + family index``): ``full`` is the run of
-``docs/results/gpu-run-3/markov_sharded_mma_full.json`` (1,196,032 sums),
+seeds the H200 runs used (``1000 + family index``): ``full`` is the run whose
+counts ``golden/data/arch/sm_90.json`` keeps as evidence (1,196,032 sums),
 ``quick`` a short one. ``fitting_models`` names the models with no mismatch
 on any family: the architecture's model is the first of them in
 ``BIAS_FUNCTIONS`` order, and when there is none the probe reports each

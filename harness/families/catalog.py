@@ -16,26 +16,19 @@ apply to this rank at that launch.
 from __future__ import annotations
 
 import difflib
-import importlib
 import threading
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from harness.families.placement import placed
-from harness.wire.errors import NotAvailable
+
+if TYPE_CHECKING:
+    from scenarios.model import ExpectedError, Scenario
 
 DEFAULT_PER_LAUNCH_S = 30.0
 # An unknown name is answered with at most this many close names, never the whole list.
 MAX_SUGGESTIONS = 5
-
-
-def _module(name: str) -> Any:
-    """Import a scenarios module, or NotAvailable with the reason."""
-    try:
-        return importlib.import_module(name)
-    except Exception as exc:  # noqa: BLE001
-        raise NotAvailable(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
 
 
 @dataclass
@@ -111,11 +104,13 @@ def _resolved(source: str) -> str:
     """The scenario file's absolute path (the loader shows paths relative to the repository root)."""
     path = Path(source)
     if not path.is_absolute():
-        path = _module("scenarios.loader").DEFAULT_ROOT.parent / path
+        from scenarios.loader import DEFAULT_ROOT  # noqa: PLC0415 - torch: `harness --help` never loads a scenario
+
+        path = DEFAULT_ROOT.parent / path
     return str(path.resolve())
 
 
-def case_of(scenario: Any) -> Case:
+def case_of(scenario: Scenario) -> Case:
     """The ``Case`` of a validated ``scenarios.schema.Scenario``."""
     err = scenario.expect.error
     tmo = scenario.expect.timeout
@@ -139,12 +134,16 @@ def case_of(scenario: Any) -> Case:
 
 def discover(root: str | Path | None = None) -> list[Case]:
     """Every scenario under ``root`` (default: the scenarios package), validated, in stable order."""
-    return [case_of(s) for s in _module("scenarios.loader").discover(root)]
+    from scenarios import loader  # noqa: PLC0415 - torch: `harness --help` never loads a scenario
+
+    return [case_of(s) for s in loader.discover(root)]
 
 
-def load(path: str | Path) -> Any:
+def load(path: str | Path) -> Scenario:
     """Load and validate one scenario file (errors name the file and the field)."""
-    return _module("scenarios.loader").load(Path(path))
+    from scenarios import loader  # noqa: PLC0415 - torch: `harness --help` never loads a scenario
+
+    return loader.load(Path(path))
 
 
 def did_you_mean(word: str, known: list[str]) -> str:
@@ -207,7 +206,7 @@ class PlannedLaunch:
     call_params: dict
     agreed_inputs: dict
     agreed_params: dict
-    expected_error: Any
+    expected_error: ExpectedError | None
     injections: list
     graph: str | None = None  # the CUDA-graph label when the scenario captures graphs
 
@@ -233,13 +232,13 @@ class BuildMemo:
         self._entries: dict[tuple, dict] = {}
         self._files: list[tuple] = []
 
-    def _file_key(self, scenario: Any) -> tuple:
+    def _file_key(self, scenario: Scenario) -> tuple:
         """The scenario file's identity: path, size and modification time (an edited file is another)."""
         path = Path(_resolved(scenario.source))
         st = path.stat()
         return (str(path), scenario.full_name, st.st_size, st.st_mtime_ns)
 
-    def get(self, scenario: Any, what: tuple, build: Any) -> Any:
+    def get(self, scenario: Scenario, what: tuple, build: Any) -> Any:
         """A copy of ``build()``'s tensors for (scenario file, ``what``), built once per process."""
         file_key = self._file_key(scenario)
         with self._lock:
@@ -259,7 +258,7 @@ class BuildMemo:
 BUILT = BuildMemo()
 
 
-def _rank_override(scenario: Any, call_index: int, rank: int | None) -> int | None:
+def _rank_override(scenario: Scenario, call_index: int, rank: int | None) -> int | None:
     """``rank`` when a ``rank_disagree`` injection changes its call ``call_index``, else None (it builds the agreed call)."""
     if rank is None:
         return None
@@ -267,9 +266,9 @@ def _rank_override(scenario: Any, call_index: int, rank: int | None) -> int | No
     return rank if hits else None
 
 
-def plan(scenario: Any, world: int, rank: int) -> tuple[dict, dict, list[PlannedLaunch]]:
+def plan(scenario: Scenario, world: int, rank: int) -> tuple[dict, dict, list[PlannedLaunch]]:
     """(static, config, launches) of ``rank`` in a TP group of ``world``, with the start state in config."""
-    builders = _module("scenarios.builders")
+    from scenarios import builders  # noqa: PLC0415 - torch: `harness --help` never loads a scenario
     static = BUILT.get(scenario, ("static",), lambda: builders.build_static(scenario))
     config = builders.family_config(scenario, world)
     built: dict[int, tuple] = {}
@@ -292,14 +291,14 @@ def plan(scenario: Any, world: int, rank: int) -> tuple[dict, dict, list[Planned
     return static, config, launches
 
 
-def agreed_calls(scenario: Any, world: int) -> tuple[dict, dict, list[tuple[dict, dict]]]:
+def agreed_calls(scenario: Scenario, world: int) -> tuple[dict, dict, list[tuple[dict, dict]]]:
     """(static, config, [(agreed inputs, agreed params)] of each valid call) at ``world``: what the references need.
 
     The same inputs and config ``plan`` gives every rank for its reference
     (start state included), without building any rank's own inputs; calls
     that must be refused (``bad_input``) have no reference and are left out.
     """
-    builders = _module("scenarios.builders")
+    from scenarios import builders  # noqa: PLC0415 - torch: `harness --help` never loads a scenario
     static = builders.build_static(scenario)
     config = builders.family_config(scenario, world)
     calls = sorted({launch.call_index for launch in scenario.launches()})

@@ -1,7 +1,7 @@
 """The harness's ``markov_sharded`` kernel system: the family's generic interface over ``ShardedMarkovSampler``.
 
 ``ShardedMarkovSystem(fabric, static, config, *, diag)`` checks the family's
-config as before (``kernels.markov.sharded_checks.check_config``: unknown
+config (``kernels.markov.sharded_checks.check_config``: unknown
 keys are errors, the golden-only ``bias_fn`` and ``rcp_table`` are accepted
 and ignored) and builds the public ``kernels.markov.sharded.ShardedMarkovSampler``
 collectively over the fabric from the static ``embed_table`` and ``head``.

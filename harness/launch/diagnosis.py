@@ -5,9 +5,9 @@ the rank that fell behind: the rank whose last begun launch is lowest
 while others began a later one; it reports the launch that rank never
 began, the step if the records carry one, and what every rank believed
 (its last event, launch, rows/steps and state such as launch counter or
-generation). Kernel diagnostic records (``kernels.diag``), when present in
-the run directory, are attached verbatim: they name the awaited rank and
-the expected and seen tags. Each rank's innermost Python frames, its
+generation). Kernel diagnostic records (``kernels.diag``), which the
+caller reads from the run directory, are attached verbatim: they name the
+awaited rank and the expected and seen tags. Each rank's innermost Python frames, its
 log and any NCCL flight-recorder dumps come along (``harness.launch.evidence``).
 """
 
@@ -82,9 +82,13 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
              logs: Mapping[int, str] | None = None, nccl_dumps: Sequence[str] = ()) -> Diagnosis:
     """Name the rank that fell behind from every rank's progress records, with the evidence gathered for it.
 
-    ``exited`` maps ranks known to have exited (rank -> exit code, from the
-    launcher) so that a crash is told apart from a hang; ``stacks``, ``logs``
-    and ``nccl_dumps`` (``harness.launch.evidence``) are attached as they are.
+    ``progress`` maps each rank to its progress records in order. ``exited``
+    maps ranks known to have exited (rank -> exit code, from the launcher) so
+    that a crash is told apart from a hang. ``kernel_records`` are the
+    ``kernels.diag`` records the caller found: the first gives the step, and
+    its awaited rank when the progress records name none; all are attached.
+    ``stacks`` (rank -> innermost frames), ``logs`` (rank -> log file) and
+    ``nccl_dumps`` (``harness.launch.evidence``) are attached as they are.
     """
     found = _who_fell_behind(progress, exited=exited, kernel_records=kernel_records)
     found.stacks = dict(stacks or {})

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
-from harness.wire.case_files import CaseId, group_ranks
+from harness.wire.case_files import CaseId, check_tp_divides, group_ranks
 from harness.launch import flight_evidence
 from harness.launch.evidence import nccl_dumps, rank_stacks, torchrun_rank_log
 from harness.wire.worker_evidence import stacks_dir
@@ -164,8 +164,7 @@ class JobRunner:
     def run(self, cases: Sequence[Case], world: int) -> None:
         """Run every case at ``world`` ranks (TP size ``settings.tp`` or ``world``): batched, then isolated."""
         tp = self.settings.tp or world
-        if world % tp:
-            raise ValueError(f"--tp {tp} must divide the world size {world}")
+        check_tp_divides(tp, world)
         groups = tuple(self._groups(world, tp))
         batch = [Pending(c, groups) for c in cases if not c.isolated(self.settings.impl)]
         alone = [Pending(c, groups) for c in cases if c.isolated(self.settings.impl)]

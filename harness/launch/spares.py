@@ -19,7 +19,7 @@ torch at once); the replacements start as the first ones become ready.
 Isolation is that of a fresh process: one job per process, the process made
 before the job but given nothing else. A spare is used only where it fits:
 the virtual launcher, the same environment as the job's, still alive. Any
-other job starts its own process as before.
+other job starts its own process.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def preload() -> list[str]:
     mark_startup("torch")
     if torch.cuda.is_available():
         # CUDA state only: the context itself is made by the job's first stream. Making it here, in every
-        # spare, was measured slower on the H200 (docs/results/gpu-run-9_2026-12-01.md: warm run 120 -> 167 s).
+        # spare, was measured slower on the H200 (a warm validate run went from 120 to 167 s).
         torch.cuda.init()
         mark_startup("cuda")
 

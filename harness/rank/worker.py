@@ -50,7 +50,7 @@ from golden.comm import ThreadWorld
 from harness.rank import standby
 from harness.rank.case_run import run_case
 from harness.rank.dist_comm import DistComm
-from harness.wire.case_files import ABANDON_EXIT, runs_in_group
+from harness.wire.case_files import ABANDON_EXIT, check_tp_divides, runs_in_group
 from harness.wire.errors import NotAvailable
 from harness.wire.phases import count_start_up_from, mark_startup, process_started_at
 from harness.wire.rank_result import RankResult
@@ -96,8 +96,7 @@ def run_distributed(job: dict) -> int:
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
         tp = int(job.get("tp") or world)
-        if world % tp:
-            raise ValueError(f"--tp {tp} must divide the world size {world}")
+        check_tp_divides(tp, world)
         group = rank // tp if tp < world else None
         pg = None
         if group is not None:
@@ -138,8 +137,7 @@ def run_virtual(job: dict, world: int) -> int:
     """Run the job's cases with ``world`` ranks as threads of this process (one GPU, or the CPU for golden)."""
     impl = job.get("impl", "golden")
     tp = int(job.get("tp") or world)
-    if world % tp:
-        raise ValueError(f"--tp {tp} must divide the world size {world}")
+    check_tp_divides(tp, world)
     timeout_s = float(job.get("collective_timeout_s", 300))
     for spec in job["cases"]:
         for g in range(world // tp):

@@ -1,9 +1,11 @@
-"""A log of how long validation runs took, kept in the repository next to the other results.
+"""A log of how long validation runs took: one entry per run, with its command, device, commit and cache state.
 
-``python -m harness.reports.timing_log REPORT.json --out docs/results/validate-timing.json
---command "make validate" --cache cold|warm [--device NAME]`` appends one run,
+``python -m harness.reports.timing_log REPORT.json [--out LOG] --command "make validate"
+--cache cold|warm [--device NAME]`` appends one run,
 ``{"command", "device", "date", "commit", "cache", "wall_s", "cases",
-"failed"}``, to the ``{"runs": [...]}`` document at ``--out`` (creating it),
+"failed"}``, to the ``{"runs": [...]}`` document at ``--out`` (creating it; default
+``runs/validate-timing.json`` under the repository root, git-ignored; the
+log of record is kept with ``--out docs/results/validate-timing.json``),
 so the goal of a run time can be checked against measurements rather than
 memory. The numbers come from the validate JSON report: ``wall_s`` and
 ``cases`` from its summary, ``failed`` from the summary's failing counts;
@@ -30,9 +32,10 @@ from typing import Any, Mapping, Sequence
 
 from harness.reports import provenance as facts
 from harness.wire.atomic_file import atomic_write
+from harness.wire.case_files import REPO_ROOT
 from harness.wire.case_result import FAILING
 
-DEFAULT_OUT = "docs/results/validate-timing.json"
+DEFAULT_OUT = REPO_ROOT / "runs" / "validate-timing.json"
 CACHE_STATES = ("cold", "warm")
 EXIT_BAD_INPUT = 2
 
@@ -130,7 +133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Parse the command line, append the run and print it; 2 with a message on bad input."""
     parser = argparse.ArgumentParser(prog="python -m harness.reports.timing_log", description=__doc__.split("\n")[0])
     parser.add_argument("report", type=Path, help="the JSON report of `python -m harness validate --json`")
-    parser.add_argument("--out", type=Path, default=Path(DEFAULT_OUT), help=f"the timing log (default {DEFAULT_OUT})")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
+                        help="the timing log (default runs/validate-timing.json)")
     parser.add_argument("--command", required=True, help="the command that was timed, e.g. \"make validate\"")
     parser.add_argument("--cache", required=True, choices=CACHE_STATES, help="whether the caches started cold or warm")
     parser.add_argument("--device", help="the device to record (default: from the report's provenance)")

@@ -110,16 +110,6 @@ def ctas_per_token(hidden: int, threads: int) -> int:
     return math.ceil(hidden // VEC / threads)
 
 
-def mxfp8_scale_cols(hidden: int) -> int:
-    """Scale bytes per row before padding."""
-    return hidden // MXFP8_BLOCK
-
-
-def mxfp8_padded_rows(rows: int) -> int:
-    """Rows padded to the 128-row tile."""
-    return -(-rows // SCALE_TILE_ROWS) * SCALE_TILE_ROWS
-
-
 def mxfp8_scale_index(row: int, col: int, hidden: int) -> int:
     """Byte index of scale (row, col) in the swizzled 128x4 layout (FlashInfer's)."""
     return mxfp8_scale_offset(row, col, mxfp8_padded_cols(hidden))

@@ -60,7 +60,7 @@ argmax at once, so the grid must be co-resident: a cooperative launch (the
 seed's, one rank per GPU) or, for ranks sharing a GPU, a plain launch whose
 grids the host sizes to fit beside each other (``cooperative=False``: a
 cooperative grid is only guaranteed co-resident with itself; on the H200 both
-kinds ran side by side, docs/results/gpu-run-3_2026-11-29.md). Lanes
+kinds ran side by side). Lanes
 hold (row, source rank) pairs ``row * 8 + rank`` in two passes of 32, so any
 world up to 8 reduces over ranks with three butterflies. The winners'
 embedding rows are loaded for the next step; CTA 0 writes the tokens.
@@ -95,7 +95,7 @@ Register budget: ptxas caps a 512-thread CTA at 128 registers and the
 resident tile takes 64 of them for the whole step loop, so the rest is kept
 lean on purpose (one tile epilogue, loops where unrolling would keep several
 loads or addresses live, the timeout report after the loop); every variant
-compiles without spills (``docs/results/markov_sharded_2026-11-29.md``).
+compiles without spills (the compile gate fails on a spill).
 
 Phase stamps (``stamps=True``, a bench-only variant: the default variants
 compile to the same code as without the option). Thread 0 of every CTA
@@ -273,7 +273,7 @@ class ShardedMarkovSample(KernelVariant):
         # policy (0: no policy), so that part of the head streamed at every
         # step stays in L2 between steps. At world 1 (49 MB streamed per
         # step) 0.5 took the bench from 196.5 to 178.2 us; 0.4-0.7 measured
-        # within 2% of it, 1.0 195.2 us (docs/results/gpu-run-10_2026-12-01.md).
+        # within 2% of it, 1.0 195.2 us (H200, rows 8, steps 8, vocab 129280).
         self.l2_keep = check_l2_keep(l2_keep)
         for name, dtype in (("base_dtype", base_dtype), ("cache_dtype", cache_dtype)):
             if dtype not in DTYPE_BYTES:

@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-STORED_RUN = os.path.join(ROOT, "docs", "results", "bench-20261129T122444Z.json")
-STORED_EARLIER_RUN = os.path.join(ROOT, "docs", "results", "bench-20261129T091137Z.json")
+STORED_RUN = os.path.join(ROOT, "tests", "data", "bench", "bench-20261129T122444Z.json")
+STORED_EARLIER_RUN = os.path.join(ROOT, "tests", "data", "bench", "bench-20261129T091137Z.json")
 
 
 def summary_of(median: float) -> dict:

@@ -69,7 +69,7 @@ def test_launches_take_the_median_of_each_field():
     assert text.splitlines()[0] == "title" and "critical path" in text and "streamed" in text
 
 
-@pytest.mark.parametrize("family", breakdown.FAMILIES)
+@pytest.mark.parametrize("family", sorted(breakdown.STAMPED_RUNS))
 def test_without_a_gpu_it_exits_2_saying_so(monkeypatch, capsys, family):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert breakdown.main(["--family", family, "--reps", "2"]) == 2

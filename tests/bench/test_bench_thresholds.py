@@ -41,7 +41,7 @@ def _document():
 
 
 def test_derive_and_the_host_reads_what_was_written(tmp_path, capsys):
-    entries = derive(_document(), "docs/results/bench-x.json")
+    entries = derive(_document(), "runs/bench/bench-x.json")
     assert list(entries) == ["sm_90a/virtual/tp2/h5120"]  # tp 4 timed LL only: no entry
     entry = entries["sm_90a/virtual/tp2/h5120"]
     assert (entry["bt_min_rows"], entry["bt_min_finalize_rows"]) == (32, 128)

@@ -1,8 +1,7 @@
 """examples/decode_step.py on the CPU: its options, and its refusal (exit 2, in words) on a machine without a GPU.
 
 The GPU run (eager vs CUDA-graph bits of every family over torchrun) is the
-lead's command in README "Using the kernels"; its output is kept under
-docs/results/.
+lead's command in README "Using the kernels".
 """
 
 import os

@@ -64,6 +64,8 @@ def make_config(steps: int, base: str, cache: str, shard_only: bool = False, **e
         "max_rows": 8,
         "max_reqs": MAX_REQS,
         "shard_only_base": shard_only,
+        # The loop's contract, not the tensor cores': the cheapest model (the hopper_mma tests fit the GPU's).
+        "bias_fn": "fp32_k_order",
     }
     config.update(extra)
     return config
@@ -390,6 +392,7 @@ CONFIG_ERRORS = [
     ("cache dtype", {"cache_dtype": torch.float16}, 1, "cache_dtype"),
     ("world disagrees with comm", {"world": 4}, 2, "world"),
     ("unknown bias_fn", {"bias_fn": "tf32"}, 1, "bias_fn"),
+    ("no bias_fn: the GPU's model is never assumed", {"bias_fn": None}, 1, r"bias_fn.*required"),
     ("counter start", {"launch_counter_start": -1}, 1, "launch_counter_start"),
 ]
 

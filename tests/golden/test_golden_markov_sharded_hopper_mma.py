@@ -6,7 +6,7 @@ The contract tests build sums whose value under the contract (truncation to
 a final round toward zero) is worked out by hand and differs from what
 ``mma_chain_bias`` (exact sum, round to nearest) gives.
 
-The fit tests use ``docs/results/markov_sharded_mma_probe_2026-11-29.json``,
+The fit tests use ``tests/data/arch/markov_sharded_mma_probe_sm_90.json``,
 one run of ``tests/kernels/test_markov_sharded_mma_gpu.py report ... quick``
 on an H200. Its expected values are GPU measurements, not golden outputs:
 this is a model-fitting test (does the hypothesis reproduce what the tensor
@@ -38,7 +38,7 @@ from golden.markov_sharded import (
 from harness.calibration.mma import KINDS, REPORT_SIZES, operands
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-RECORD = os.path.join(ROOT, "docs", "results", "markov_sharded_mma_probe_2026-11-29.json")
+RECORD = os.path.join(ROOT, "tests", "data", "arch", "markov_sharded_mma_probe_sm_90.json")
 
 
 def _record() -> dict:

@@ -192,7 +192,7 @@ def test_the_stored_sm90_facts_are_canonical_and_hold_todays_data():
     assert golden_arch.render(doc) == text  # a regenerated file diffs against it line by line
     facts = golden_arch.load_facts("sm_90")
     assert facts.reciprocals == fp32.load_rcp_table("sm_90")
-    full = json.loads((ROOT / "docs/results/gpu-run-3/markov_sharded_mma_full.json").read_text())
+    full = json.loads((ROOT / "tests/data/arch/markov_sharded_mma_full_sm_90.json").read_text())
     recorded = {r["kind"]: (r["sums"], r["mismatches_by_model"]) for r in full["results"]}
     assert {e["kind"]: (e["sums"], e["mismatches_by_model"]) for e in doc["evidence"]["mma_probe"]} == recorded
     assert probe_mma.fitting_models(doc["evidence"]["mma_probe"]) == [facts.mma_model]

@@ -6,6 +6,7 @@ from pathlib import Path
 import torch
 
 from harness.families import catalog
+from scenarios import builders
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
@@ -16,7 +17,6 @@ def load(family: str, name: str):
 
 
 def test_ranks_get_equal_copies_built_once(monkeypatch):
-    builders = catalog._module("scenarios.builders")
     calls = []
     real = builders.build_call
     monkeypatch.setattr(builders, "build_call", lambda *a, **k: calls.append(k.get("rank")) or real(*a, **k))
@@ -53,7 +53,7 @@ def test_a_disagreeing_rank_builds_its_own_call_and_layouts_are_kept(monkeypatch
     assert call.call_params != [launch for launch in honest if launch.call == inj.get("call")][0].call_params
     assert call.agreed_params == [launch for launch in honest if launch.call == inj.get("call")][0].call_params
     misaligned = load("markov_fused", "misaligned_stride")
-    direct = catalog._module("scenarios.builders").build_call(misaligned, 0, 2, rank=0)[0]
+    direct = builders.build_call(misaligned, 0, 2, rank=0)[0]
     planned = catalog.plan(misaligned, 2, 0)[2][0].call_inputs
     assert any(t.storage_offset() or not t.is_contiguous() for t in direct.values())  # a layout worth keeping
     for name, tensor in direct.items():

@@ -18,7 +18,9 @@ rank's process), ``launch`` (launchers, supervision, diagnosis, evidence),
 below; the launching side (``launch/``, ``validate.py``, ``replay.py``)
 imports nothing of the rank side either, whose modules run in other
 processes. No module of ``harness``, ``kernels``, ``golden``, ``scenarios``
-or ``contracts`` takes part in an import cycle. The harness's top level
+or ``contracts`` takes part in an import cycle; no Python file names the
+results folder but a tool's documented ``--out`` example, and the folder
+holds at most ``MAX_RESULT_FILES`` files. The harness's top level
 holds at most ``MAX_TOP_LEVEL`` modules; every function-level import in
 the harness says why it is one (a comment on its line).
 
@@ -43,6 +45,12 @@ PACKAGES = ("contracts", "golden", "harness", "kernels", "scenarios")
 FORBIDDEN = {"contracts": set(PACKAGES) - {"contracts"}, "kernels": {"golden", "scenarios", "harness"},
              "golden": {"kernels", "scenarios", "harness"}, "scenarios": {"kernels", "harness"}}
 MAX_FUNCTION_LINES = 80
+# The curated results (docs/results/README.md): what holds now, never a run's history.
+RESULTS = ROOT / "docs" / "results"
+MAX_RESULT_FILES = 40
+# Where code may name the results folder: a tool's documented ``--out`` example, nowhere else.
+RESULTS_PATH = "docs/" + "results"
+OUT_EXAMPLE = "--out " + RESULTS_PATH
 MAX_WORKER_LINES = 400
 MAX_TOP_LEVEL = 8
 FLOORS = ("wire", "families", "references", "rank", "launch", "reports", "recording", "calibration", "top", "tools")
@@ -307,3 +315,21 @@ def test_the_packages_keep_their_import_rules():
             if bad:
                 broken[str(path.relative_to(ROOT))] = bad
     assert broken == {}, broken
+
+
+def results_citations(path: Path) -> list[int]:
+    """The lines of ``path`` that name the results folder other than in a ``--out`` example."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [n for n, line in enumerate(lines, 1) if RESULTS_PATH in line.replace(OUT_EXAMPLE, "")]
+
+
+def test_no_python_file_cites_a_results_file():
+    roots = [ROOT / p for p in (*PACKAGES, "tests", "examples", "rankcheck")]
+    found = {str(p.relative_to(ROOT)): lines for root in roots for p in sorted(root.rglob("*.py"))
+             if p != Path(__file__).resolve() and (lines := results_citations(p))}
+    assert found == {}, found
+
+
+def test_the_results_folder_holds_at_most_40_files():
+    files = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*") if p.is_file())
+    assert len(files) <= MAX_RESULT_FILES, files

@@ -1,4 +1,4 @@
-"""The timing log: appending validate runs to docs/results/validate-timing.json, and refusing bad input."""
+"""The timing log: appending validate runs to a timing log (runs/validate-timing.json by default), and refusing bad input."""
 
 import json
 import subprocess

@@ -166,9 +166,9 @@ def test_threshold_provenance(tmp_path):
     path = tmp_path / "thresholds.json"
     entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
     assert entry is None and "no measurement for sm_90a/symmetric/tp8/h5120" in why
-    path.write_text(json.dumps({"sm_90a/symmetric/tp8/h5120": {"bt_min_rows": 96, "source": "docs/results/x.json"}}))
+    path.write_text(json.dumps({"sm_90a/symmetric/tp8/h5120": {"bt_min_rows": 96, "source": "runs/bench/x.json"}}))
     entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
-    assert entry["bt_min_rows"] == 96 and "docs/results/x.json" in why
+    assert entry["bt_min_rows"] == 96 and "runs/bench/x.json" in why
     assert measured_threshold("sm_90a", "symmetric", 4, 5120, str(path))[0] is None
     assert measured_threshold("sm_90a", "virtual", 8, 5120, str(path))[0] is None
 
@@ -200,7 +200,7 @@ def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ra
 
     table = tmp_path / "thresholds.json"
     table.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {
-        "bt_min_rows": None, "bt_min_finalize_rows": None, "source": "docs/results/bench-z.json"}}))
+        "bt_min_rows": None, "bt_min_finalize_rows": None, "source": "runs/bench/bench-z.json"}}))
     monkeypatch.setattr(host, "choose_thresholds", functools.partial(protocol_rows.choose_thresholds,
                                                                      path=str(table)))
     distinct = _instance_thresholds("symmetric", 2, 5120, 128)
@@ -210,7 +210,7 @@ def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ra
     shared = _instance_thresholds("virtual", 2, 5120, 128)
     assert (shared.bt_min_rows, shared.bt_min_finalize_rows, shared.bt_enabled) == (129, 129, False)
     assert shared.threshold_provenance == (
-        "measured: docs/results/bench-z.json (sm_90a/virtual/tp2/h5120): BT never ahead, LL only")
+        "measured: runs/bench/bench-z.json (sm_90a/virtual/tp2/h5120): BT never ahead, LL only")
     assert _instance_thresholds("symmetric", 8, 5120, 16).bt_enabled is False  # capacity below the preset
     given = _instance_thresholds("symmetric", 2, 5120, 128, bt_min_rows=8)
     assert (given.bt_min_rows, given.threshold_provenance) == (8, "config.bt_min_rows")
@@ -222,9 +222,9 @@ def test_a_measured_crossover_is_taken_as_measured(tmp_path):
 
     path = tmp_path / "thresholds.json"
     path.write_text(json.dumps({"sm_90a/virtual/tp4/h7168": {"bt_min_rows": 64, "bt_min_finalize_rows": None,
-                                                             "source": "docs/results/bench-y.json"}}))
+                                                             "source": "runs/bench/bench-y.json"}}))
     chosen = choose_thresholds("sm_90a", "virtual", 4, 7168, 256, str(path))
-    assert chosen == (64, 257, "measured: docs/results/bench-y.json (sm_90a/virtual/tp4/h7168)")
+    assert chosen == (64, 257, "measured: runs/bench/bench-y.json (sm_90a/virtual/tp4/h7168)")
 
 
 def test_device_arch_maps_capabilities(monkeypatch):
