@@ -98,6 +98,21 @@ def _add_allow_unavailable(p: argparse.ArgumentParser) -> None:
                    help="exit 0, not 3, when every case is not available here (e.g. kernel cases without a GPU)")
 
 
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    """pytest's selection options for ``validate``: -k, --lf, -x, --collect-only (harness.validate)."""
+    p.add_argument("-k", dest="keyword", metavar="EXPR",
+                   help="only the cases whose words (family, name, file, world=N, launcher, case id) match this "
+                        "pytest-style expression of substrings with and/or/not, e.g. 'nan and not fused'")
+    p.add_argument("--lf", "--last-failed", dest="last_failed", action="store_true",
+                   help="only the cases that failed in the last run's JSON report (the newest under runs/; every "
+                        "case when it has no failure)")
+    p.add_argument("--last-report", metavar="PATH", help="the JSON report --lf reads (default: the newest under runs/)")
+    p.add_argument("-x", "--exitfirst", action="store_true",
+                   help="start no new job after the first failing result; the cases not run are named, exit 1")
+    p.add_argument("--collect-only", action="store_true",
+                   help="print the selected case ids and run nothing (exit 0; 2 when nothing is selected)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="rankcheck", description="Bit-exact distributed validation of decode kernels.")
@@ -111,8 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("validate", help="run scenarios through a launcher and report")
     p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto")
     p.add_argument("--family")
-    p.add_argument("--scenario", nargs="+", metavar="NAME", help="name or family/name")
+    p.add_argument("--scenario", nargs="+", metavar="NAME",
+                   help="name, family/name or a shell pattern of either (markov_*/nan*)")
     p.add_argument("--world", nargs="+", type=_positive_int, metavar="N")
+    _add_selection(p)
     p.add_argument("--size", choices=("cpu", "gpu", "all"), default=None,
                    help="size class (default: cpu without a GPU, all with one)")
     p.add_argument("--tp", type=_positive_int, help="TP group size when smaller than the world")
@@ -203,7 +220,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
                                                 endpoint=args.rdzv_endpoint, id=args.rdzv_id,
                                                 nproc_per_node=args.nproc_per_node),
                           allow_unavailable=args.allow_unavailable, cache=not args.no_cache, lanes=args.jobs,
-                          ref_workers=args.ref_workers, inject=args.inject, standby=not args.no_standby)
+                          ref_workers=args.ref_workers, inject=args.inject, standby=not args.no_standby,
+                          keyword=args.keyword, last_failed=args.last_failed, last_report=args.last_report,
+                          exitfirst=args.exitfirst, collect_only=args.collect_only)
+    if args.last_report and not args.last_failed:
+        raise ValueError("--last-report PATH names the report --lf reads: give --lf with it")
     return run_validate(req)
 
 

@@ -35,6 +35,23 @@ line per case. Scenarios that expect an error
 or a timeout pass when they end that way (a timeout must name the right
 rank and launch).
 
+Selection, as pytest selects tests: ``--scenario`` takes names and
+shell-style patterns (``markov_*/nan*``; ``harness.families.selection``),
+``-k EXPR`` keeps the cases whose words (family, name, file name,
+``world=N``, launcher, case id) satisfy pytest's keyword grammar, ``--lf``
+keeps the cases that failed in the last run's JSON report (the newest
+under ``runs/``, or ``--last-report PATH``; ``harness.reports.last_failed``;
+a report without failures selects everything, as pytest's ``--lf`` does),
+and ``ValidateRequest.only`` keeps exactly the (scenario, world) pairs the
+pytest plugin collected (``harness.pytest_plugin``). ``--collect-only``
+prints the selected case ids, one a line, and runs nothing: exit 0, or 2
+with the reason when nothing is selected (the code a real run of that
+selection ends with, never 0). ``-x`` (``--exitfirst``) starts no new job
+after the first failing result; the jobs already running finish, the
+cases never started are named in a note (``not run after the first
+failure``) and counted short in the footer (``Cases : n of m``), and the
+run ends FAILED (exit 1).
+
 The exit code is the report's (``Report.verdict``): a selection that plans
 no case is not an error to hide but a run that tested nothing, so it still
 writes its (empty) JSON and JUnit files and ends with exit 2 and the plan's
@@ -48,13 +65,16 @@ stored-bits checks are not cases).
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 from harness.wire.case_files import check_tp_divides, default_run_dir, stored_case
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
+from harness.families.selection import KeywordExpression, case_words, expand_globs
 from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
 from harness.launch.launchers import argv_builder, gpu_count, resolve, settings_for
 from harness.wire.worker_evidence import stacks_dir
@@ -68,7 +88,9 @@ from harness.launch.reference_pool import ReferencePool
 from harness.references.pool import queue_items
 from harness.reports import provenance
 from harness.families.arch_facts import describe_choice
+from harness.reports.last_failed import failed_cases, newest_report
 from harness.reports.report import Report
+from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, FAILING, case_id
 
 
 @dataclass
@@ -96,6 +118,12 @@ class ValidateRequest:
     ref_workers: int | None = None  # reference pool processes (harness.references.pool); None: from the machine
     standby: bool = True  # spare processes for virtual jobs (harness.launch.spares); False: --no-standby
     inject: Sequence[str] = ()  # SCENARIO:KIND:key=value,... (harness.launch.inject_option), this run only
+    keyword: str | None = None  # -k EXPR over each case's words (harness.families.selection)
+    last_failed: bool = False  # --lf: the cases that failed in the last run's report only
+    last_report: str | None = None  # --last-report PATH: the report --lf reads (default: the newest under runs/)
+    exitfirst: bool = False  # -x: no new job after the first failing result
+    collect_only: bool = False  # --collect-only: print the selected case ids and run nothing
+    only: Collection[tuple[str, int]] | None = None  # exactly these (family/name, world) pairs (the pytest plugin)
 
 
 class WorldPlan(list):
@@ -173,6 +201,61 @@ def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> WorldPlan:
     return WorldPlan(pairs, skipped=skipped, why_empty=why_empty)
 
 
+def size_class(requested: str | None, launcher: str, gpus: int) -> str:
+    """The size class a run validates: ``requested``, else ``all`` on a GPU launcher with GPUs, else ``cpu``."""
+    return requested or ("all" if launcher != "cpu" and gpus else "cpu")
+
+
+def narrow_plan(pairs: WorldPlan, req: ValidateRequest, launcher: str) -> str:
+    """Keep the planned (world, case) pairs that ``-k``, ``--lf`` and ``only`` select; return a header line saying
+    what the selection kept ("" when none of them was given). Worlds left without a case are dropped."""
+    rules, said = [], []
+    if req.keyword:
+        expression = KeywordExpression(req.keyword)
+        rules.append(lambda case, size: expression.matches(case_words(case, size, launcher)))
+        said.append(f"-k {req.keyword!r}")
+    if req.last_failed:
+        path = Path(req.last_report) if req.last_report else newest_report()
+        failed = failed_cases(path)
+        if failed:
+            rules.append(lambda case, size: (case.key, size) in failed)
+            said.append(f"--lf: the {len(failed)} failed case(s) of {path}")
+        else:
+            said.append(f"--lf: no failed case in {path}, so every case (as pytest's --lf)")
+    if req.only is not None:
+        only = set(req.only)
+        rules.append(lambda case, size: (case.key, size) in only)
+        said.append(f"{len(only)} (scenario, world) pair(s) named by the caller")
+    if not said:
+        return ""
+    before = sum(len(cases) for _, cases in pairs)
+    kept = [(world, [c for c in cases if all(rule(c, req.tp or world) for rule in rules)]) for world, cases in pairs]
+    pairs[:] = [(world, cases) for world, cases in kept if cases]
+    after = sum(len(cases) for _, cases in pairs)
+    if before and not after:
+        pairs.why_empty = f"no planned case matches {'; '.join(said)}"
+    return f"selected {after} of {before} planned (scenario, world) pair(s) by {'; '.join(said)}"
+
+
+def collected_ids(pairs: Sequence[tuple[int, Sequence[Case]]], req: ValidateRequest, launcher: str) -> list[str]:
+    """The case id of every case the plan runs, in plan order (one per TP group this node reports)."""
+    return [case_id(c.family, c.name, req.tp or world, launcher, group)
+            for world, cases in pairs for c in cases
+            for group in req.rendezvous.local_groups(world, req.tp or world)]
+
+
+def print_collected(pairs: WorldPlan, req: ValidateRequest, launcher: str, selection: str, stream) -> int:
+    """``--collect-only``: print the selected case ids and a count; exit 0, or 2 when nothing is selected."""
+    ids = collected_ids(pairs, req, launcher)
+    for line in ids:
+        print(line, file=stream)
+    if not ids:
+        print(f"# no case selected: {pairs.why_empty or 'no scenario matches the selection'}", file=stream)
+        return EXIT_NOTHING_RUN
+    print(f"# {len(ids)} case(s) selected" + (f"; {selection}" if selection else ""), file=stream)
+    return EXIT_OK
+
+
 def plant_injections(pairs: WorldPlan, req: ValidateRequest, root: Path) -> list[str]:
     """Replace each scenario ``req.inject`` names by a copy under ``root`` with its injections, checked at every
     planned world; return the header lines saying what was planted where."""
@@ -226,10 +309,13 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     """Run the requested validation and return the report's exit code (``harness.reports.report.Report.verdict``)."""
     gpus = gpu_count()
     launcher, why = resolve(req.launcher, gpus)
-    size = req.size or ("all" if launcher != "cpu" and gpus else "cpu")
-    cases = select(discover(req.scenario_root), family=req.family, names=list(req.scenarios or []) or None,
-                   size=size)
+    size = size_class(req.size, launcher, gpus)
+    found = discover(req.scenario_root)
+    cases = select(found, family=req.family, names=expand_globs(found, req.scenarios), size=size)
     pairs = plan_worlds(cases, req)
+    selection = narrow_plan(pairs, req, launcher)
+    if req.collect_only:
+        return print_collected(pairs, req, launcher, selection, stream if stream is not None else sys.stdout)
     run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     planted = plant_injections(pairs, req, run_dir / "injected") if req.inject else []
@@ -247,6 +333,8 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
               f"\n# {describe_choice()}")
     if pairs.skipped:
         header += f"\n# {pairs.skipped}"
+    if selection:
+        header += f"\n# {selection}"
     header += "".join(f"\n# {line}" for line in planted)
     unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
@@ -292,12 +380,20 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
                 f"\n# cache: {root if root else 'off (--no-cache): references in the run directory'}")
     # the cores left by the pool, shared by the lanes' processes (virtual jobs compute on the CPU too)
     threads = str(max(1, (cores - pool.processes * pool.threads) // lanes))
+    stop = threading.Event() if req.exitfirst else None  # -x: set by the first failing result
+
+    def add(result) -> None:
+        """Report a result; with -x a failing one stops every new job."""
+        report.add(result)
+        if stop is not None and result.status in FAILING:
+            stop.set()
 
     def settings_of(world: int):
         """The job settings of one world, with the cache and thread environment of this run."""
         settings = settings_for(launcher, run_dir, world, gpus, per_launch_s=req.deadline, startup_s=req.startup,
                                 tp=req.tp, impl=req.impl, rendezvous=req.rendezvous, store=req.store)
         settings.cache_dir = cache_dir
+        settings.stop = stop
         settings.env.update(kernel_cache_env(root))
         if launcher == "virtual":
             settings.env["OMP_NUM_THREADS"] = threads
@@ -305,9 +401,10 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
 
     def run_unit(settings, unit) -> None:
         """One unit's cases through a JobRunner of its own (verdicts reported as they settle); its time noted."""
+        if stop is not None and stop.is_set():
+            return
         started = time.monotonic()
-        JobRunner(settings, argv_builder(launcher), report.add, report.note, job_numbers).run(list(unit.cases),
-                                                                                             unit.world)
+        JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases), unit.world)
         durations.note(keys[id(unit)], time.monotonic() - started)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
@@ -329,7 +426,20 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
                       devices=None if shared_devices else DevicePool(gpus))
         finally:
             durations.save()  # what the finished units took, also when the run was cut short
+    if stop is not None and stop.is_set():
+        report.note(not_run_note(pairs, req, launcher, report))
 
 
-__all__ = ["ValidateRequest", "WorldPlan", "check_fault_groups", "plan_worlds", "planned_cases",
-           "plant_injections", "requested_worlds", "run_plan", "run_validate"]
+def not_run_note(pairs, req: ValidateRequest, launcher: str, report: Report) -> str:
+    """The note naming the planned cases that ``-x`` left without a result."""
+    done = {r.case_id for r in report.cases()}
+    missing = [i for i in collected_ids(pairs, req, launcher) if i not in done]
+    names = ", ".join(missing[:SKIPPED_NAMES_SHOWN]) + (f" and {len(missing) - SKIPPED_NAMES_SHOWN} more"
+                                                        if len(missing) > SKIPPED_NAMES_SHOWN else "")
+    return (f"# -x: stopped after the first failure; {len(missing)} planned case(s) not run"
+            + (f": {names}" if missing else ""))
+
+
+__all__ = ["ValidateRequest", "WorldPlan", "check_fault_groups", "collected_ids", "narrow_plan", "not_run_note",
+           "plan_worlds", "planned_cases", "plant_injections", "print_collected", "requested_worlds", "run_plan",
+           "run_validate", "size_class"]

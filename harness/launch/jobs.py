@@ -57,6 +57,7 @@ import itertools
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,6 +107,8 @@ class JobSettings:
     cache_dir: Path | None = None
     # Spare processes for virtual jobs (harness.launch.spares.StandbyPool); None: each job starts its own.
     standby: StandbyPool | None = None
+    # Set once no new job may start (validate -x after the first failure); None: never.
+    stop: threading.Event | None = None
 
 
 ArgvBuilder = Callable[[JobSettings, Path, int, int], list[str]]
@@ -178,8 +181,9 @@ class JobRunner:
         return self.settings.rendezvous.local_groups(world, tp)
 
     def _run_pending(self, pending: list[Pending], world: int, tp: int) -> None:
-        """Run jobs until every case has a verdict in every group (each job settles or judges at least one)."""
-        while pending:
+        """Run jobs until every case has a verdict in every group (each job settles or judges at least one), or
+        ``settings.stop`` is set (the cases left have no verdict: validate -x names them)."""
+        while pending and not (self.settings.stop is not None and self.settings.stop.is_set()):
             pending = self._run_job(pending, world, tp)
 
     # -- one job

@@ -28,6 +28,12 @@ STORED_BITS_LAUNCHER = "store"
 EXIT_OK, EXIT_FAILED, EXIT_NOTHING_RUN, EXIT_UNAVAILABLE, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
+def case_id(family: str, scenario: str, world: int, launcher: str, group: int | None = None) -> str:
+    """The stable name of a case: ``family/scenario[world=N,launcher=L(,group=G)]``."""
+    in_group = f",group={group}" if group is not None else ""
+    return f"{family}/{scenario}[world={world},launcher={launcher}{in_group}]"
+
+
 @dataclass
 class CaseResult:
     """The verdict of one scenario at one world size under one launcher."""
@@ -62,9 +68,8 @@ class CaseResult:
 
     @property
     def case_id(self) -> str:
-        """A stable name: family/scenario[world=N,launcher=L(,group=G)]."""
-        group = f",group={self.group}" if self.group is not None else ""
-        return f"{self.family}/{self.scenario}[world={self.world},launcher={self.launcher}{group}]"
+        """A stable name: family/scenario[world=N,launcher=L(,group=G)] (``case_id``)."""
+        return case_id(self.family, self.scenario, self.world, self.launcher, self.group)
 
 
 def graph_totals(results: Sequence[CaseResult]) -> dict:
