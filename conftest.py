@@ -1,6 +1,7 @@
-"""Project-wide pytest setup: the repository root on sys.path, and `gpu`
-tests skipped where no CUDA device exists (they run on the device machine
-through `make gpu-test`)."""
+"""Project-wide pytest setup: the repository root on sys.path, the scenario
+plugin (``harness.pytest_plugin``: ``pytest scenarios/`` runs the scenarios
+through the harness), and `gpu` tests skipped where no CUDA device exists
+(they run on the device machine through `make gpu-test`)."""
 
 import os
 import sys
@@ -16,12 +17,9 @@ if ROOT not in sys.path:
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-# Runs started by the tests keep their references and compiled kernels in a cache of this test session,
-# never in the user's ~/.cache/rankcheck.
-if "RANKCHECK_CACHE_DIR" not in os.environ:
-    import tempfile
-
-    os.environ["RANKCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-cache-")
+# The scenario items (`pytest scenarios/`), run by the harness. Where rankcheck is installed the plugin also
+# arrives by its pytest11 entry point, registered under this same name, so it is never registered twice.
+pytest_plugins = ["harness.pytest_plugin"]
 
 
 def _cuda_available() -> bool:

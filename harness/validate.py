@@ -225,7 +225,7 @@ def narrow_plan(pairs: WorldPlan, req: ValidateRequest, launcher: str) -> str:
     if req.only is not None:
         only = set(req.only)
         rules.append(lambda case, size: (case.key, size) in only)
-        said.append(f"{len(only)} (scenario, world) pair(s) named by the caller")
+        said.append(f"the {len(only)} (scenario, world) pair(s) asked for (pytest's items)")
     if not said:
         return ""
     before = sum(len(cases) for _, cases in pairs)
