@@ -101,7 +101,7 @@ def _add_allow_unavailable(p: argparse.ArgumentParser) -> None:
 def _add_selection(p: argparse.ArgumentParser) -> None:
     """pytest's selection options for ``validate``: -k, --lf, -x, --collect-only (harness.validate)."""
     p.add_argument("-k", dest="keyword", metavar="EXPR",
-                   help="only the cases whose words (family, name, file, world=N, launcher, case id) match this "
+                   help="only the cases whose words (family, name, file, scenario root, world=N, launcher, case id) match this "
                         "pytest-style expression of substrings with and/or/not, e.g. 'nan and not fused'")
     p.add_argument("--lf", "--last-failed", dest="last_failed", action="store_true",
                    help="only the cases that failed in the last run's JSON report (the newest under runs/; every "

@@ -37,8 +37,9 @@ rank and launch).
 
 Selection, as pytest selects tests: ``--scenario`` takes names and
 shell-style patterns (``markov_*/nan*``; ``harness.families.selection``),
-``-k EXPR`` keeps the cases whose words (family, name, file name,
-``world=N``, launcher, case id) satisfy pytest's keyword grammar, ``--lf``
+``-k EXPR`` keeps the cases whose words (family, name, file name, scenario
+root, ``world=N``, launcher, case id) satisfy a pytest keyword expression
+(``=`` is not in its grammar: ``--world`` picks worlds), ``--lf``
 keeps the cases that failed in the last run's JSON report (the newest
 under ``runs/``, or ``--last-report PATH``; ``harness.reports.last_failed``;
 a report without failures selects everything, as pytest's ``--lf`` does),

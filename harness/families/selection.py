@@ -2,7 +2,8 @@
 
 A case here is one scenario at one world under one launcher. Its words
 (``case_words``) are the family, the scenario's name, its file's name,
-``world=N``, the launcher and the case id
+the name of the scenario root (``scenarios``), ``world=N``, the launcher
+and the case id
 (``family/name[world=N,launcher=L]``); the pytest plugin
 (``harness.pytest_plugin``) gives each item the same words, so one
 expression selects the same cases through ``harness validate -k`` and
@@ -132,7 +133,8 @@ class KeywordExpression:
 
 def case_words(case: Case, world: int, launcher: str) -> tuple[str, ...]:
     """The words ``-k`` matches for ``case`` at ``world`` under ``launcher`` (the module docstring lists them)."""
-    return (case.family, case.name, Path(case.path).name, f"world={world}", launcher,
+    path = Path(case.path)
+    return (case.family, case.name, path.name, path.parent.parent.name, f"world={world}", launcher,
             case_id(case.family, case.name, world, launcher))
 
 
