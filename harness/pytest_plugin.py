@@ -155,10 +155,10 @@ def run_dir_of(config: pytest.Config) -> Path:
     if state.run_dir is None:
         chosen = config.getoption("rankcheck_run_dir")
         given = getattr(config, "workerinput", {}).get("rankcheck_run_dir")
-        if chosen:
-            state.run_dir = Path(chosen).resolve()
-        elif given:
+        if given:  # the controller's, resolved from its own directory
             state.run_dir = Path(given)
+        elif chosen:
+            state.run_dir = (Path(config.invocation_params.dir) / chosen).resolve()
         else:
             from harness.wire.case_files import default_run_dir  # noqa: PLC0415 - the harness loads only for scenarios
 
@@ -230,7 +230,6 @@ class ScenarioFile(pytest.File):
                     item.add_marker(pytest.mark.skip(reason=(
                         f"{case.key} is size {case.size}, outside the size class {size} "
                         f"(--rankcheck-size all runs it here)")))
-                    item.out_of_size = True
                 yield item
 
 
@@ -245,7 +244,6 @@ class ScenarioItem(pytest.Item):
         self.world = world
         self.launcher = launcher
         self.root = root
-        self.out_of_size = False
         self.extra_keyword_matches.update(case_words(case, world, launcher))
 
     def runtest(self) -> None:
@@ -289,7 +287,7 @@ def pytest_runtestloop(session: pytest.Session) -> None:
     config = session.config
     if config.option.collectonly or (session.testsfailed and not config.option.continue_on_collection_errors):
         return
-    items = [i for i in session.items if isinstance(i, ScenarioItem) and not i.out_of_size]
+    items = [i for i in session.items if isinstance(i, ScenarioItem) and i.get_closest_marker("skip") is None]
     if not items:
         return
     state = _state(config)
@@ -330,7 +328,7 @@ def run_selection(session: pytest.Session, items: list) -> dict:
         request = ValidateRequest(launcher=launcher, size=config.getoption("rankcheck_size"), run_dir=str(run_dir),
                                   scenario_root=None if root == _default_root().resolve() else str(root),
                                   only=sorted(pairs), exitfirst=exitfirst)
-        with _harness_output(config, run_dir / LOG_NAME) as stream, _interrupt_handlers():
+        with _HarnessOutput(config, run_dir / LOG_NAME) as stream, _InterruptHandlers():
             try:
                 entry["exit_code"] = run_validate(request, stream=stream)
             except ValueError as exc:
@@ -340,21 +338,19 @@ def run_selection(session: pytest.Session, items: list) -> dict:
         if entry["exit_code"] == EXIT_INTERRUPTED:
             runs["interrupted"] = True
             break
-        if exitfirst:
-            entry["missing"] = "not run: -x stopped the harness after the first failure"
-            if entry["exit_code"] == EXIT_FAILED:
-                stopped = entry["missing"]
+        if exitfirst and entry["exit_code"] == EXIT_FAILED:
+            entry["missing"] = stopped = "not run: -x stopped the harness after the first failure"
     return runs
 
 
-class _harness_output:
+class _HarnessOutput:
     """The stream the harness writes to: ``validate.log``, and the terminal too without xdist unless ``-q``."""
 
     def __init__(self, config: pytest.Config, log_path: Path) -> None:
         self.log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 - closed in __exit__
         self.echo = not hasattr(config, "workerinput") and config.option.verbose >= 0
 
-    def __enter__(self) -> "_harness_output":
+    def __enter__(self) -> "_HarnessOutput":
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -377,11 +373,11 @@ class _harness_output:
         return False
 
 
-class _interrupt_handlers:
+class _InterruptHandlers:
     """The harness's SIGINT/SIGTERM handlers (end every process tree, then KeyboardInterrupt) during a run, in the
     main thread only (where signals are delivered); the previous handlers afterwards."""
 
-    def __enter__(self) -> "_interrupt_handlers":
+    def __enter__(self) -> "_InterruptHandlers":
         from harness.launch.supervision import install_interrupt_handlers  # noqa: PLC0415 - only for scenarios
 
         self.saved = {}
