@@ -112,10 +112,11 @@ def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, s
         for r in res.not_refused:
             problems.append(f"rank {rank} launch {r['launch']}: accepted a bad input "
                             f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
+    discarded = _discarded_note(results)
     if problems:
-        return "fail", "; ".join(problems), count, first, max_ulps
+        return "fail", "; ".join(problems) + discarded, count, first, max_ulps
     if count:
-        return "fail", f"{count} mismatching elements", count, first, max_ulps
+        return "fail", f"{count} mismatching elements" + discarded, count, first, max_ulps
     launches = max((r.launches_done for r in results.values()), default=0)
     refused = sum(len(r.refused) for r in results.values())
     detail = f"bits equal over {launches} launches on {len(results)} ranks"
@@ -128,7 +129,18 @@ def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, s
     graph = _graph_note(results)
     if graph:
         detail += f"; {graph}"
-    return "pass", detail, 0, first, max_ulps
+    return "pass", detail + discarded, 0, first, max_ulps
+
+
+def _discarded_note(results: Mapping[int, RankResult]) -> str:
+    """'; n bad reference cache entries discarded and recomputed (why)' over the ranks ('' when none)."""
+    refs = [r.references or {} for r in results.values()]
+    count = sum(int(r.get("discarded", 0)) for r in refs)
+    if not count:
+        return ""
+    why = next((w[0] for r in refs if (w := r.get("discarded_why"))), "")
+    return f"; {count} bad reference cache entr{'y' if count == 1 else 'ies'} discarded and recomputed" + \
+        (f" ({why})" if why else "")
 
 
 def _graph_note(results: Mapping[int, RankResult]) -> str:
