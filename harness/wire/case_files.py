@@ -15,15 +15,17 @@ live here, so that neither imports policy from the other:
 - ``CRASH_EXIT`` / ``ABANDON_EXIT``: the exit codes a rank ends with on an
   injected crash and when it gives a job up;
 - ``default_run_dir``: where a run's files go when no ``--run-dir`` says
-  (``runs/<UTC time>`` under the repository root, git-ignored).
+  (a fresh ``runs/<UTC time>-<host>-<pid>-<random>`` under the repository
+  root, git-ignored: ``harness.wire.run_dir``).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.wire.run_dir import new_run_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Exit code of a rank ended by a ``crash`` injection (``how: exit``).
@@ -89,5 +91,6 @@ def stored_case(case: Any) -> bool:
 
 
 def default_run_dir() -> Path:
-    """``runs/<UTC timestamp>`` under the repository root."""
-    return REPO_ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    """A new run directory no other run has: ``runs/<UTC time>-<host>-<pid>-<random>`` under the repository root,
+    created."""
+    return new_run_dir()
