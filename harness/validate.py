@@ -62,6 +62,7 @@ from harness.wire.worker_evidence import stacks_dir
 from harness.launch.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
 from harness.launch.torchrun_options import Rendezvous
 from harness.launch.spares import StandbyPool
+from harness.launch.supervision import received_signal
 from harness.launch.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
 from harness.launch.schedule import DevicePool, default_lanes, job_units, order_units, run_units
 from harness.references.cache import cache_root, kernel_cache_env
@@ -268,13 +269,15 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
         report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
                         allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
                         provenance=provenance.collect(time.time(), job_env=first_settings.env)
-                        | {"node": req.rendezvous.describe()})
+                        | {"node": req.rendezvous.describe()}, interrupt_signal=received_signal)
         try:
             with report:
                 run_plan(req, launcher, gpus, run_dir, pairs, report, job_numbers)
         except KeyboardInterrupt:
-            # also when the interrupt came before the report was drawn: its verdict must say so, never OK
+            # also when the interrupt came before the report was drawn, or during its last write: the files
+            # must say so, never OK
             report.interrupted = True
+            report.finish()
         if not report.interrupted:
             # the job stores this node serves, until every node is done with them (each has its deadline)
             job_numbers.stores.release_all()

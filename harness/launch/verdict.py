@@ -185,7 +185,8 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
             results = dict(results)
             results[diagnosis.rank] = RankResult(status="error", error={
                 "type": "RuntimeError", "types": ["RuntimeError", "Exception"], "phase": "exit",
-                "message": f"rank {diagnosis.rank} ended without a result (exit code {end.returncode}): {what}"})
+                "message": f"rank {diagnosis.rank} ended without a result (the launcher exited with code "
+                           f"{end.returncode}): {what}"})
         cause = "timed out" if end.timed_out else f"ended early (exit code {end.returncode})"
         if "timeout" in outcomes and case.expect_timeout and diagnosis is not None:
             want = case.expect_timeout

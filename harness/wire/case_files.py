@@ -12,8 +12,9 @@ live here, so that neither imports policy from the other:
 - ``runs_in_group``: which TP groups run a case of a job file (a case run
   again runs only in the groups that lost it);
 - ``stored_case``: which cases the golden store holds bits for;
-- ``CRASH_EXIT`` / ``ABANDON_EXIT``: the exit codes a rank ends with on an
-  injected crash and when it gives a job up;
+- ``CRASH_EXIT`` / ``ABANDON_EXIT`` / ``HARNESS_GONE_EXIT``: the exit codes
+  a rank ends with on an injected crash, when it gives a job up and when the
+  harness that launched it is gone;
 - ``default_run_dir``: where a run's files go when no ``--run-dir`` says
   (a fresh ``runs/<UTC time>-<host>-<pid>-<random>`` under the repository
   root, git-ignored: ``harness.wire.run_dir``).
@@ -32,6 +33,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 CRASH_EXIT = 43
 # Exit code of a rank that gave its job up after an unexpected error inside a launch.
 ABANDON_EXIT = 44
+# Exit code of a rank that ended itself because the harness that launched it is gone (harness.rank.harness_watch).
+HARNESS_GONE_EXIT = 45
 
 
 def case_dir(run_dir: str | Path, family: str, name: str, tp: int, group: int | None) -> Path:

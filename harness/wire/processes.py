@@ -6,7 +6,9 @@ long (PIDs are reused quickly in containers): ``process_start_time`` reads
 the start time the kernel keeps for it (field 22 of ``/proc/<pid>/stat``,
 clock ticks since boot), which with the PID names one process for good, and
 ``process_state`` its state letter (``T``: stopped, ``Z``: exited, not yet
-reaped).
+reaped). ``HARNESS_VAR`` carries the launching harness's ``pid start`` into
+every process it starts, so a rank can tell when the harness is gone
+(``harness_alive``; ``harness.rank.harness_watch``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,24 @@ def group_alive(pgid: int) -> bool:
 def process_alive(pid: int) -> bool:
     """True while process ``pid`` exists."""
     return _answers_signal_zero(os.kill, pid)
+
+
+HARNESS_VAR = "RANKCHECK_HARNESS_PROCESS"
+
+
+def this_process() -> str:
+    """This process as ``pid start`` (start: clock ticks since boot, 0 where /proc is missing)."""
+    return f"{os.getpid()} {process_start_time(os.getpid()) or 0}"
+
+
+def process_is(described: str) -> bool:
+    """Whether the process ``pid start`` (``this_process`` of it) still exists: its PID alive with that start time."""
+    try:
+        pid, start = (int(part) for part in described.split())
+    except ValueError:
+        return True  # not ours to judge: a malformed value never ends a rank
+    now = process_start_time(pid)
+    return process_alive(pid) and (start == 0 or now is None or now == start)
 
 
 def _stat_fields(pid: int) -> list[str] | None:
