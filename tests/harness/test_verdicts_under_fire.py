@@ -8,7 +8,8 @@ session's): one of the golden system, one with a planted bug
 test-substitution hook. The clean run must pass (exit 0, no substitute
 named), the faulty one must fail on mismatching bits (exit 1) with the
 substitute named in its header and provenance, and the two must have used
-two run directories. The run directories are removed after each round.
+two run directories. The run directories of a round are removed when every
+check held, and kept (named in the failure) otherwise.
 """
 
 import json
@@ -28,7 +29,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = str(ROOT / "tests" / "harness" / "scenarios")
 ROUNDS = 20
 ARGV = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario-root", SCENARIOS,
-        "--scenario", "markov_sharded/tiny", "--world", "1", "--no-store"]
+        "--scenario", "markov_sharded/tiny", "--world", "1", "--no-store",
+        # generous deadlines: the verdicts are under test, not the speed of a machine shared with other runs
+        "--deadline", "300", "--startup", "600"]
 
 
 def start(planted: bool) -> subprocess.Popen:
@@ -53,6 +56,7 @@ def finish(proc: subprocess.Popen) -> tuple[int, str, Path, dict]:
 def test_a_clean_and_a_faulty_validation_side_by_side_keep_their_verdicts():
     wrong = []
     for round_ in range(ROUNDS):
+        failed = ["unfinished"]
         clean_proc, faulty_proc = start(False), start(True)
         clean, faulty = finish(clean_proc), finish(faulty_proc)
         try:
@@ -67,10 +71,15 @@ def test_a_clean_and_a_faulty_validation_side_by_side_keep_their_verdicts():
                 "two run dirs": c_dir != f_dir,
                 "both ended": c_doc["summary"]["ended"] == f_doc["summary"]["ended"] == "completed",
             }
-            wrong += [f"round {round_}: {name}" for name, ok in checks.items() if not ok]
+            failed = [name for name, ok in checks.items() if not ok]
+            wrong += [f"round {round_}: {name} (clean: {c_doc['summary']['result']}, "
+                      f"{[(r['status'], r['detail'][:300]) for r in c_doc['results']]}; faulty: "
+                      f"{f_doc['summary']['result']}, {[(r['status'], r['detail'][:300]) for r in f_doc['results']]}; "
+                      f"run dirs {c_dir} {f_dir})" for name in failed]
             print(f"round {round_}: exits {c_code} and {f_code}, {sum(checks.values())} of {len(checks)} checks hold",
                   flush=True)
         finally:
-            for run_dir in (clean[2], faulty[2]):
-                shutil.rmtree(run_dir, ignore_errors=True)
+            if not failed:  # a failing round keeps its run directories for the reader
+                for run_dir in (clean[2], faulty[2]):
+                    shutil.rmtree(run_dir, ignore_errors=True)
     assert not wrong, wrong
