@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=_positive_int, help="TP group size when smaller than the world")
     p.add_argument("--junit", metavar="PATH")
     p.add_argument("--json", metavar="PATH")
-    p.add_argument("--run-dir", metavar="DIR", help="default runs/<timestamp>/")
+    p.add_argument("--run-dir", metavar="DIR", help="default: a new runs/<UTC time>-<host>-<pid>-<random>/; a directory another run holds is refused")
     p.add_argument("--deadline", type=_positive_float, metavar="S",
                    help="per-launch deadline in seconds (a scenario's deadline_s wins)")
     p.add_argument("--startup", type=_positive_float, default=90.0, metavar="S",

@@ -29,6 +29,7 @@ from harness.launch.diagnosis import diagnose, kernel_diag_records
 from harness.launch.inject_option import checked_injections, write_injected_copy
 from harness.validate import ValidateRequest, run_validate
 from harness.wire.case_files import CaseId, default_run_dir
+from harness.wire.run_dir import run_dir_lock
 
 
 def _cell(record: dict) -> str:
@@ -70,12 +71,25 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
         raise ValueError(f"--world: {case.key} runs at {list(case.worlds)}, got {world}")
     extra = checked_injections(case, inject, world)
     out = Path(run_dir) if run_dir else default_run_dir()
+    with run_dir_lock(out):  # held across the validation (re-entrant) and the read-back of its records
+        code = run_validate_in(out, case, world, inject, extra, launcher=launcher, deadline=deadline, impl=impl,
+                               scenario_root=scenario_root, allow_unavailable=allow_unavailable)
+        print_diagnostics(out, case, world)
+    return code
+
+
+def run_validate_in(out: Path, case, world: int, inject: Sequence[str], extra: list, *, scenario_root: str | None,
+                    **options) -> int:
+    """Validate ``case`` at ``world`` in run directory ``out`` (with the injected copy when ``extra`` plants faults)."""
     if extra:
         write_injected_copy(case, extra, inject, out / "scenario", worlds=[world])
     root = str(out / "scenario") if extra else scenario_root
-    code = run_validate(ValidateRequest(launcher=launcher, scenarios=[case.key], worlds=[world], size="all",
-                                        run_dir=str(out), deadline=deadline, impl=impl, scenario_root=root,
-                                        store=False, allow_unavailable=allow_unavailable))
+    return run_validate(ValidateRequest(scenarios=[case.key], worlds=[world], size="all", run_dir=str(out),
+                                        scenario_root=root, store=False, **options))
+
+
+def print_diagnostics(out: Path, case, world: int) -> None:
+    """Print the ranks' progress side by side, each rank's result and the hang diagnosis of ``case`` in ``out``."""
     console = Console()
     case_id = CaseId(case.family, case.name, world, None, world)
     progress = records.read_group_progress(out, case_id)
@@ -100,4 +114,3 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
     console.print("diagnosis: " + diagnosis.text, markup=False)
     for rec in kernel:
         console.print(f"kernel record: {rec}", markup=False)
-    return code

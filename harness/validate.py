@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Collection, Sequence
 
 from harness.wire.case_files import check_tp_divides, default_run_dir, stored_case
+from harness.wire.run_dir import run_dir_lock
 from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
 from harness.families.selection import KeywordExpression, case_words, expand_globs
 from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
@@ -82,6 +83,7 @@ from harness.wire.worker_evidence import stacks_dir
 from harness.launch.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, python
 from harness.launch.torchrun_options import Rendezvous
 from harness.launch.spares import StandbyPool
+from harness.launch.supervision import received_signal
 from harness.launch.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
 from harness.launch.schedule import DevicePool, default_lanes, job_units, order_units, run_units
 from harness.references.cache import cache_root, kernel_cache_env
@@ -89,6 +91,7 @@ from harness.launch.reference_pool import ReferencePool
 from harness.references.pool import queue_items
 from harness.reports import provenance
 from harness.families.arch_facts import describe_choice
+from harness.families.systems import substitution
 from harness.reports.last_failed import failed_cases, newest_report
 from harness.reports.report import Report
 from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, FAILING, case_id
@@ -306,6 +309,27 @@ def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
     return planned
 
 
+def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan, req: ValidateRequest, files: str,
+               planted: Sequence[str], selection: str | None = None) -> str:
+    """The report header: the launcher and why, the system under test, the worlds, the files, what was skipped,
+    selected or planted."""
+    header = (f"# rankcheck validate: {why}\n# system under test: {impl} implementation; size class {size}; "
+              f"{scenarios} scenario(s); worlds {[w for w, _ in pairs]}" + (f"; tp {req.tp}" if req.tp else "") +
+              f"\n# {files}\n# {describe_choice()}")
+    if pairs.skipped:
+        header += f"\n# {pairs.skipped}"
+    if substitution():
+        header += f"\n# {substitution()}"
+    if selection:
+        header += f"\n# {selection}"
+    header += "".join(f"\n# {line}" for line in planted)
+    unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
+    if req.store and unstored:
+        header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
+                   f"reference takes minutes on a CPU; their check is the golden reference recomputed in this run)")
+    return header
+
+
 def run_validate(req: ValidateRequest, *, stream=None) -> int:
     """Run the requested validation and return the report's exit code (``harness.reports.report.Report.verdict``)."""
     gpus = gpu_count()
@@ -318,44 +342,34 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     if req.collect_only:
         return print_collected(pairs, req, launcher, selection, stream if stream is not None else sys.stdout)
     run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    planted = plant_injections(pairs, req, run_dir / "injected") if req.inject else []
-    check_fault_groups(pairs, req.tp)
-    # each node of a multi-node job writes its own files (X.node<k>.xml), merged by `harness merge-reports`
-    junit = req.rendezvous.node_path(req.junit or run_dir / "report.xml")
-    json_path = req.rendezvous.node_path(req.json or run_dir / "report.json")
-    planned = planned_cases(pairs, req.tp, req.rendezvous)
-    first_settings = settings_for(launcher, run_dir, max([w for w, _ in pairs] or [1]), gpus, impl=req.impl)
-    impl = first_settings.impl
-    header = (f"# rankcheck validate: {why}\n# system under test: {impl} implementation; size class {size}; "
-              f"{len(cases)} scenario(s); "
-              f"worlds {[w for w, _ in pairs]}" + (f"; tp {req.tp}" if req.tp else "") +
-              f"\n# run dir {run_dir}; junit {junit}; json {json_path}"
-              f"\n# {describe_choice()}")
-    if pairs.skipped:
-        header += f"\n# {pairs.skipped}"
-    if selection:
-        header += f"\n# {selection}"
-    header += "".join(f"\n# {line}" for line in planted)
-    unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
-    if req.store and unstored:
-        header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
-                   f"reference takes minutes on a CPU; their check is the golden reference recomputed in this run)")
-    job_numbers = JobSequence()
-    report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
-                    allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
-                    provenance=provenance.collect(time.time(), job_env=first_settings.env)
-                    | {"node": req.rendezvous.describe()})
-    try:
-        with report:
-            run_plan(req, launcher, gpus, run_dir, pairs, report, job_numbers)
-    except KeyboardInterrupt:
-        # also when the interrupt came before the report was drawn: its verdict must say so, never OK
-        report.interrupted = True
-    if not report.interrupted:
-        # the job stores this node serves, until every node is done with them (each has its deadline)
-        job_numbers.stores.release_all()
-    return report.exit_code()
+    with run_dir_lock(run_dir):  # another run's directory is refused here, before anything in it changes
+        planted = plant_injections(pairs, req, run_dir / "injected") if req.inject else []
+        check_fault_groups(pairs, req.tp)
+        # each node of a multi-node job writes its own files (X.node<k>.xml), merged by `harness merge-reports`
+        junit = req.rendezvous.node_path(req.junit or run_dir / "report.xml")
+        json_path = req.rendezvous.node_path(req.json or run_dir / "report.json")
+        planned = planned_cases(pairs, req.tp, req.rendezvous)
+        first_settings = settings_for(launcher, run_dir, max([w for w, _ in pairs] or [1]), gpus, impl=req.impl)
+        impl = first_settings.impl
+        header = run_header(why, impl, size, len(cases), pairs, req, f"run dir {run_dir}; junit {junit}; json {json_path}",
+                            planted, selection)
+        job_numbers = JobSequence()
+        report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
+                        allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
+                        provenance=provenance.collect(time.time(), job_env=first_settings.env)
+                        | {"node": req.rendezvous.describe()}, interrupt_signal=received_signal)
+        try:
+            with report:
+                run_plan(req, launcher, gpus, run_dir, pairs, report, job_numbers)
+        except KeyboardInterrupt:
+            # also when the interrupt came before the report was drawn, or during its last write: the files
+            # must say so, never OK
+            report.interrupted = True
+            report.finish()
+        if not report.interrupted:
+            # the job stores this node serves, until every node is done with them (each has its deadline)
+            job_numbers.stores.release_all()
+        return report.exit_code()
 
 
 def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,

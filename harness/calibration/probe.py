@@ -56,7 +56,7 @@ from golden import arch as golden_arch
 from golden.markov_sharded import BIAS_FUNCTIONS
 from harness.calibration import fp32 as probe_fp32, mma as probe_mma, rcp_table
 from harness.wire.atomic_file import atomic_write
-from harness.wire.case_files import default_run_dir
+from harness.wire.run_dir import new_run_dir
 
 MMA_SIZE = "full"
 REPORT_NAME = "probe-report.json"
@@ -192,10 +192,7 @@ def run_probe(run_dir: Path | None = None, *, replace: bool = False, out: TextIO
         return 2
 
     arch = golden_arch.arch_of_capability(*torch.cuda.get_device_capability())
-    if run_dir is None:
-        stamped = default_run_dir()
-        run_dir = stamped.with_name(f"probe-{stamped.name}")
-    run_dir = Path(run_dir)
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(prefix="probe-")
     provenance = run_provenance()
     report: dict[str, Any] = {"arch": arch, "provenance": provenance}
     report_path = run_dir / REPORT_NAME

@@ -13,8 +13,8 @@ the golden uses). The names below are the package's public ones.
 from harness.families.family_adapter import FamilyAdapter
 from harness.families.placement import DevicePlaced, placed, rank_device, to_device
 from harness.families.registry import adapter
-from harness.families.systems import PLANTED_SYSTEM_VAR, planted_system, system_class
+from harness.families.systems import PLANTED_SYSTEM_VAR, planted_system, substitution, system_class
 from harness.wire.errors import NotAvailable
 
-__all__ = ["PLANTED_SYSTEM_VAR", "DevicePlaced", "FamilyAdapter", "NotAvailable", "adapter", "placed",
+__all__ = ["PLANTED_SYSTEM_VAR", "DevicePlaced", "FamilyAdapter", "NotAvailable", "adapter", "placed", "substitution",
            "planted_system", "rank_device", "system_class", "to_device"]

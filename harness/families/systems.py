@@ -9,19 +9,28 @@ spelling. Every import goes through ``import_or_unavailable``: a module that
 fails to import makes the case not available, with the import error as its
 reason, never a failure.
 
-Tests of the harness itself (the fuzzer must find and shrink a known bug)
-substitute a faulty system for a family's golden one through
-``$RANKCHECK_TEST_PLANTED_SYSTEM`` (``family=tests.module:Class``), which
-every rank inherits; only a class under the ``tests.`` package is accepted,
-so a normal run cannot pick up a substitute by accident (``harness fuzz``
-names it in its header when it is set). The reference is never substituted.
+Tests of the harness itself (the fuzzer must find and shrink a known bug,
+a validation must fail on a known bug) substitute a faulty system for a
+family's golden one through ``$RANKCHECK_TEST_PLANTED_SYSTEM``
+(``family=tests.module:Class``), which every rank inherits. So that a normal
+run cannot pick up a substitute by accident, the class must come from a
+module whose file lies (real paths, symbolic links resolved) in this
+repository's ``tests/`` directory: a ``tests`` package elsewhere on the
+path (the repository's ``tests/`` is a namespace package, so any other
+``tests`` directory merges into it) is refused, and it is refused before
+it is imported, from the import system's spec of each package on the way.
+Every report names the substitution while the variable is set
+(``substitution``: the validate and fuzz headers, the provenance). The
+reference is never substituted.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import os
+from pathlib import Path
 from typing import Any
 
 from harness.wire.errors import NotAvailable
@@ -68,6 +77,36 @@ def resolve(dotted: str) -> Any:
 
 
 PLANTED_SYSTEM_VAR = "RANKCHECK_TEST_PLANTED_SYSTEM"
+TESTS_DIR = Path(__file__).resolve().parents[2] / "tests"
+
+
+def substitution() -> str:
+    """The words every report carries while a test-only system replaces a golden one ('' when none does)."""
+    text = os.environ.get(PLANTED_SYSTEM_VAR, "")
+    if not text:
+        return ""
+    family, _, dotted = text.partition("=")
+    return f"TEST-ONLY SUBSTITUTE: {family}'s golden system replaced by {dotted} (${PLANTED_SYSTEM_VAR})"
+
+
+def _in_tests_dir(origin: str | None) -> bool:
+    """Whether a module file ``origin`` lies, real paths resolved, in this repository's ``tests/`` directory."""
+    return origin is not None and Path(os.path.realpath(origin)).is_relative_to(os.path.realpath(TESTS_DIR))
+
+
+def check_test_module(module: str) -> None:
+    """Raise ValueError unless ``module`` and each package above it come from this repository's ``tests/``
+    (a namespace package has no file and passes; its modules are checked in turn), before any of them runs."""
+    parts = module.split(".")
+    if parts[0] != "tests":
+        raise ValueError(f"${PLANTED_SYSTEM_VAR}: a test-only substitute must be a class under tests., got {module!r}")
+    for depth in range(1, len(parts) + 1):
+        name = ".".join(parts[:depth])
+        spec = importlib.util.find_spec(name)  # imports the packages above ``name``, each already checked
+        if spec is None:
+            raise ValueError(f"${PLANTED_SYSTEM_VAR}: no module {name}")
+        if spec.has_location and not _in_tests_dir(spec.origin):
+            raise ValueError(f"${PLANTED_SYSTEM_VAR}: {name} is {spec.origin}, not a file of {TESTS_DIR}")
 
 
 def planted_system(family: str) -> type | None:
@@ -76,6 +115,5 @@ def planted_system(family: str) -> type | None:
     named, _, dotted = text.partition("=")
     if named != family:
         return None
-    if not dotted.startswith("tests."):
-        raise ValueError(f"${PLANTED_SYSTEM_VAR}: a test-only substitute must be a class under tests., got {dotted!r}")
+    check_test_module(dotted.partition(":")[0])
     return resolve(dotted)

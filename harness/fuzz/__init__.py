@@ -24,7 +24,6 @@ failing case as drawn under ``fuzz/failing/``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -32,11 +31,12 @@ from typing import Sequence
 
 from golden.families import FAMILIES
 from harness.cli import number_type
-from harness.families import PLANTED_SYSTEM_VAR
+from harness.families import substitution
 from harness.fuzz.draw import DEFAULT_WORLDS
 from harness.fuzz.run import BatchRunner, FuzzInterrupted, fuzz
 from harness.launch.launchers import gpu_count, resolve
 from harness.wire.case_files import default_run_dir
+from harness.wire.run_dir import run_dir_lock
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
 
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
@@ -79,11 +79,16 @@ def fuzz_command(args: argparse.Namespace) -> int:
     check_worlds(args.family, worlds)
     launcher = _launcher_name(args.launcher)
     run_dir = Path(args.run_dir) if args.run_dir else default_run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    with run_dir_lock(run_dir):  # another run's directory is refused (exit 2) before anything in it changes
+        return fuzz_in(args, worlds, launcher, run_dir)
+
+
+def fuzz_in(args: argparse.Namespace, worlds: tuple, launcher: str, run_dir: Path) -> int:
+    """Fuzz as ``args`` say in the run directory this process holds; the exit code."""
     print(f"# rankcheck fuzz: {args.family}, seed {args.seed}, worlds {list(worlds)}, launcher {launcher}, "
           f"budget {args.budget_s:g} s; run dir {run_dir}", flush=True)
-    if os.environ.get(PLANTED_SYSTEM_VAR):
-        print(f"# test-only system under test: {PLANTED_SYSTEM_VAR}={os.environ[PLANTED_SYSTEM_VAR]}", flush=True)
+    if substitution():
+        print(f"# {substitution()}", flush=True)
     runner = BatchRunner(run_dir, launcher=launcher, impl=args.impl)
     started = time.monotonic()
     result = fuzz(args.family, worlds, args.seed, args.budget_s, runner, batch=args.batch,
@@ -118,4 +123,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
 
 
-__all__ = ["build_parser", "check_worlds", "fuzz_command", "main"]
+__all__ = ["build_parser", "check_worlds", "fuzz_command", "fuzz_in", "main"]

@@ -9,6 +9,14 @@ generation). Kernel diagnostic records (``kernels.diag``), which the
 caller reads from the run directory, are attached verbatim: they name the
 awaited rank and the expected and seen tags. Each rank's innermost Python frames, its
 log and any NCCL flight-recorder dumps come along (``harness.launch.evidence``).
+
+A rank that did not fall behind but died is named first: a rank the
+launcher saw exit non-zero or be killed (``exited``: rank -> exit code,
+negative for a signal; ``harness.launch.rank_deaths``), then a rank whose
+process was stopped when its time ran out (``stopped``: rank -> pid), each
+with its exit code or signal and its last progress record; then a rank an
+injected fault marks, one that disagreed about the call, and one behind the
+others.
 """
 
 from __future__ import annotations
@@ -17,6 +25,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from harness.launch.rank_deaths import death_words
 
 
 @dataclass
@@ -78,19 +88,21 @@ def _belief(records: list[dict]) -> dict:
 
 
 def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | None = None,
+             stopped: Mapping[int, int] | None = None,
              kernel_records: Sequence[dict] = (), stacks: Mapping[int, list[str]] | None = None,
              logs: Mapping[int, str] | None = None, nccl_dumps: Sequence[str] = ()) -> Diagnosis:
     """Name the rank that fell behind from every rank's progress records, with the evidence gathered for it.
 
     ``progress`` maps each rank to its progress records in order. ``exited``
     maps ranks known to have exited (rank -> exit code, from the launcher) so
-    that a crash is told apart from a hang. ``kernel_records`` are the
+    that a crash is told apart from a hang, ``stopped`` the ranks whose
+    process was stopped (rank -> pid). ``kernel_records`` are the
     ``kernels.diag`` records the caller found: the first gives the step, and
     its awaited rank when the progress records name none; all are attached.
     ``stacks`` (rank -> innermost frames), ``logs`` (rank -> log file) and
     ``nccl_dumps`` (``harness.launch.evidence``) are attached as they are.
     """
-    found = _who_fell_behind(progress, exited=exited, kernel_records=kernel_records)
+    found = _who_fell_behind(progress, exited=exited, stopped=stopped, kernel_records=kernel_records)
     found.stacks = dict(stacks or {})
     found.logs = {rank: str(path) for rank, path in (logs or {}).items()}
     found.nccl_dumps = list(nccl_dumps)
@@ -127,11 +139,12 @@ def _begun_count(recs: list[dict]) -> int:
 
 
 def _who_fell_behind(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | None,
-                     kernel_records: Sequence[dict]) -> Diagnosis:
-    """The diagnosis from the progress records and kernel records alone."""
+                     kernel_records: Sequence[dict], stopped: Mapping[int, int] | None = None) -> Diagnosis:
+    """The diagnosis from the progress records, the ranks' deaths and stops, and the kernel records."""
     exited = dict(exited or {})
+    stopped = dict(stopped or {})
     beliefs = {r: _belief(recs) for r, recs in progress.items()}
-    if not progress:
+    if not progress and not exited and not stopped:
         return Diagnosis(None, None, None, "no progress records", beliefs, list(kernel_records))
     counts = {r: _begun_count(recs) for r, recs in progress.items()}
     bad_exit = {r: c for r, c in exited.items() if c != 0}
@@ -142,10 +155,12 @@ def _who_fell_behind(progress: Mapping[int, list[dict]], *, exited: Mapping[int,
     deviating = {r: rec["deviates"] for r, recs in progress.items()
                  if (rec := _last(recs, "begin")) is not None and rec.get("deviates")}
     laggard: int | None = None
-    if marked:
-        laggard = min(marked)
-    elif bad_exit:
+    if bad_exit:
         laggard = min(bad_exit, key=lambda r: (counts.get(r, 0), r))
+    elif stopped:
+        laggard = min(stopped)
+    elif marked:
+        laggard = min(marked)
     elif deviating:
         laggard = min(deviating)
     elif len(set(counts.values())) > 1:
@@ -164,24 +179,37 @@ def _who_fell_behind(progress: Mapping[int, list[dict]], *, exited: Mapping[int,
                              f"rank {r}: {l}" for r, l in sorted(launches.items())) + "); no single rank fell behind",
                          beliefs, list(kernel_records))
     launch = _next_launch(progress.get(laggard, []))
-    how = "did not begin"
-    if laggard in marked:
-        how = {"hang": "hung before", "crash": "crashed before", "skip": "skipped", "repeat": "repeated",
-               "delay": "was delayed before"}[marked[laggard]["event"]]
-    elif laggard in bad_exit:
-        how = f"exited with code {bad_exit[laggard]} before"
-    elif laggard in deviating:
-        how = "disagreed (" + ", ".join(f"{k} {v[0]} where the call has {v[1]}"
-                                        for k, v in sorted(deviating[laggard].items())) + ") at"
+    how, cause = _how(laggard, marked, bad_exit, stopped, deviating)
     others = [r for r in progress if r != laggard and counts[r] > counts.get(laggard, 0)]
     text = f"rank {laggard} {how} launch {launch}"
     if others and how != "repeated":
         text += f" while rank(s) {', '.join(map(str, sorted(others)))} began it"
     if step is not None:
         text += f" (kernel record: step {step})"
-    cause = marked[laggard]["event"] if laggard in marked else (
-        "exit" if laggard in bad_exit else "disagree" if laggard in deviating else "behind")
+    if cause == "crash" and laggard in bad_exit:
+        text += f" (it {death_words(bad_exit[laggard])})"
+    if laggard in bad_exit or laggard in stopped:
+        text += f"; its last progress record: {beliefs.get(laggard, _belief([]))['text']}"
     return Diagnosis(laggard, launch, step, text, beliefs, list(kernel_records), cause)
+
+
+def _how(rank: int, marked: Mapping, bad_exit: Mapping[int, int], stopped: Mapping[int, int],
+         deviating: Mapping) -> tuple[str, str]:
+    """(what ``rank`` did, in words before "launch k"; the cause's name) from the evidence against it."""
+    if rank in marked and (rank not in bad_exit or marked[rank]["event"] == "crash"):
+        event = marked[rank]["event"]
+        how = {"hang": "hung before", "crash": "crashed before", "skip": "skipped", "repeat": "repeated",
+               "delay": "was delayed before"}[event]
+        return how, event
+    if rank in bad_exit:
+        code = bad_exit[rank]
+        return f"{death_words(code)} at", "signal" if code < 0 else "exit"
+    if rank in stopped:
+        return f"was stopped (process {stopped[rank]} in state T: SIGSTOP or a debugger) at", "stopped"
+    if rank in deviating:
+        return "disagreed (" + ", ".join(f"{k} {v[0]} where the call has {v[1]}"
+                                         for k, v in sorted(deviating[rank].items())) + ") at", "disagree"
+    return "did not begin", "behind"
 
 
 def kernel_diag_records(case_dir: str | os.PathLike) -> list[dict]:

@@ -67,6 +67,7 @@ from harness.wire.case_files import CaseId, check_tp_divides, group_ranks
 from harness.launch import flight_evidence
 from harness.launch.evidence import nccl_dumps, rank_stacks, torchrun_rank_log
 from harness.wire.worker_evidence import stacks_dir
+from harness.wire.processes import HARNESS_VAR, this_process
 from harness.families.catalog import Case
 from harness.launch import records
 from harness.launch.groups import GroupRun, case_budget
@@ -77,6 +78,7 @@ from harness.launch.verdict import judge
 from harness.wire.rank_result import RankResult
 from harness.wire.case_result import CaseResult
 from harness.launch.diagnosis import diagnose, kernel_diag_records
+from harness.launch.rank_deaths import first_failure, stopped_ranks
 from harness.launch.supervision import Supervised
 
 if TYPE_CHECKING:
@@ -155,6 +157,8 @@ class JobRunner:
         self.on_note = on_note
         self.job_numbers = job_numbers if isinstance(job_numbers, JobSequence) else JobSequence(job_numbers)
         self.job_index = 0
+        self.exited: dict[int, int] = {}
+        self.stopped: dict[int, int] = {}
         self.job_started_wall = time.time()
         self.job_started_monotonic = time.monotonic()
         # (case key, group) -> times the case was cut short in that group by another group's fault
@@ -244,6 +248,7 @@ class JobRunner:
                      f"log {log_path}")
         self.job_started_monotonic = time.monotonic()
         self.verdict_times = []
+        self.exited, self.stopped = {}, {}  # this job's dead and stopped ranks (global rank -> exit code, pid)
         return runs, argv, log_path
 
     def _job_clock(self, pending: list[Pending]) -> JobClock:
@@ -276,7 +281,10 @@ class JobRunner:
             with open(log_path, "ab") as log:
                 sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s,
                                  stacks_dir=stacks_dir(s.run_dir))
-        outcome = sup.wait(clock.cap + REFERENCE_ALLOWANCE_S, poll=watch.expired)
+        outcome = sup.wait(clock.cap + REFERENCE_ALLOWANCE_S, poll=watch.expired,
+                           on_expiry=lambda: self._note_stopped(runs))
+        if outcome.returncode not in (0, None) and not outcome.timed_out and s.launcher != "virtual":
+            self.exited = first_failure(log_path, s.rendezvous.local_ranks(world).start)
         if outcome.leftovers:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
         watch.settle_completed()
@@ -366,12 +374,25 @@ class JobRunner:
         return [Pending(again[k][0], tuple(again[k][1:])) for k in order if k in again]
 
     def _failed_itself(self, run: GroupRun) -> bool:
-        """Whether the group's own ranks ended its case: an error result, or a rank the records blame."""
+        """Whether the group's own ranks ended its case: an error result, a rank that died or stopped, or a rank
+        the records blame."""
         s = self.settings
         if any(r.failed for r in run.results(s.run_dir).values()):
             return True
         progress = records.read_group_progress(s.run_dir, run.case_id())
-        return diagnose(progress).rank is not None
+        return diagnose(progress, **self._deaths_in(run)).rank is not None
+
+    def _note_stopped(self, runs: list[GroupRun]) -> None:
+        """Remember the ranks of the live groups whose process is stopped now (called as their time runs out)."""
+        for run in runs:
+            if run.current is not None:
+                progress = records.read_group_progress(self.settings.run_dir, run.case_id())
+                self.stopped.update({run.members[g]: pid for g, pid in stopped_ranks(progress).items()})
+
+    def _deaths_in(self, run: GroupRun) -> dict:
+        """This job's dead and stopped ranks of ``run``'s group, by group rank: ``diagnose``'s exited and stopped."""
+        return {"exited": {g: self.exited[r] for g, r in enumerate(run.members) if r in self.exited},
+                "stopped": {g: self.stopped[r] for g, r in enumerate(run.members) if r in self.stopped}}
 
     def _group_name(self, run: GroupRun) -> str:
         """The group in words, as the notes and verdicts name it (``TP group 5 (ranks 20-23)``)."""
@@ -395,7 +416,8 @@ class JobRunner:
         diagnosis = None
         if not end.completed or any(r.failed for r in results.values()):
             progress = records.read_group_progress(s.run_dir, case_id)
-            diagnosis = diagnose(progress, kernel_records=kernel_diag_records(case_id.directory(s.run_dir)),
+            diagnosis = diagnose(progress, **self._deaths_in(run),
+                                 kernel_records=kernel_diag_records(case_id.directory(s.run_dir)),
                                  stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
                                  logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
@@ -444,6 +466,7 @@ def job_env(s: JobSettings, world: int) -> dict:
     env.update(s.env)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     env.setdefault("PYTHONUNBUFFERED", "1")
+    env[HARNESS_VAR] = this_process()  # the ranks end themselves once this process is gone
     # The golden references run on the CPU: share its cores among this node's processes
     # (one for the virtual launcher, one per rank otherwise).
     processes = 1 if s.launcher == "virtual" else len(s.rendezvous.local_ranks(world))

@@ -24,7 +24,9 @@ allowance, ``harness.launch.job_clock``); this module enforces them:
 - Interrupts: every ``Supervised`` is in a module-level registry from before
   its first process exists until its processes are verified gone.
   ``install_interrupt_handlers`` (the command line's main thread) makes
-  SIGINT and SIGTERM alike call ``end_every_tree`` once, which ends every
+  SIGINT, SIGTERM and SIGHUP (a lost terminal or SSH session) alike call
+  ``end_every_tree`` once (``received_signal`` names the first, for the
+  report's ``ended``), which ends every
   live tree at once (SIGTERM to all, one grace period, SIGKILL, verify) and
   refuses new ones, and then raises KeyboardInterrupt. Signals that arrive
   meanwhile or after are ignored, so a second Ctrl-C a millisecond later
@@ -119,6 +121,8 @@ class TreesEnded(KeyboardInterrupt):
 _registry_lock = threading.RLock()
 _live_trees: dict[str, "Supervised"] = {}
 _ending = False
+_received: str | None = None  # the name of the first signal the handlers took ("SIGINT", "SIGTERM", "SIGHUP")
+INTERRUPT_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _register(tree: "Supervised") -> None:
@@ -153,19 +157,30 @@ def end_every_tree() -> list[int]:
     return end_trees(trees)
 
 
+def received_signal() -> str | None:
+    """The name of the first interrupt signal this process's handlers took (None before any)."""
+    return _received
+
+
 def _on_interrupt(signum: int, frame: object) -> None:
-    """The SIGINT/SIGTERM handler: the first one ends every tree, then raises KeyboardInterrupt; later ones are ignored."""
+    """The SIGINT/SIGTERM/SIGHUP handler: the first one ends every tree, then raises KeyboardInterrupt; later ones are
+    ignored."""
+    global _received
     if _ending:
         # The trees are being (or have been) ended and the report closed: a second Ctrl-C or a
         # SIGTERM right after must not abort that half-way and leave processes running.
         return
+    _received = signal.Signals(signum).name
     end_every_tree()
-    raise KeyboardInterrupt(f"{signal.Signals(signum).name}: every process tree of this harness was ended")
+    raise KeyboardInterrupt(f"{_received}: every process tree of this harness was ended")
 
 
 def install_interrupt_handlers() -> None:
-    """Make SIGINT and SIGTERM end every process tree of this harness and then raise KeyboardInterrupt (call from the main thread)."""
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    """Make SIGINT, SIGTERM and SIGHUP end every process tree of this harness and then raise KeyboardInterrupt (call
+    from the main thread)."""
+    for sig in INTERRUPT_SIGNALS:
+        if sig == signal.SIGHUP and signal.getsignal(sig) == signal.SIG_IGN:
+            continue  # started under nohup: a lost terminal is meant not to end the run
         signal.signal(sig, _on_interrupt)
 
 
@@ -260,8 +275,12 @@ class Supervised:
             raise TreesEnded("the harness was interrupted while a process tree started; it was ended")
 
     def wait(self, deadline: float, *, poll: Callable[[], None] | None = None,
-             interval_s: float = 0.2) -> Outcome:
+             interval_s: float = 0.2, on_expiry: Callable[[], None] | None = None) -> Outcome:
         """Wait up to ``deadline`` seconds, or until ``poll()`` says time is up; then end everything.
+
+        ``on_expiry`` is called once time is up, before anything is signalled
+        (the processes are as the deadline found them: a stopped rank is still
+        stopped).
 
         Raises TreesEnded when the harness is interrupted meanwhile (its
         outcome is the interrupt's doing, not the job's).
@@ -283,6 +302,8 @@ class Supervised:
                     break
                 time.sleep(interval_s)
             decided = time.monotonic()
+            if timed_out and on_expiry is not None:
+                on_expiry()
             if timed_out and self.stacks_dir is not None:
                 request_stacks(processes_with_token(self.token), self.stacks_dir)
         except BaseException:

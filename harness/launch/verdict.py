@@ -122,10 +122,11 @@ def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, s
                             f"(expected {r['expected']['type']} /{r['expected']['match']}/)")
         for r in res.protocol_mismatches:
             problems.append(f"rank {rank} launch {r['launch']}: {r['problem']}")
+    discarded = _discarded_note(results)
     if problems:
-        return "fail", "; ".join(problems), count, first, max_ulps
+        return "fail", "; ".join(problems) + discarded, count, first, max_ulps
     if count:
-        return "fail", f"{count} mismatching elements", count, first, max_ulps
+        return "fail", f"{count} mismatching elements" + discarded, count, first, max_ulps
     launches = max((r.launches_done for r in results.values()), default=0)
     refused = sum(len(r.refused) for r in results.values())
     detail = f"bits equal over {launches} launches on {len(results)} ranks"
@@ -140,7 +141,18 @@ def _bits_verdict(results: Mapping[int, RankResult], world: int) -> tuple[str, s
         return status, f"{graph}; {detail}", 0, first, max_ulps
     if graph:
         detail += f"; {graph}"
-    return "pass", detail, 0, first, max_ulps
+    return "pass", detail + discarded, 0, first, max_ulps
+
+
+def _discarded_note(results: Mapping[int, RankResult]) -> str:
+    """'; n bad reference cache entries discarded and recomputed (why)' over the ranks ('' when none)."""
+    refs = [r.references or {} for r in results.values()]
+    count = sum(int(r.get("discarded", 0)) for r in refs)
+    if not count:
+        return ""
+    why = next((w[0] for r in refs if (w := r.get("discarded_why"))), "")
+    return f"; {count} bad reference cache entr{'y' if count == 1 else 'ies'} discarded and recomputed" + \
+        (f" ({why})" if why else "")
 
 
 def graph_verdict(results: Mapping[int, RankResult]) -> tuple[str | None, str]:
@@ -202,7 +214,8 @@ def judge(case, *, world: int, launcher: str, impl: str, group: int | None, resu
             results = dict(results)
             results[diagnosis.rank] = RankResult(status="error", error={
                 "type": "RuntimeError", "types": ["RuntimeError", "Exception"], "phase": "exit",
-                "message": f"rank {diagnosis.rank} ended without a result (exit code {end.returncode}): {what}"})
+                "message": f"rank {diagnosis.rank} ended without a result (the launcher exited with code "
+                           f"{end.returncode}): {what}"})
         cause = "timed out" if end.timed_out else f"ended early (exit code {end.returncode})"
         if "timeout" in outcomes and case.expect_timeout and diagnosis is not None:
             want = case.expect_timeout

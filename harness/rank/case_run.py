@@ -296,7 +296,7 @@ class CaseRun:
         self.result.comparison = self.total.to_json()
         # by this rank; the others (and earlier runs) left theirs in the cache
         self.result.references = {"computed": self.refs.computed, "loaded": self.refs.loaded,
-                                  "discarded": self.refs.discarded}
+                                  "discarded": self.refs.discarded, "discarded_why": self.refs.discarded_why[:4]}
         self.result.state = self._state()
         if self.stored.mode and self.result.status == "ok" and self.stored.outputs:
             with self.clock.phase("store"):

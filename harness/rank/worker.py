@@ -30,7 +30,9 @@ peers inside a collective, so it gives the job up (``abandon``) and exits
 with ``ABANDON_EXIT``: the launcher ends the job and runs the remaining
 cases in a fresh one. At start every worker process registers a stack dump
 on SIGUSR1 (``harness.wire.worker_evidence.register_worker``), so a rank that hangs
-still shows the watchdog where.
+still shows the watchdog where, and watches the harness that launched it
+(``harness.rank.harness_watch``): a rank outlives its harness by at most a
+poll interval.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from golden.comm import ThreadWorld
 from harness.rank import standby
 from harness.rank.case_run import run_case
 from harness.rank.dist_comm import DistComm
+from harness.rank.harness_watch import watch_harness
 from harness.wire.case_files import ABANDON_EXIT, check_tp_divides, runs_in_group
 from harness.wire.errors import NotAvailable
 from harness.wire.phases import count_start_up_from, mark_startup, process_started_at
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (args.job or args.standby):
         parser.error("--job or --standby is required")
+    watch_harness()  # a harness killed outright cannot end this rank: it ends itself
     started = process_started_at()
     if started is not None:
         mark_startup("process", started)

@@ -49,6 +49,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -58,6 +59,7 @@ from harness.rank.compare import compare_outputs
 from harness.recording.recorder import STATE_PREFIX, _snapshot, run_world, state_tensors
 from harness.recording.world import WorldRecording, disagreements, first_line, load_world
 from harness.recording.writer import WORLD_MANIFEST
+from harness.wire.run_dir import run_dir_lock
 from scenarios.bundle import BundleError
 
 ORDERLY_END = "exit"  # what harness.recording.writer writes when the recorded block ended without an exception
@@ -273,6 +275,14 @@ def replay_isolated(directory: Path, deadline_s: float) -> dict:
 def run_bundle_replay(bundle: str, *, impl: str | None = None, launcher: str = "auto",
                       deadline: float | None = None, run_dir: str | None = None) -> int:
     """Replay every recording under ``bundle`` and print the report; return 0 / 1 (findings) / 2 (bad recording)."""
+    # another run's directory is refused (exit 2) before any replay, never overwritten
+    with run_dir_lock(Path(run_dir)) if run_dir else nullcontext():
+        return bundle_replay_in(bundle, impl=impl, launcher=launcher, deadline=deadline, run_dir=run_dir)
+
+
+def bundle_replay_in(bundle: str, *, impl: str | None, launcher: str, deadline: float | None,
+                     run_dir: str | None) -> int:
+    """``run_bundle_replay`` once its run directory (if any) is held."""
     if launcher not in ("auto", "virtual"):
         print(f"replay: --launcher {launcher}: a recorded world replays in one process (auto or virtual)")
         return 2
@@ -292,7 +302,6 @@ def run_bundle_replay(bundle: str, *, impl: str | None = None, launcher: str = "
             print(f"  {line}")
         print(f"  verdict: {'FAILED' if report['findings'] else 'ok'} ({len(report['findings'])} findings)")
     if run_dir:
-        Path(run_dir).mkdir(parents=True, exist_ok=True)
         (Path(run_dir) / "world_replay.json").write_text(json.dumps(reports, indent=1), encoding="utf-8")
     return 1 if any(r["findings"] for r in reports) else 0
 

@@ -10,23 +10,36 @@ same golden code. So it is computed once and kept:
   ``validate --no-cache`` points the ranks at ``<run>/refcache`` instead: the
   ranks of that run still share their references, no earlier run's are read.
 - The key (``ReferenceCache.key``): sha256 over the golden code's digest
-  (every source and data file of ``golden/`` and ``harness/families/`` plus
-  the torch version, ``code_digest``), the family, the config without its TP
+  (every module the reference's entry points import, found by following
+  their imports through ``golden/``, ``contracts/`` and the adapters, the
+  data files of those packages, and the torch version: ``code_digest``,
+  ``harness.references.code_key``), the family, the config without its TP
   key, the static tensors, the call's agreed inputs (dtype, shape, bytes)
   and parameters. A change to any of them is another key, so a cached entry
   is never a stale answer; the cache holds reference tensors, never a
   verdict.
-- Integrity: each file carries, in its safetensors metadata, the sha256 of
-  its tensors' bytes (``payload_digest``). A file that does not load or whose
-  digest differs is removed and the reference recomputed.
+- Integrity: each file carries, in its safetensors metadata, its own key
+  and the sha256 over that key and its tensors' bytes (``payload_digest``);
+  it is written under its key's path (temporary file + ``os.replace``). On
+  reading, a file that does not load, whose stored key is not the key asked
+  for (an entry swapped or copied under another name) or whose digest
+  differs (truncated, edited, forged without the key) is removed, the
+  reference recomputed, and the discard counted and named in the rank's log
+  and result (the case's verdict detail says how many were discarded): a
+  bad entry costs a recomputation, never a verdict. The cache is not
+  authenticated: it guards against mistakes and torn or stale files, not
+  against someone who can write it and reproduce the format.
 - Concurrency: the first rank that needs a reference claims it
   (``<key>.claim``, created exclusively through a hard link so it appears
-  with its owner ``host pid`` already written), computes it, stores it
+  with its owner ``host pid start`` already written, ``start`` being the
+  process's start time in clock ticks since boot, field 22 of
+  ``/proc/<pid>/stat``), computes it, stores it
   atomically (temporary file + ``os.replace``) and drops the claim; the
   others wait for the file, beating their progress heartbeat, up to
   ``wait_s``, then compute it themselves. The owner refreshes the claim's
   modification time while it computes. A claim is dead when its owner is a
-  process of this host that no longer exists, or (another host's, on a shared
+  process of this host that no longer exists or whose start time differs
+  (the PID was reused by another process), or (another host's, on a shared
   file system) when it has not been refreshed for ``CLAIM_STALE_S``; a dead
   claim is taken over. An owner whose computation fails drops its claim, so
   the next rank computes it and meets the same error.
@@ -41,6 +54,7 @@ import functools
 import hashlib
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -50,7 +64,9 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from harness.wire.processes import process_alive
+from harness.families.registry import ADAPTERS
+from harness.references.code_key import reference_sources
+from harness.wire.processes import process_alive, process_start_time
 
 CACHE_DIR_VAR = "RANKCHECK_CACHE_DIR"
 MAX_BYTES_VAR = "RANKCHECK_CACHE_MAX_BYTES"
@@ -63,8 +79,8 @@ HEARTBEAT_S = 5.0
 # A claim of another host not refreshed for this long is taken over (its owner refreshes every HEARTBEAT_S).
 CLAIM_STALE_S = 120.0
 DIGEST_KEY = "rankcheck_payload_sha256"
+ENTRY_KEY = "rankcheck_key"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CODE_DIRS = ("golden", "harness/families")
 
 
 def cache_root() -> Path:
@@ -75,13 +91,17 @@ def cache_root() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def code_digest() -> str:
-    """sha256 over every file of the code a reference depends on (golden/, harness/families/) and the torch version."""
+    """The digest of this repository's reference code (``tree_digest`` of the repository root), once per process."""
+    return tree_digest(REPO_ROOT)
+
+
+def tree_digest(root: Path) -> str:
+    """sha256 over every file a reference depends on in the tree at ``root`` (its imports, followed from the
+    adapters and golden modules) and the torch version."""
     h = hashlib.sha256(f"torch {torch.__version__}|".encode())
-    for folder in CODE_DIRS:
-        for path in sorted((REPO_ROOT / folder).rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                h.update(f"{path.relative_to(REPO_ROOT)}|".encode())
-                h.update(path.read_bytes())
+    for path in reference_sources(tuple(sorted({a.golden_module for a in ADAPTERS.values()})), root):
+        h.update(f"{path.relative_to(root)}|".encode())
+        h.update(path.read_bytes())
     return h.hexdigest()
 
 
@@ -93,9 +113,9 @@ def tensor_digest(h: Any, name: str, tensor: Any) -> None:
         h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
 
 
-def payload_digest(tensors: dict) -> str:
-    """sha256 over the named tensors (sorted by name): what a stored file's metadata must repeat."""
-    h = hashlib.sha256()
+def payload_digest(tensors: dict, key: str = "") -> str:
+    """sha256 over ``key`` and the named tensors (sorted by name): what a stored file's metadata must repeat."""
+    h = hashlib.sha256(f"{key}|".encode())
     for name in sorted(tensors):
         tensor_digest(h, name, tensors[name])
     return h.hexdigest()
@@ -107,22 +127,24 @@ def threading_ident() -> int:
 
 
 def _owner() -> str:
-    """This process as a claim's owner: ``host pid``."""
-    return f"{socket.gethostname()} {os.getpid()}"
+    """This process as a claim's owner: ``host pid start`` (start: clock ticks since boot, 0 where unknown)."""
+    return f"{socket.gethostname()} {os.getpid()} {process_start_time(os.getpid()) or 0}"
 
 
 def claim_dead(claim: Path) -> bool:
-    """Whether a claim's owner is gone: a dead process of this host, or another host's claim left unrefreshed."""
+    """Whether a claim's owner is gone: a process of this host that no longer exists or whose PID another process
+    now has (another start time), or another host's claim left unrefreshed."""
     try:
         owner = claim.read_text(encoding="utf-8").split()
         age = time.time() - claim.stat().st_mtime
     except FileNotFoundError:
         return False  # just dropped: look again at the next poll
-    if len(owner) != 2 or not owner[1].isdigit():
+    if len(owner) != 3 or not (owner[1].isdigit() and owner[2].isdigit()):
         return age > CLAIM_STALE_S  # torn or foreign: trust only its age
-    host, pid = owner[0], int(owner[1])
+    host, pid, start = owner[0], int(owner[1]), int(owner[2])
     if host == socket.gethostname():
-        return not process_alive(pid)
+        now = process_start_time(pid)
+        return not process_alive(pid) or (start != 0 and now is not None and now != start)
     return age > CLAIM_STALE_S
 
 
@@ -189,6 +211,7 @@ class ReferenceCache:
         self.computed = 0
         self.loaded = 0
         self.discarded = 0
+        self.discarded_why: list[str] = []  # what was wrong with each discarded entry
 
     def key(self, inputs: dict, params: dict) -> str:
         """The digest of one launch's reference."""
@@ -215,20 +238,21 @@ class ReferenceCache:
         claim = self.path(key).with_suffix(".claim")
         return claim.exists() and not claim_dead(claim)
 
-    def _load(self, path: Path) -> dict | None:
-        """The stored reference at ``path`` when it loads and matches its digest; a bad file is removed (None)."""
+    def _load(self, path: Path, key: str) -> dict | None:
+        """The stored reference at ``path`` when it loads, is the entry of ``key`` and matches its digest; a bad
+        file is removed and the discard named (None)."""
         try:
             with safe_open(str(path), framework="pt") as f:
-                stored = (f.metadata() or {}).get(DIGEST_KEY)
+                meta = f.metadata() or {}
                 tensors = {name: f.get_tensor(name) for name in f.keys()}
         except FileNotFoundError:
             return None
-        except Exception:  # noqa: BLE001 - a torn or corrupt file: recompute it
-            stored, tensors = None, {}
-        if stored is None or payload_digest(tensors) != stored:
-            path.unlink(missing_ok=True)
-            self.discarded += 1
-            return None
+        except Exception as exc:  # noqa: BLE001 - a torn or corrupt file: recompute it
+            return self._discard(path, f"does not load ({type(exc).__name__})")
+        if meta.get(ENTRY_KEY) != key:
+            return self._discard(path, f"holds the entry of key {str(meta.get(ENTRY_KEY))[:40]!r}, not {key!r}")
+        if payload_digest(tensors, key) != meta.get(DIGEST_KEY):
+            return self._discard(path, "its tensors do not match the digest stored with them")
         try:
             os.utime(path)  # least recently used is trimmed first
         except FileNotFoundError:
@@ -236,12 +260,20 @@ class ReferenceCache:
         self.loaded += 1
         return tensors
 
-    def _store(self, path: Path, outputs: dict) -> None:
-        """Write ``outputs`` to ``path`` atomically with their digest, then trim the cache to its bound."""
+    def _discard(self, path: Path, why: str) -> None:
+        """Remove the bad entry at ``path``, count it and say why on this rank's log (its reference is recomputed)."""
+        path.unlink(missing_ok=True)
+        self.discarded += 1
+        self.discarded_why.append(f"{path.name}: {why}")
+        print(f"rankcheck: reference cache entry {path} discarded and recomputed: {why}", file=sys.stderr, flush=True)
+        return None
+
+    def _store(self, path: Path, key: str, outputs: dict) -> None:
+        """Write ``outputs`` to ``path`` atomically with their key and digest, then trim the cache to its bound."""
         tensors = {k: v.detach().cpu().contiguous() for k, v in outputs.items()}
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading_ident()}")
-        save_file(tensors, str(tmp), metadata={DIGEST_KEY: payload_digest(tensors)})
+        save_file(tensors, str(tmp), metadata={ENTRY_KEY: key, DIGEST_KEY: payload_digest(tensors, key)})
         os.replace(tmp, path)
         trim(self.directory, self.max_bytes)
 
@@ -286,13 +318,13 @@ class ReferenceCache:
         beat = time.monotonic()
         owned = False
         while True:
-            found = self._load(path) if path.exists() else None
+            found = self._load(path, key) if path.exists() else None
             if found is not None:
                 return found
             if self._claim(claim):
                 owned = True
                 # An owner that finished between the look above and this claim left the file behind.
-                found = self._load(path) if path.exists() else None
+                found = self._load(path, key) if path.exists() else None
                 if found is not None:
                     claim.unlink(missing_ok=True)
                     return found
@@ -307,7 +339,7 @@ class ReferenceCache:
             with _Heartbeat(heartbeat, claim if owned else None):
                 outputs = compute()
             self.computed += 1
-            self._store(path, outputs)
+            self._store(path, key, outputs)
         finally:
             if owned:
                 claim.unlink(missing_ok=True)
@@ -397,4 +429,5 @@ class _Heartbeat:
 
 
 __all__ = ["CACHE_DIR_VAR", "MAX_BYTES_VAR", "REFERENCE_WAIT_S", "ReferenceCache", "cache_root", "claim_dead",
-           "code_digest", "kernel_cache_env", "payload_digest", "reference_path", "tensor_digest", "trim"]
+           "code_digest", "kernel_cache_env", "payload_digest", "reference_path", "tensor_digest", "tree_digest",
+           "trim"]

@@ -27,7 +27,9 @@ two reports of one node, or reports of different jobs (rendezvous id, node
 count), are an error (exit 2) naming the files; a node of the job with no
 report, and a case some node reported that another node has no verdict for
 (a node that died or was interrupted part way), each become an ``error``
-result, so the job is not green.
+result, so the job is not green; so does a node report that still says
+``running, not finished`` (its harness was killed or crashed before its
+last write: ``killed-or-crashed``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from harness.reports import provenance as provenance_facts
-from harness.reports.report import Report
+from harness.reports.report import RUNNING, Report
 from harness.wire.case_result import FAILING, STORED_BITS_LAUNCHER, CaseResult
 
 # Worst first: the status a case gets when nodes disagree about it.
@@ -168,6 +170,10 @@ def absent_node_results(reports: Sequence[NodeReport]) -> list[MergedResult]:
     out = [MergedResult("job", f"node{k}:report", 0, "-", "error", expected="a report from every node",
                         detail=f"node {k} of {nnodes}: no report among the inputs (the node did not run, or its "
                                f"report is elsewhere)") for k in range(nnodes) if k not in present]
+    out += [MergedResult("job", f"node{rep.rank}:report", 0, "-", "error", expected="a finished report from every node",
+                         detail=f"node {rep.rank}: killed-or-crashed (its report {rep.path} still says "
+                                f"{RUNNING!r}: the harness ended before its last write)")
+            for rep in reports if rep.summary.get("ended") == RUNNING]
     # Every node plans the same cases; each reports them for its own groups (stored-bits checks on one node only).
     planned = {rep.rank: {case_key(r)[:4] for r in rep.results if r.launcher != STORED_BITS_LAUNCHER}
                for rep in reports}

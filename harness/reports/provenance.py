@@ -7,7 +7,9 @@ report (validate's JSON and JUnit, the bench's results, a merged report)
 records the same facts, collected here once: the rankcheck version and git
 commit (with whether the tree had uncommitted changes), the host name, the
 GPUs (count, names, driver), Python, torch and CuTe DSL versions, the
-multicast variables as the jobs see them, and the start time in UTC.
+multicast variables as the jobs see them, the start time in UTC, and
+``substituted_system``: what a test-only substitute replaced (None in every
+normal run; ``harness.families.systems``).
 
 Every fact is optional: a machine without git, without a GPU, without
 nvidia-smi or without one of the packages gives ``None`` for that fact and
@@ -26,6 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from harness.families.systems import substitution
 from harness.launch.launchers import MULTICAST_OFF
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -101,6 +104,7 @@ def collect(started: float, job_env: Mapping[str, str] | None = None) -> dict:
         "gpus": gpus(),
         "multicast": multicast_environment(job_env),
         "started": utc_iso(started),
+        "substituted_system": substitution() or None,
     }
 
 

@@ -21,8 +21,23 @@ against the golden store), counted on a line of their own and never as
 cases, so the live bar, the planned total and the footer's case counts all
 count the same things. A failing stored-bits check still fails the run.
 
+The files on disk always say how the run ended (``summary.ended``): from
+the first write (``__enter__``) until the last they say ``running, not
+finished`` and the result ``RUNNING, not finished (n of m so far)`` with
+exit code 1, so a run that is killed (SIGKILL, a crash, the machine gone)
+leaves a report no reader takes for green (``harness merge-reports`` turns
+it into an error, ``killed-or-crashed``). The last write, after the
+verdict, says ``completed``, ``interrupted(SIGINT)`` or
+``interrupted(SIGTERM)``, ``hangup`` (exit 129) or ``aborted``; an interrupt
+that lands during that write makes the caller write once more
+(``finish``), so the files never keep an ``OK`` the exit code denies. A
+report file that cannot be written (read-only or full run directory) is
+``ReportWriteError`` naming the file and the cause, a ``ValueError`` that
+the command line turns into exit 2 without a traceback.
+
 The result and the exit code are decided in one place (``Report.verdict``),
-in this order: interrupted (``INTERRUPTED (n of m run)``, 130), ended by an
+in this order: still running (``RUNNING``, 1), interrupted
+(``INTERRUPTED (n of m run)``, 130; ``HANGUP``, 129), ended by an
 exception (``ABORTED (...)``, 1), any fail, timeout or error (``FAILED``,
 1), no case run (``NOTHING RUN``, 2, with the
 reason the caller gave), every case not available (``NOT AVAILABLE``, 3,
@@ -69,6 +84,7 @@ from harness.reports.diagnoses import diagnoses
 from harness.reports.junit import junit_xml
 from harness.reports.live import LiveView
 from harness.wire.atomic_file import atomic_write
+from harness.wire.run_dir import RunDirError
 from harness.wire.case_result import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -81,6 +97,15 @@ from harness.wire.case_result import (
     graph_totals,
     CaseResult,
 )
+
+
+# Exit code of a run ended by SIGHUP (its terminal or SSH session lost): 128 + the signal's number.
+EXIT_HANGUP = 129
+RUNNING = "running, not finished"
+
+
+class ReportWriteError(RunDirError):
+    """A report file that cannot be written (the message names the file and the cause)."""
 
 
 def phase_summary(results: Sequence[CaseResult]) -> str:
@@ -101,7 +126,7 @@ class Report:
                  json_path: str | os.PathLike | None = None, total: int | None = None,
                  stream=None, live: bool | None = None, planned: Mapping[int, int] | None = None,
                  allow_unavailable: bool = False, empty_reason: str = "",
-                 provenance: Mapping | None = None) -> None:
+                 provenance: Mapping | None = None, interrupt_signal=lambda: None) -> None:
         self.header = header
         self.junit_path = junit_path
         self.json_path = json_path
@@ -113,6 +138,10 @@ class Report:
         self.empty_reason = empty_reason
         self.interrupted = False
         self.aborted = ""  # the exception that ended the run early, in words ("" when none did)
+        # False from ``__enter__`` until the last write: the files say the run is still going
+        self.finished = True
+        # the name of the signal that interrupted the run ("SIGHUP", "SIGTERM"; None: a plain KeyboardInterrupt)
+        self.interrupt_signal = interrupt_signal
         self.provenance = dict(provenance) if provenance is not None else provenance_facts.collect(self.started)
         self.stream = stream if stream is not None else sys.stdout
         self._live_enabled = self.stream.isatty() if live is None else live
@@ -126,6 +155,7 @@ class Report:
             self._console = Console(file=self.stream, force_terminal=self._live_enabled or None,
                                     highlight=False, width=None if self._live_enabled else 200)
             self._console.print(self.header, markup=False)
+            self.finished = False
             if self._live_enabled:
                 self._live = LiveView(self._console, total=self.total, planned=self.planned).__enter__()
             self._write_files()
@@ -139,8 +169,23 @@ class Report:
                 self.interrupted = True  # KeyboardInterrupt, or SystemExit from a signal handler
             if self._live is not None:
                 self._live.__exit__(exc_type, exc, tb)
-            self._write_files()
+            self.finish()
             self._console.print(self.footer(), markup=False)
+
+    def finish(self) -> None:
+        """Write the files for the last time, with how the run ended (again when an interrupt cut a last write)."""
+        with self._lock:
+            self.finished = True
+            self._write_files()
+
+    def ended(self) -> str:
+        """How the run ended, as the files say it: running, completed, interrupted(SIGINT|SIGTERM), hangup, aborted."""
+        if not self.finished:
+            return RUNNING
+        if self.interrupted:
+            name = self.interrupt_signal() or "SIGINT"
+            return "hangup" if name == "SIGHUP" else f"interrupted({name})"
+        return "aborted" if self.aborted else "completed"
 
     def set_total(self, total: int) -> None:
         """Set how many cases the progress bar expects."""
@@ -186,7 +231,7 @@ class Report:
                 "graphs": graph_totals(self.results),
                 "cases": len(cases), "planned": self.total, "interrupted": self.interrupted,
                 "empty_reason": self.empty_reason, "wall_s": time.time() - self.started, "ok": self.ok,
-                "result": result, "exit_code": code}
+                "result": result, "exit_code": code, "ended": self.ended()}
 
     @property
     def ok(self) -> bool:
@@ -197,9 +242,13 @@ class Report:
         """(the footer's result words, the exit code): the one place that decides both."""
         cases = self.cases()
         failed = sum(r.status in FAILING for r in self.results)
+        planned = self.total if self.total is not None else "?"
+        if not self.finished:
+            return f"RUNNING, not finished ({len(cases)} of {planned} so far)", EXIT_FAILED
         if self.interrupted:
-            planned = self.total if self.total is not None else "?"
             also = f"; {failed} failed" if failed else ""
+            if self.ended() == "hangup":
+                return f"HANGUP ({len(cases)} of {planned} run{also})", EXIT_HANGUP
             return f"INTERRUPTED ({len(cases)} of {planned} run{also})", EXIT_INTERRUPTED
         if self.aborted:
             return f"ABORTED ({self.aborted[:300]})", EXIT_FAILED
@@ -238,18 +287,31 @@ class Report:
         )
 
     def exit_code(self) -> int:
-        """The exit code of the run (``verdict``): 0 OK, 1 failed, 2 nothing run, 3 nothing available, 130 interrupted."""
+        """The exit code of the run (``verdict``): 0 OK, 1 failed (or still running), 2 nothing run, 3 nothing
+        available, 129 hangup, 130 interrupted."""
         return self.verdict()[1]
 
     def _write_files(self) -> None:
-        """Rewrite the JUnit XML and JSON outputs (atomically) from the results so far."""
+        """Rewrite the JUnit XML and JSON outputs (atomically) from the results so far; ReportWriteError naming the
+        file when one cannot be written."""
         with self._lock:
             if self.junit_path:
-                atomic_write(self.junit_path, junit_xml(self.results, suite="rankcheck", header=self.header,
-                                                        provenance=self.provenance, result=self.verdict()[0]))
+                _write_named(self.junit_path, lambda: junit_xml(self.results, suite="rankcheck", header=self.header,
+                                                               provenance=self.provenance, result=self.verdict()[0]))
             if self.json_path:
-                # "diagnoses" sorts first among the keys: what went wrong is on top of the file
-                doc = {"diagnoses": diagnoses(self.results), "schema": JSON_SCHEMA, "header": self.header,
-                       "provenance": self.provenance, "summary": self.summary(),
-                       "results": [asdict(r) | {"case_id": r.case_id} for r in self.results]}
-                atomic_write(self.json_path, json.dumps(doc, indent=1, sort_keys=True, default=str))
+                _write_named(self.json_path, self._json_text)
+
+    def _json_text(self) -> str:
+        """The JSON report of the results so far ("diagnoses" sorts first among the keys: what went wrong is on top)."""
+        doc = {"diagnoses": diagnoses(self.results), "schema": JSON_SCHEMA, "header": self.header,
+               "provenance": self.provenance, "summary": self.summary(),
+               "results": [asdict(r) | {"case_id": r.case_id} for r in self.results]}
+        return json.dumps(doc, indent=1, sort_keys=True, default=str)
+
+
+def _write_named(path, text) -> None:
+    """``atomic_write(path, text())``; an OSError becomes ReportWriteError naming ``path`` and the cause."""
+    try:
+        atomic_write(path, text())
+    except OSError as exc:
+        raise ReportWriteError(f"cannot write the report {path}: {exc.strerror or exc}") from None

@@ -30,6 +30,7 @@ from harness.scale.measure import world_costs
 from harness.scale.nightly import run_world, shape_of
 from harness.scale.summary import load_results, write_summary
 from harness.launch.supervision import install_interrupt_handlers
+from harness.wire.run_dir import run_dir_lock
 
 DEFAULT_SCENARIOS = ("markov_sharded/basic", "allreduce_mhc/basic_ll", "markov_fused/basic")
 # A world is not started with less time left than this (its two jobs' start-up alone take longer).
@@ -80,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
            "host": {"host": socket.gethostname(), "cores": os.cpu_count()}, "worlds": []}
     failed = False
     try:
-        failed = run_worlds(args, shapes, doc, out, work, cache, started)
+        with run_dir_lock(work):  # two scale runs on one work directory would read each other's node runs
+            failed = run_worlds(args, shapes, doc, out, work, cache, started)
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)

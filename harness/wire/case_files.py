@@ -12,24 +12,29 @@ live here, so that neither imports policy from the other:
 - ``runs_in_group``: which TP groups run a case of a job file (a case run
   again runs only in the groups that lost it);
 - ``stored_case``: which cases the golden store holds bits for;
-- ``CRASH_EXIT`` / ``ABANDON_EXIT``: the exit codes a rank ends with on an
-  injected crash and when it gives a job up;
+- ``CRASH_EXIT`` / ``ABANDON_EXIT`` / ``HARNESS_GONE_EXIT``: the exit codes
+  a rank ends with on an injected crash, when it gives a job up and when the
+  harness that launched it is gone;
 - ``default_run_dir``: where a run's files go when no ``--run-dir`` says
-  (``runs/<UTC time>`` under the repository root, git-ignored).
+  (a fresh ``runs/<UTC time>-<host>-<pid>-<random>`` under the repository
+  root, git-ignored: ``harness.wire.run_dir``).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from harness.wire.run_dir import new_run_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Exit code of a rank ended by a ``crash`` injection (``how: exit``).
 CRASH_EXIT = 43
 # Exit code of a rank that gave its job up after an unexpected error inside a launch.
 ABANDON_EXIT = 44
+# Exit code of a rank that ended itself because the harness that launched it is gone (harness.rank.harness_watch).
+HARNESS_GONE_EXIT = 45
 
 
 def case_dir(run_dir: str | Path, family: str, name: str, tp: int, group: int | None) -> Path:
@@ -95,5 +100,6 @@ def stored_case(case: Any) -> bool:
 
 
 def default_run_dir() -> Path:
-    """``runs/<UTC timestamp>`` under the repository root."""
-    return REPO_ROOT / "runs" / time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    """A new run directory no other run has: ``runs/<UTC time>-<host>-<pid>-<random>`` under the repository root,
+    created."""
+    return new_run_dir()

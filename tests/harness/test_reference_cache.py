@@ -57,7 +57,7 @@ def test_stale_claim_is_taken_over_and_failure_drops_the_claim(tmp_path):
     refs = cache(tmp_path)
     key = refs.key({"x": torch.ones(1)}, {})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    claim_of(refs, key).write_text(f"{socket.gethostname()} {dead.stdout.strip()}")
+    claim_of(refs, key).write_text(f"{socket.gethostname()} {dead.stdout.strip()} 0")
     started = time.monotonic()
     out = refs.get(key, lambda: {"y": torch.zeros(2)}, wait_s=30)
     assert time.monotonic() - started < 5 and torch.equal(out["y"], torch.zeros(2))
@@ -75,7 +75,7 @@ def test_stale_claim_is_taken_over_and_failure_drops_the_claim(tmp_path):
 def test_waits_are_bounded(tmp_path):
     refs = cache(tmp_path)
     key = refs.key({}, {})
-    claim_of(refs, key).write_text(f"{socket.gethostname()} {os.getpid()}")  # held by a live process
+    claim_of(refs, key).write_text(f"{socket.gethostname()} {os.getpid()} 0")  # held by a live process
     started = time.monotonic()
     out = refs.get(key, lambda: {"y": torch.ones(1)}, wait_s=0.5)
     assert 0.5 <= time.monotonic() - started < 5 and torch.equal(out["y"], torch.ones(1))
@@ -155,7 +155,7 @@ def test_another_hosts_claim_is_trusted_until_stale(tmp_path, monkeypatch):
     refs = cache(tmp_path)
     key = refs.key({"x": torch.ones(3)}, {})
     claim = claim_of(refs, key)
-    claim.write_text("some-other-host 1")
+    claim.write_text("some-other-host 1 1")
     assert not refcache.claim_dead(claim)
     old = time.time() - refcache.CLAIM_STALE_S - 1
     os.utime(claim, (old, old))
