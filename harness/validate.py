@@ -48,13 +48,16 @@ stored-bits checks are not cases).
 from __future__ import annotations
 
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from harness.wire.atomic_file import writable_dir
 from harness.wire.case_files import default_run_dir, stored_case
-from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
+from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
+from harness.families.catalog import Case, case_of, discover_each, load, resolve_name, select
 from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
 from harness.launch.launchers import argv_builder, gpu_count, resolve, settings_for
 from harness.wire.worker_evidence import stacks_dir
@@ -228,11 +231,14 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     gpus = gpu_count()
     launcher, why = resolve(req.launcher, gpus)
     size = req.size or ("all" if launcher != "cpu" and gpus else "cpu")
-    cases = select(discover(req.scenario_root), family=req.family, names=list(req.scenarios or []) or None,
-                   size=size)
+    found, bad_files = discover_each(req.scenario_root)
+    for message in bad_files:  # before selection: a name that fails to resolve may be the bad file's
+        print(f"rankcheck validate: scenario file refused, not run: {message}", file=sys.stderr)
+    cases = select(found, family=req.family, names=list(req.scenarios or []) or None, size=size)
     pairs = plan_worlds(cases, req)
-    run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = writable_dir(Path(req.run_dir) if req.run_dir else default_run_dir(), "run directory")
+    if req.cache:
+        writable_dir(cache_root(), "cache directory ($RANKCHECK_CACHE_DIR; --no-cache runs without it)")
     planted = plant_injections(pairs, req, run_dir / "injected") if req.inject else []
     check_fault_groups(pairs, req.tp)
     # each node of a multi-node job writes its own files (X.node<k>.xml), merged by `harness merge-reports`
@@ -249,6 +255,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     if pairs.skipped:
         header += f"\n# {pairs.skipped}"
     header += "".join(f"\n# {line}" for line in planted)
+    header += "".join(f"\n# scenario file refused, not run (exit 2 at best): {line}" for line in bad_files)
     unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
         header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
@@ -267,7 +274,12 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     if not report.interrupted:
         # the job stores this node serves, until every node is done with them (each has its deadline)
         job_numbers.stores.release_all()
-    return report.exit_code()
+    return bad_file_exit(report.exit_code(), bad_files)
+
+
+def bad_file_exit(code: int, bad_files: list[str]) -> int:
+    """``code``, or exit 2 when it would say all is well though a scenario file was refused."""
+    return EXIT_NOTHING_RUN if bad_files and code in (EXIT_OK, EXIT_UNAVAILABLE) else code
 
 
 def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,

@@ -142,6 +142,12 @@ def discover(root: str | Path | None = None) -> list[Case]:
     return [case_of(s) for s in _module("scenarios.loader").discover(root)]
 
 
+def discover_each(root: str | Path | None = None) -> tuple[list[Case], list[str]]:
+    """The cases of every scenario under ``root`` that loads, and one message (naming the file) per file that did not."""
+    scenarios, errors = _module("scenarios.loader").discover_each(root)
+    return [case_of(s) for s in scenarios], [str(e) for e in errors]
+
+
 def load(path: str | Path) -> Any:
     """Load and validate one scenario file (errors name the file and the field)."""
     return _module("scenarios.loader").load(Path(path))
