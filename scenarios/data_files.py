@@ -49,14 +49,20 @@ def _kind(mode: int) -> str:
     return next((words for test, words in _KINDS if test(mode)), "not a regular file")
 
 
-def read_text(path: str | os.PathLike, shown: str, cap: int, error: type[ScenarioError] = ScenarioError) -> str:
-    """The UTF-8 text of the regular file ``path`` of at most ``cap`` bytes; anything else is ``error`` naming ``shown``."""
+def require_regular(path: str | os.PathLike, shown: str, error: type[ScenarioError] = ScenarioError) -> int:
+    """The size of ``path`` when it is a regular file (symlinks followed), else ``error`` naming ``shown``."""
     try:
-        mode = os.stat(path).st_mode
+        st = os.stat(path)
     except OSError as exc:
         raise error(f"{shown}: cannot read: {exc.strerror or exc}") from exc
-    if not stat.S_ISREG(mode):
-        raise error(f"{shown}: cannot read: {_kind(mode)}, expected a regular file")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{shown}: cannot read: {_kind(st.st_mode)}, expected a regular file")
+    return st.st_size
+
+
+def read_text(path: str | os.PathLike, shown: str, cap: int, error: type[ScenarioError] = ScenarioError) -> str:
+    """The UTF-8 text of the regular file ``path`` of at most ``cap`` bytes; anything else is ``error`` naming ``shown``."""
+    require_regular(path, shown, error)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError as exc:
@@ -189,5 +195,5 @@ def read_yaml(path: str | os.PathLike, shown: str, cap: int, error: type[Scenari
     return load_yaml(read_text(Path(path), shown, cap, error), shown, error)
 
 
-__all__ = ["DataLoader", "MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_MANIFEST_BYTES", "MAX_SCENARIO_BYTES", "load_yaml",
+__all__ = ["DataLoader", "require_regular", "MAX_ALIAS_NODES", "MAX_DEPTH", "MAX_MANIFEST_BYTES", "MAX_SCENARIO_BYTES", "load_yaml",
            "read_text", "read_yaml"]
