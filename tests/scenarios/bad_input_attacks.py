@@ -15,9 +15,11 @@ runs ``replay --bundle``.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
+import shutil
 import struct
 import subprocess
 import sys
@@ -158,8 +160,23 @@ def _bomb_in_world(tmp: Path) -> list[str]:
     return ["replay", "--bundle", str(world), "--impl", "golden"]
 
 
+_RECORDED: list[Path] = []
+
+
 def record_world(tmp: Path) -> Path:
-    """A one-rank recording of markov_sharded/basic's first two calls under ``tmp/world``."""
+    """A one-rank recording of markov_sharded/basic's first two calls, copied to ``tmp/world`` (recorded once)."""
+    if not _RECORDED:
+        import tempfile  # noqa: PLC0415
+
+        template = Path(tempfile.mkdtemp(prefix="rankcheck-recorded-world-"))
+        atexit.register(shutil.rmtree, template, True)
+        _RECORDED.append(_record(template))
+    shutil.copytree(_RECORDED[0], tmp / "world", symlinks=True)
+    return tmp / "world"
+
+
+def _record(tmp: Path) -> Path:
+    """Record markov_sharded/basic's first two calls under ``tmp/world``."""
     sys.path.insert(0, str(ROOT / "tests" / "record"))
     import rankcheck  # noqa: PLC0415 - torch: only the bundle rows need it
     from recording_child import sharded_system  # noqa: PLC0415
