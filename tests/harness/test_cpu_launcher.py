@@ -99,7 +99,7 @@ def test_injected_hang_ends_in_time_naming_rank_and_launch(tmp_path):
     assert "rank 1 hung before launch 1" in res["detail"]
     # ended by its deadline (the job's own record), not by the hung rank or the test's timeout
     timing = json.loads(next((tmp_path / "timing").glob("job*.json")).read_text())
-    assert timing["timed_out"] and [v["expired"] for v in timing["verdicts"]] == [True], timing
+    assert timing["timed_out"] and [bool(v["expired"]) for v in timing["verdicts"]] == [True], timing
     assert processes_of(tmp_path) == []
 
 
