@@ -1,8 +1,17 @@
 """Project-wide pytest setup: the repository root on sys.path, the scenario
 plugin (``harness.pytest_plugin``: ``pytest scenarios/`` runs the scenarios
 through the harness), and `gpu` tests skipped where no CUDA device exists
-(they run on the device machine through `make gpu-test`)."""
+(they run on the device machine through `make gpu-test`).
 
+"No CUDA device" is the only reason to skip: torch imports, and either it
+is a build without CUDA or the machine has no NVIDIA device node. A broken
+stack (torch does not import; a CUDA build on a machine with an NVIDIA
+device where CUDA does not initialize: a driver mismatch, a missing
+library) ends the session with an error naming the cause, so `pytest -m gpu`
+on a broken GPU node can never report every test skipped and exit 0.
+"""
+
+import glob
 import os
 import sys
 
@@ -22,18 +31,34 @@ os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 pytest_plugins = ["harness.pytest_plugin"]
 
 
+class BrokenCuda(RuntimeError):
+    """The CUDA stack is present but unusable; the message says why."""
+
+
 def _cuda_available() -> bool:
+    """Whether CUDA tests can run: False only where there is no GPU to test; a broken stack raises ``BrokenCuda``."""
     try:
         import torch
-
-        return torch.cuda.is_available()
-    except Exception:
-        return False
+    except Exception as exc:  # noqa: BLE001 - any import failure is a broken stack, named
+        raise BrokenCuda(f"torch does not import: {type(exc).__name__}: {exc}") from exc
+    if torch.cuda.is_available():
+        return True
+    if torch.version.cuda is None or not glob.glob("/dev/nvidia[0-9]*"):
+        return False  # a CPU build, or no NVIDIA device: nothing to test here
+    try:
+        torch.cuda.init()
+    except Exception as exc:  # noqa: BLE001 - the driver's or runtime's own words
+        raise BrokenCuda(f"an NVIDIA device is present but CUDA does not initialize: {type(exc).__name__}: "
+                         f"{exc}") from exc
+    raise BrokenCuda("an NVIDIA device is present but torch sees no CUDA device (CUDA_VISIBLE_DEVICES?)")
 
 
 def pytest_collection_modifyitems(config, items):
-    if _cuda_available():
-        return
+    try:
+        if _cuda_available():
+            return
+    except BrokenCuda as exc:
+        pytest.exit(f"broken CUDA stack, not a machine without a GPU: {exc}", returncode=3)
     skip = pytest.mark.skip(reason="needs a CUDA GPU: run `make gpu-test` on a GPU machine")
     for item in items:
         if "gpu" in item.keywords:

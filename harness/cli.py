@@ -21,7 +21,10 @@ Subcommands:
   so a missing module is a clear message, not an import error at start).
 
 Bad arguments are reported by argparse (exit 2) or as one line naming the
-argument (exit 2) before anything runs; a number that does not parse says
+argument (exit 2) before anything runs, and so is a file or directory the
+command cannot read or write (named, never a traceback); a scenario file that
+is refused is named on stderr while ``list`` and ``validate`` go on with the
+others, and their exit code is then 2 where it would have been 0; a number that does not parse says
 what was expected in words (``argument --world: expected a whole number >=
 1, got 'x'``). The exit codes of ``validate`` and ``replay`` are their
 report's verdict (``harness.reports.report.Report.verdict``: 0 ok, 1 failed, 2
@@ -43,7 +46,7 @@ from rich.table import Table
 from golden.arch import normalize_arch
 from harness.calibration.rcp_table import measure
 from harness.families.arch_facts import ARCH_ENV
-from harness.families.catalog import discover, select
+from harness.families.catalog import discover_each, select
 from harness.launch.supervision import install_interrupt_handlers
 from harness.launch.torchrun_options import Rendezvous
 from harness.reports.merge import run_merge
@@ -197,7 +200,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """Print every scenario with its cases."""
-    cases = select(discover(args.scenario_root), family=args.family, size=args.size)
+    found, bad_files = discover_each(args.scenario_root)
+    cases = select(found, family=args.family, size=args.size)
     table = Table(title=f"{len(cases)} scenarios")
     for col in ("family", "name", "size", "worlds", "launches", "expected", "description"):
         table.add_column(col)
@@ -205,7 +209,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         table.add_row(c.family, c.name, c.size, ",".join(map(str, c.worlds)), str(c.launches), c.expected_text,
                       c.description)
     Console(width=200 if not sys.stdout.isatty() else None).print(table)
-    return 0
+    for message in bad_files:
+        print(f"rankcheck list: scenario file refused: {message}", file=sys.stderr)
+    return EXIT_BAD_ARGUMENTS if bad_files else 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -299,6 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return handlers[args.command](args)
     except ValueError as exc:
         print(f"rankcheck {args.command}: {exc}", file=sys.stderr)
+        return EXIT_BAD_ARGUMENTS
+    except OSError as exc:  # a file or directory the command needs (disk full, read-only, gone): named, no traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"rankcheck {args.command}: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_ARGUMENTS
     except KeyboardInterrupt:
         print(f"rankcheck {args.command}: interrupted; results so far are in the run directory", file=sys.stderr)

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.launch import flight_evidence
-from harness.families.catalog import discover, select
+from harness.families.catalog import discover_each, select
 from harness.launch import records
 from harness.launch.diagnosis import diagnose, kernel_diag_records
 from harness.launch.inject_option import checked_injections, write_injected_copy
@@ -65,7 +65,7 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
                run_dir: str | None = None, deadline: float | None = None, impl: str | None = None,
                scenario_root: str | None = None, allow_unavailable: bool = False) -> int:
     """Run one scenario verbosely and print the per-rank diagnostics; return the validate exit code."""
-    [case] = select(discover(scenario_root), names=[scenario], option="scenario")
+    [case] = select(discover_each(scenario_root)[0], names=[scenario], option="scenario")  # bad files: run_validate names them
     world = world or case.worlds[0]
     if world not in case.worlds:
         raise ValueError(f"--world: {case.key} runs at {list(case.worlds)}, got {world}")

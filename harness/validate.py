@@ -75,7 +75,8 @@ from typing import Collection, Sequence
 
 from harness.wire.case_files import check_tp_divides, default_run_dir, stored_case
 from harness.wire.run_dir import run_dir_lock
-from harness.families.catalog import Case, case_of, discover, load, resolve_name, select
+from harness.wire.atomic_file import writable_dir
+from harness.families.catalog import Case, case_of, discover_each, load, resolve_name, select
 from harness.families.selection import KeywordExpression, case_words, expand_globs
 from harness.launch.inject_option import checked_injections, split_target, write_injected_copy
 from harness.launch.launchers import argv_builder, gpu_count, resolve, settings_for
@@ -94,7 +95,7 @@ from harness.families.arch_facts import describe_choice
 from harness.families.systems import substitution
 from harness.reports.last_failed import failed_cases, newest_report
 from harness.reports.report import Report
-from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, FAILING, case_id
+from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE, FAILING, case_id
 
 
 @dataclass
@@ -310,7 +311,7 @@ def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
 
 
 def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan, req: ValidateRequest, files: str,
-               planted: Sequence[str], selection: str | None = None) -> str:
+               planted: Sequence[str], selection: str | None = None, bad_files: Sequence[str] = ()) -> str:
     """The report header: the launcher and why, the system under test, the worlds, the files, what was skipped,
     selected or planted."""
     header = (f"# rankcheck validate: {why}\n# system under test: {impl} implementation; size class {size}; "
@@ -323,6 +324,7 @@ def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan,
     if selection:
         header += f"\n# {selection}"
     header += "".join(f"\n# {line}" for line in planted)
+    header += "".join(f"\n# scenario file refused, not run (exit 2 at best): {line}" for line in bad_files)
     unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
         header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
@@ -335,13 +337,17 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
     gpus = gpu_count()
     launcher, why = resolve(req.launcher, gpus)
     size = size_class(req.size, launcher, gpus)
-    found = discover(req.scenario_root)
+    found, bad_files = discover_each(req.scenario_root)
+    for message in bad_files:  # before selection: a name that fails to resolve may be the bad file's
+        print(f"rankcheck validate: scenario file refused, not run: {message}", file=sys.stderr)
     cases = select(found, family=req.family, names=expand_globs(found, req.scenarios), size=size)
     pairs = plan_worlds(cases, req)
     selection = narrow_plan(pairs, req, launcher)
     if req.collect_only:
         return print_collected(pairs, req, launcher, selection, stream if stream is not None else sys.stdout)
-    run_dir = Path(req.run_dir) if req.run_dir else default_run_dir()
+    run_dir = writable_dir(Path(req.run_dir) if req.run_dir else default_run_dir(), "run directory")
+    if req.cache:
+        writable_dir(cache_root(), "cache directory ($RANKCHECK_CACHE_DIR; --no-cache runs without it)")
     with run_dir_lock(run_dir):  # another run's directory is refused here, before anything in it changes
         planted = plant_injections(pairs, req, run_dir / "injected") if req.inject else []
         check_fault_groups(pairs, req.tp)
@@ -352,7 +358,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
         first_settings = settings_for(launcher, run_dir, max([w for w, _ in pairs] or [1]), gpus, impl=req.impl)
         impl = first_settings.impl
         header = run_header(why, impl, size, len(cases), pairs, req, f"run dir {run_dir}; junit {junit}; json {json_path}",
-                            planted, selection)
+                            planted, selection, bad_files)
         job_numbers = JobSequence()
         report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
                         allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
@@ -369,7 +375,12 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
         if not report.interrupted:
             # the job stores this node serves, until every node is done with them (each has its deadline)
             job_numbers.stores.release_all()
-        return report.exit_code()
+        return bad_file_exit(report.exit_code(), bad_files)
+
+
+def bad_file_exit(code: int, bad_files: Sequence[str]) -> int:
+    """``code``, or exit 2 when it would say all is well though a scenario file was refused."""
+    return EXIT_NOTHING_RUN if bad_files and code in (EXIT_OK, EXIT_UNAVAILABLE) else code
 
 
 def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,

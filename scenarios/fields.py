@@ -4,25 +4,39 @@
 allowed and required keys, int in a range, number, bool, string from a set or
 matching a pattern, list of checked items); each raises ``ScenarioError``
 with the message ``<file>: <field path>: expected ..., got ...``, the one
-format every scenario and bundle error has.
+format every scenario and bundle error has. A value quoted in a message is
+cut to 60 characters by ``describe``, which never builds the whole repr (a
+value may be a very long string or list).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import reprlib
 from typing import Any, Callable, Sequence
 
 from scenarios.model import ERROR_TYPES, ExpectedError
+
+
+# A size field beyond int32 cannot index a kernel's tensors (CuTe layouts here use 32-bit indices).
+MAX_EXTENT = 2**31 - 1
 
 
 class ScenarioError(ValueError):
     """A scenario file that is not valid; the message names file and field."""
 
 
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxdict, _SHORT.maxstring, _SHORT.maxother = 2, 4, 4, 40, 40
+_SHORT.maxlong = 40
+
+
 def describe(value: Any) -> str:
-    """A short repr of ``value`` for error messages."""
-    text = repr(value)
+    """A repr of ``value`` of at most 60 characters, built without walking it whole (a value may be huge)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"an int of {value.bit_length()} bits"
+    text = _SHORT.repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
@@ -54,8 +68,12 @@ class Checker:
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(path, f"expected int{self._range(lo, hi)}, got {describe(value)}")
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            self.fail(path, f"expected int{self._range(lo, hi)}, got {value}")
+            self.fail(path, f"expected int{self._range(lo, hi)}, got {describe(value)}")
         return value
+
+    def extent(self, value: Any, path: str, lo: int = 1) -> int:
+        """``value`` as a size (a count of rows, requests, tokens...) in ``[lo, MAX_EXTENT]``."""
+        return self.integer(value, path, lo, MAX_EXTENT)
 
     @staticmethod
     def _range(lo: int | None, hi: int | None) -> str:
@@ -94,9 +112,9 @@ class Checker:
         if not isinstance(value, str) or not value:
             self.fail(path, f"expected a non-empty string, got {describe(value)}")
         if choices is not None and value not in choices:
-            self.fail(path, f"expected one of {', '.join(choices)}, got {value!r}")
+            self.fail(path, f"expected one of {', '.join(choices)}, got {describe(value)}")
         if pattern is not None and not re.fullmatch(pattern, value):
-            self.fail(path, f"expected a string matching {pattern}, got {value!r}")
+            self.fail(path, f"expected a string matching {pattern}, got {describe(value)}")
         return value
 
     def sequence(self, value: Any, path: str, item: Callable[[Any, str], Any], *,

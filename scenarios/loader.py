@@ -1,13 +1,17 @@
 """Finding and loading scenario files.
 
 Scenario files live at ``scenarios/<family>/<name>.yaml`` (this package's
-directory by default). ``load`` reads one with ``yaml.safe_load`` (never a
-loader that can build Python objects) and validates it
-(``scenarios.schema.validate``); ``discover`` loads every file of a tree,
-optionally filtered by family and size, in a stable order (family, then file
-name), and rejects two scenarios with one ``family/name``; ``get`` finds one
-scenario by ``family/name``. The file's stem must equal its ``name`` so that
-a name always leads to its file.
+directory by default). ``load`` reads one through ``scenarios.data_files``
+(a regular file of at most ``MAX_SCENARIO_BYTES``, UTF-8, safe YAML with
+bounded nesting and aliases and no duplicate keys; never a loader that can
+build Python objects) and validates it (``scenarios.schema.validate``);
+``discover`` loads every file of a tree, optionally filtered by family and
+size, in a stable order (family, then file name), and rejects two scenarios
+with one ``family/name``; ``discover_each`` does the same but hands back the
+files that failed, with their errors, next to the scenarios that loaded, so
+that one bad file does not hide the others from ``list`` and ``validate``;
+``get`` finds one scenario by ``family/name``. The file's stem must equal its
+``name`` so that a name always leads to its file.
 """
 
 from __future__ import annotations
@@ -15,8 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-
+from scenarios.data_files import MAX_SCENARIO_BYTES, read_yaml
 from scenarios.schema import FAMILIES, SIZES, Scenario, ScenarioError, validate
 
 DEFAULT_ROOT = Path(__file__).resolve().parent
@@ -24,8 +27,8 @@ DEFAULT_ROOT = Path(__file__).resolve().parent
 
 def _display(path: Path) -> str:
     """``path`` relative to the repository root when it lies inside it."""
-    try:
-        return str(path.resolve().relative_to(DEFAULT_ROOT.parent))
+    try:  # abspath, not resolve: a symlink loop must still be named
+        return str(Path(os.path.abspath(path)).relative_to(DEFAULT_ROOT.parent))
     except ValueError:
         return str(path)
 
@@ -45,14 +48,7 @@ def load(path: str | os.PathLike) -> Scenario:
     cached = _CACHE.get(path.resolve()) if stamp is not None else None
     if cached is not None and cached[0] == stamp:
         return cached[1]
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScenarioError(f"{shown}: cannot read: {exc.strerror or exc}") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"{shown}: not valid YAML: {exc}") from exc
+    raw = read_yaml(path, shown, MAX_SCENARIO_BYTES)
     family_dir = path.parent.name if path.parent.name in FAMILIES else None
     scenario = validate(raw, shown, family_dir=family_dir)
     if path.stem != scenario.name:
@@ -62,15 +58,16 @@ def load(path: str | os.PathLike) -> Scenario:
     return scenario
 
 
-def discover(root: str | os.PathLike | None = None, family: str | None = None,
-             size: str | None = None) -> list[Scenario]:
-    """Every scenario under ``root`` (``scenarios/<family>/*.yaml``), filtered, in stable order."""
+def discover_each(root: str | os.PathLike | None = None, family: str | None = None,
+                  size: str | None = None) -> tuple[list[Scenario], list[ScenarioError]]:
+    """Every scenario under ``root`` that loads, filtered, in stable order, and the error of each file that did not."""
     root = DEFAULT_ROOT if root is None else Path(root)
     if family is not None and family not in FAMILIES:
         raise ValueError(f"family: expected one of {', '.join(FAMILIES)}, got {family!r}")
     if size is not None and size not in SIZES:
         raise ValueError(f"size: expected one of {', '.join(SIZES)}, got {size!r}")
     found: list[Scenario] = []
+    errors: list[ScenarioError] = []
     seen: dict[str, str] = {}
     for fam in FAMILIES:
         if family is not None and fam != family:
@@ -79,13 +76,27 @@ def discover(root: str | os.PathLike | None = None, family: str | None = None,
         if not folder.is_dir():
             continue
         for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
-            scenario = load(path)
+            try:
+                scenario = load(path)
+            except ScenarioError as exc:
+                errors.append(exc)
+                continue
             if scenario.full_name in seen:
-                raise ScenarioError(f"{scenario.source}: name: {scenario.full_name} is already defined "
-                                    f"in {seen[scenario.full_name]}")
+                errors.append(ScenarioError(f"{scenario.source}: name: {scenario.full_name} is already defined "
+                                            f"in {seen[scenario.full_name]}"))
+                continue
             seen[scenario.full_name] = scenario.source
             if size is None or scenario.size == size:
                 found.append(scenario)
+    return found, errors
+
+
+def discover(root: str | os.PathLike | None = None, family: str | None = None,
+             size: str | None = None) -> list[Scenario]:
+    """Every scenario under ``root`` (``scenarios/<family>/*.yaml``), filtered, in stable order; a bad file raises."""
+    found, errors = discover_each(root, family, size)
+    if errors:
+        raise errors[0]
     return found
 
 
@@ -101,4 +112,4 @@ def get(name: str, root: str | os.PathLike | None = None) -> Scenario:
     raise KeyError(f"no scenario {name!r} under {_display(Path(root) if root else DEFAULT_ROOT)}")
 
 
-__all__ = ["DEFAULT_ROOT", "discover", "get", "load"]
+__all__ = ["DEFAULT_ROOT", "discover", "discover_each", "get", "load"]

@@ -14,7 +14,8 @@ this code. Unknown keys are errors (a typo never silently falls back to a
 default), and so are shapes the kernels cannot take: a vocab that some world
 in ``worlds`` does not divide, rows past ``max_rows`` or ``capacity``, steps
 outside 1..8, an MXFP8 hidden size that is not a multiple of 32, a rank or
-launch index that no run of the scenario has.
+launch index that no run of the scenario has, and sizes no GPU can hold (one
+rule for every size field, stated at ``GPU_BYTES`` below).
 
 The validator fills defaults, so a ``Scenario`` is complete: ``config`` holds
 every key of the family's config (minus ``tp``/``world``, which come from
@@ -41,7 +42,7 @@ from contracts import allreduce_mhc as allreduce_contract
 from contracts import markov_sharded as sharded_contract
 from golden.families import facts
 
-from scenarios.fields import Checker, ScenarioError, check_error
+from scenarios.fields import MAX_EXTENT, Checker, ScenarioError, check_error
 from scenarios.injections import INJECTION_SPECS, InjectionContext, check_injection
 from scenarios.model import (DATA_KINDS, FAMILIES, HARNESS_KINDS, MAX_STEPS, OUTCOMES, SIZES,
                              Call, Expect, ExpectedError, ExpectedTimeout, Graph, Injection, Launch, Scenario,
@@ -69,13 +70,13 @@ def _check_markov_fused_config(c: Checker, raw: Any, worlds: Sequence[int]) -> d
     keys = ("vocab", "dim", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block")
     m = c.mapping(raw, "config", keys, required=("vocab", "dim", "max_reqs"))
     cfg = {
-        "vocab": c.integer(m["vocab"], "config.vocab", 1),
-        "dim": c.integer(m["dim"], "config.dim", 8),
-        "max_reqs": c.integer(m["max_reqs"], "config.max_reqs", 1),
+        "vocab": c.extent(m["vocab"], "config.vocab", 1),
+        "dim": c.extent(m["dim"], "config.dim", 8),
+        "max_reqs": c.extent(m["max_reqs"], "config.max_reqs", 1),
         "has_cap": c.boolean(m.get("has_cap", False), "config.has_cap"),
         "mult": c.number(m.get("mult", 1.0), "config.mult"),
         "cap": c.number(m.get("cap", 30.0), "config.cap", positive=True),
-        "block": c.integer(m.get("block", 1024), "config.block", 128),
+        "block": c.extent(m.get("block", 1024), "config.block", 128),
     }
     cfg["inv_cap"] = c.number(m.get("inv_cap", 1.0 / cfg["cap"]), "config.inv_cap", positive=True)
     if cfg["dim"] % 8:
@@ -102,7 +103,7 @@ def _check_markov_sharded_config(c: Checker, raw: Any, worlds: Sequence[int]) ->
         "base_dtype": c.string(m.get("base_dtype", "bfloat16"), "config.base_dtype", dtypes),
         "cache_dtype": c.string(m.get("cache_dtype", "bfloat16"), "config.cache_dtype", dtypes),
         "max_rows": c.integer(m.get("max_rows", max_rows), "config.max_rows", 1, max_rows),
-        "max_reqs": c.integer(m["max_reqs"], "config.max_reqs", 1),
+        "max_reqs": c.extent(m["max_reqs"], "config.max_reqs", 1),
         "shard_only_base": c.boolean(m.get("shard_only_base", False), "config.shard_only_base"),
     }
     for w in worlds:
@@ -120,17 +121,17 @@ def _check_allreduce_config(c: Checker, raw: Any, worlds: Sequence[int]) -> dict
             "bt_min_finalize_rows")
     m = c.mapping(raw, "config", keys, required=("hidden", "hc", "capacity"))
     cfg = {
-        "hidden": c.integer(m["hidden"], "config.hidden", 8),
+        "hidden": c.extent(m["hidden"], "config.hidden", 8),
         "hc": c.integer(m["hc"], "config.hc", 1, allreduce_contract.HC_MAX),
-        "capacity": c.integer(m["capacity"], "config.capacity", 1),
+        "capacity": c.extent(m["capacity"], "config.capacity", 1),
         "top_k": c.integer(m.get("top_k", 8), "config.top_k", 1, allreduce_contract.TOP_K_MAX),
         "eps": c.number(m.get("eps", 1e-6), "config.eps", positive=True),
         "quantize": c.boolean(m.get("quantize", False), "config.quantize"),
         "residual_only": c.boolean(m.get("residual_only", False), "config.residual_only"),
     }
-    cfg["bt_min_rows"] = c.integer(m.get("bt_min_rows", cfg["capacity"] + 1), "config.bt_min_rows", 1)
+    cfg["bt_min_rows"] = c.integer(m.get("bt_min_rows", cfg["capacity"] + 1), "config.bt_min_rows", 1, MAX_EXTENT + 1)
     cfg["bt_min_finalize_rows"] = c.integer(m.get("bt_min_finalize_rows", cfg["bt_min_rows"]),
-                                            "config.bt_min_finalize_rows", 1)
+                                            "config.bt_min_finalize_rows", 1, MAX_EXTENT + 1)
     if cfg["quantize"] and cfg["residual_only"]:
         c.fail("config.quantize", "quantize needs the layer input, which residual_only does not write")
     problem = allreduce_contract.hidden_problem(cfg["hidden"], cfg["quantize"], "config.quantize")
@@ -158,7 +159,7 @@ def _fused_inputs(c: Checker, raw: Mapping, size: str, cfg: Mapping, worlds: Seq
                                             "inputs.temperatures", size),
         "position_start": (None if m.get("position_start") is None else
                            c.integer(m["position_start"], "inputs.position_start", 1, 2**62)),
-        "position_row_stride": c.integer(m.get("position_row_stride", 37), "inputs.position_row_stride", 0),
+        "position_row_stride": c.extent(m.get("position_row_stride", 37), "inputs.position_row_stride", 0),
         "seeds": c.string(m.get("seeds", "positive"), "inputs.seeds", ("positive", "negative", "mixed")),
         "query_len": c.integer(m.get("query_len", 4), "inputs.query_len", 1, 64),
     }
@@ -174,7 +175,7 @@ def _sharded_inputs(c: Checker, raw: Mapping, size: str, cfg: Mapping, worlds: S
 def _allreduce_inputs(c: Checker, raw: Mapping, size: str, cfg: Mapping, worlds: Sequence[int]) -> dict:
     """allreduce_mhc's builder options (MoE experts, every world dividing them), defaults filled."""
     m = c.mapping(raw, "inputs", ("experts", "x_std"))
-    experts = c.integer(m.get("experts", 64), "inputs.experts", 1)
+    experts = c.extent(m.get("experts", 64), "inputs.experts", 1)
     if experts < cfg["top_k"]:
         c.fail("inputs.experts", f"expected >= top_k ({cfg['top_k']}), got {experts}")
     for w in worlds:
@@ -233,6 +234,48 @@ def _allreduce_steps(c: Checker, m: Mapping, rows: int, path: str, cfg: Mapping)
     return None
 
 
+# --------------------------------------------------------------------------
+# Sizes: what a GPU can hold
+#
+# One rule bounds every size field: each is an int32 extent (``Checker.extent``,
+# ``MAX_EXTENT``), and the largest tensor the scenario implies (each family
+# names it below, as the product of its fields, at 4 bytes an element, the
+# widest dtype the builders use) is at most ``GPU_BYTES`` = 2^37 bytes (128 GiB,
+# less than the largest GPU here, an H200 with 141 GB). A scenario past either
+# bound is refused here, before anything allocates.
+
+GPU_BYTES = 2**37
+ELEMENT_BYTES = 4
+
+
+def _fused_largest(cfg: Mapping, calls: Sequence[Call]) -> tuple[str, int]:
+    """markov_fused's largest tensor: the per-request logits cache (max_reqs x steps x vocab), or the table."""
+    steps = max(call.steps or 1 for call in calls)
+    return max((f"max_reqs x steps x vocab = {cfg['max_reqs']} x {steps} x {cfg['vocab']}",
+                cfg["max_reqs"] * steps * cfg["vocab"]),
+               (f"vocab x dim = {cfg['vocab']} x {cfg['dim']}", cfg["vocab"] * cfg["dim"]), key=lambda t: t[1])
+
+
+def _sharded_largest(cfg: Mapping, calls: Sequence[Call]) -> tuple[str, int]:
+    """markov_sharded's largest tensor: the logits cache (max_reqs x steps x vocab)."""
+    return (f"max_reqs x steps x vocab = {cfg['max_reqs']} x {cfg['steps']} x {cfg['vocab']}",
+            cfg["max_reqs"] * cfg["steps"] * cfg["vocab"])
+
+
+def _allreduce_largest(cfg: Mapping, calls: Sequence[Call]) -> tuple[str, int]:
+    """allreduce_mhc's largest tensor: the streams buffer (capacity x hc x hidden)."""
+    return (f"capacity x hc x hidden = {cfg['capacity']} x {cfg['hc']} x {cfg['hidden']}",
+            cfg["capacity"] * cfg["hc"] * cfg["hidden"])
+
+
+def _check_fits(c: Checker, schema: "FamilySchema", cfg: Mapping, calls: Sequence[Call]) -> None:
+    """Refuse a scenario whose largest tensor is more than ``GPU_BYTES``."""
+    shape, elements = schema.largest(cfg, calls)
+    if elements * ELEMENT_BYTES > GPU_BYTES:
+        c.fail("config", f"its largest tensor ({shape}) would take {elements * ELEMENT_BYTES} bytes, more than "
+                         f"the {GPU_BYTES} bytes (2^37) a GPU can hold")
+
+
 @dataclass(frozen=True)
 class FamilySchema:
     """One family's checks: its config, builder options, call params, and a call's steps and row limits."""
@@ -241,12 +284,16 @@ class FamilySchema:
     inputs: Callable[..., dict]
     params: Callable[..., dict]
     steps: Callable[..., int | None]
+    largest: Callable[[Mapping, Sequence[Call]], tuple[str, int]]
 
 
 FAMILY_SCHEMAS = {
-    "markov_fused": FamilySchema(_check_markov_fused_config, _fused_inputs, _fused_params, _fused_steps),
-    "markov_sharded": FamilySchema(_check_markov_sharded_config, _sharded_inputs, _sharded_params, _sharded_steps),
-    "allreduce_mhc": FamilySchema(_check_allreduce_config, _allreduce_inputs, _allreduce_params, _allreduce_steps),
+    "markov_fused": FamilySchema(_check_markov_fused_config, _fused_inputs, _fused_params, _fused_steps,
+                                 _fused_largest),
+    "markov_sharded": FamilySchema(_check_markov_sharded_config, _sharded_inputs, _sharded_params,
+                                   _sharded_steps, _sharded_largest),
+    "allreduce_mhc": FamilySchema(_check_allreduce_config, _allreduce_inputs, _allreduce_params,
+                                  _allreduce_steps, _allreduce_largest),
 }
 assert tuple(FAMILY_SCHEMAS) == FAMILIES, "every family of golden.families has its checks here"
 
@@ -254,7 +301,7 @@ assert tuple(FAMILY_SCHEMAS) == FAMILIES, "every family of golden.families has i
 def _check_call(c: Checker, schema: FamilySchema, raw: Any, path: str, cfg: Mapping) -> Call:
     """Validate one entry of ``calls``."""
     m = c.mapping(raw, path, ("rows", "steps", "repeat", "params", "graph"), required=("rows",))
-    rows = c.integer(m["rows"], f"{path}.rows", 1)
+    rows = c.extent(m["rows"], f"{path}.rows", 1)
     steps = schema.steps(c, m, rows, path, cfg)
     params = schema.params(c, {} if m.get("params") is None else m["params"], f"{path}.params")
     repeat = c.integer(m.get("repeat", 1), f"{path}.repeat", 1, 1000)
@@ -328,6 +375,7 @@ def validate(raw: Any, source: str = "<memory>", *, family_dir: str | None = Non
     cfg = schema.config(c, m["config"], worlds)
     inputs = schema.inputs(c, {} if m.get("inputs") is None else m["inputs"], size, cfg, worlds)
     calls = tuple(c.sequence(m["calls"], "calls", lambda v, p: _check_call(c, schema, v, p, cfg), min_len=1))
+    _check_fits(c, schema, cfg, calls)
     g = c.mapping(m.get("graph", {}) or {}, "graph", ("capture", "replays"))
     graph = Graph(c.boolean(g.get("capture", False), "graph.capture"),
                   c.integer(g.get("replays", 0), "graph.replays", 0, 1000))

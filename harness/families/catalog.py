@@ -139,6 +139,14 @@ def discover(root: str | Path | None = None) -> list[Case]:
     return [case_of(s) for s in loader.discover(root)]
 
 
+def discover_each(root: str | Path | None = None) -> tuple[list[Case], list[str]]:
+    """The cases of every scenario under ``root`` that loads, and one message (naming the file) per file that did not."""
+    from scenarios import loader  # noqa: PLC0415 - torch: `harness --help` never loads a scenario
+
+    scenarios, errors = loader.discover_each(root)
+    return [case_of(s) for s in scenarios], [str(e) for e in errors]
+
+
 def load(path: str | Path) -> Scenario:
     """Load and validate one scenario file (errors name the file and the field)."""
     from scenarios import loader  # noqa: PLC0415 - torch: `harness --help` never loads a scenario

@@ -3,7 +3,10 @@
 ``load_world(directory)`` reads ``world.yaml`` and every rank's entry and
 bundle (``scenarios.bundle.load_bundle``: safetensors only, every tensor
 checked against its sha256); anything missing, malformed or tampered with is
-a ``BundleError`` naming the file, before anything runs. Each entry names
+a ``BundleError`` naming the file, before anything runs: every YAML file is
+read through ``scenarios.data_files`` (capped, regular files only, no alias
+bombs or duplicate keys), an entry's fields are type-checked and its
+``launches`` must be strictly increasing. Each entry names
 its bundle (``rank<k>`` or a version ``rank<k>.v<n>``, nothing else); an
 entry whose recording is still ``running`` is a rank that was killed or
 crashed, and ``RankRecord.ended`` says so with the last call it wrote.
@@ -32,8 +35,10 @@ from typing import Any, Mapping
 from golden.store import raw_sha256
 from harness.recording.writer import RUNNING, WORLD_FORMAT, WORLD_MANIFEST, rank_dir_name, rank_entry_name
 from scenarios.bundle import BundleError, load_bundle, read_yaml_mapping
+from scenarios.fields import describe
 
 SHOWN_FIELDS = 4
+MAX_WORLD = 72  # the largest world a scenario may name (scenarios.schema)
 WORLD_KEYS = ("format", "family", "config", "world", "versions", "start")
 
 
@@ -111,6 +116,26 @@ def _read_yaml(path: Path) -> dict:
     return read_yaml_mapping(path, str(path))
 
 
+def check_entry(entry: dict, shown: str) -> dict:
+    """A rank's entry with typed fields: ``bundle`` a name or empty, ``launches`` strictly increasing, ``calls_made`` an int."""
+    if entry.get("bundle") is not None and not isinstance(entry["bundle"], str):
+        raise BundleError(f"{shown}: bundle: expected a bundle name, got {describe(entry['bundle'])}")
+    launches = entry.get("launches") or []
+    if not isinstance(launches, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                                 for i in launches):
+        raise BundleError(f"{shown}: launches: expected a list of launch indices (ints >= 0), got {describe(launches)}")
+    repeated = next((b for a, b in zip(launches, launches[1:]) if b <= a), None)
+    if repeated is not None:
+        raise BundleError(f"{shown}: launches: expected strictly increasing launch indices, got {repeated} after a "
+                          f"launch >= {repeated} in {describe(launches)}")
+    made = entry.get("calls_made", 0)
+    if isinstance(made, bool) or not isinstance(made, int) or made < 0:
+        raise BundleError(f"{shown}: calls_made: expected an int >= 0, got {describe(made)}")
+    if not isinstance(entry.get("in_flight", False), bool):
+        raise BundleError(f"{shown}: in_flight: expected true or false, got {describe(entry['in_flight'])}")
+    return entry
+
+
 def bundle_name(entry: Mapping[str, Any], rank: int, root: Path) -> str:
     """The bundle directory ``rank``'s entry names: ``rank<k>`` or a version of it, never a path elsewhere."""
     name, mine = str(entry["bundle"]), rank_dir_name(rank)
@@ -127,13 +152,16 @@ def load_world(directory: str | Path) -> WorldRecording:
     if missing:
         raise BundleError(f"{root / WORLD_MANIFEST}: required keys missing: {missing}")
     if manifest["format"] != WORLD_FORMAT:
-        raise BundleError(f"{root / WORLD_MANIFEST}: format: expected {WORLD_FORMAT}, got {manifest['format']!r}")
+        raise BundleError(f"{root / WORLD_MANIFEST}: format: expected {WORLD_FORMAT}, got "
+                          f"{describe(manifest['format'])}")
     world = manifest["world"]
-    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
-        raise BundleError(f"{root / WORLD_MANIFEST}: world: expected an int >= 1, got {world!r}")
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_WORLD:
+        raise BundleError(f"{root / WORLD_MANIFEST}: world: expected an int in 1..{MAX_WORLD}, got {describe(world)}")
+    if not isinstance(manifest["family"], str):
+        raise BundleError(f"{root / WORLD_MANIFEST}: family: expected a family name, got {describe(manifest['family'])}")
     recorded = WorldRecording(root, manifest)
     for rank in range(world):
-        entry = _read_yaml(root / rank_entry_name(rank))
+        entry = check_entry(_read_yaml(root / rank_entry_name(rank)), str(root / rank_entry_name(rank)))
         record = RankRecord(rank, entry)
         if entry.get("bundle"):
             bundle_dir = root / bundle_name(entry, rank, root)

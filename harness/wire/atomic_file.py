@@ -4,6 +4,13 @@ The text goes to a temporary file in the target's directory, is flushed and
 fsynced, and ``os.replace`` swaps it in, so a reader sees the old file or the
 new one, never a half-written one, and an interrupted write leaves no
 temporary file behind.
+
+``writable_dir`` is asked before a run starts for each directory it will
+write (the run directory, the cache): it creates the directory and writes,
+fsyncs and removes a small probe file there, so a read-only, full or
+missing-permission directory is a ``DirectoryNotWritable`` (a ValueError:
+exit 2 at the command line) naming the directory and the reason, before any
+process is launched.
 """
 
 from __future__ import annotations
@@ -30,3 +37,33 @@ def atomic_write(path: str | os.PathLike, text: str) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+class DirectoryNotWritable(ValueError):
+    """A directory a run must write that cannot be written; the message names it and why."""
+
+
+PROBE_BYTES = 4096
+
+
+def writable_dir(path: str | os.PathLike, what: str) -> Path:
+    """``path`` created if needed and shown writable by a fsynced probe file, else ``DirectoryNotWritable`` naming ``what``."""
+    target = Path(path)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".rankcheck-probe.", dir=target)
+    except OSError as exc:
+        raise DirectoryNotWritable(f"{what} {target}: cannot write: {exc.strerror or exc}") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(b"\0" * PROBE_BYTES)
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise DirectoryNotWritable(f"{what} {target}: cannot write: {exc.strerror or exc}") from exc
+    finally:
+        try:
+            os.unlink(probe)
+        except OSError:
+            pass
+    return target

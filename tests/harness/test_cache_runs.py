@@ -45,7 +45,7 @@ def test_a_second_run_loads_every_reference_the_first_stored(tmp_path):
     assert [c["computed"] for c in counts] == [0, 0] and all(c["loaded"] for c in counts)
 
 
-def test_no_cache_bypasses_the_persistent_cache(tmp_path):
+def test_no_cache_bypasses_the_persistent_cache(tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     proc = validate(tmp_path / "run", cache, "--no-cache")
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -54,7 +54,10 @@ def test_no_cache_bypasses_the_persistent_cache(tmp_path):
     assert job["cache_dir"] == str(tmp_path / "run" / "refcache")
     assert "off (--no-cache)" in proc.stdout
     assert kernel_cache_env(None) == {"CUTE_DSL_DISABLE_FILE_CACHING": "1"}  # kernels compile afresh too
-    assert kernel_cache_env(cache) in ({}, {"CUTE_DSL_CACHE_DIR": str(cache / "cute-dsl")})
+    monkeypatch.delenv("CUTE_DSL_CACHE_DIR", raising=False)
+    assert kernel_cache_env(cache) == {"CUTE_DSL_CACHE_DIR": str(cache / "cute-dsl")}  # the cache's own directory
+    monkeypatch.setenv("CUTE_DSL_CACHE_DIR", str(tmp_path / "chosen"))
+    assert kernel_cache_env(cache) == {}  # a directory the user chose wins
 
 
 def test_the_pool_computes_the_references_the_ranks_then_load(tmp_path):

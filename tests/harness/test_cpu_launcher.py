@@ -11,7 +11,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -24,14 +23,15 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 STARTUP_S = 90
 
 
-def harness(*args, run_dir, timeout=170):
-    """Run ``python -m harness`` with the test scenarios; return the completed process."""
+def harness(*args, run_dir, timeout=170, env=None):
+    """Run ``python -m harness`` with the test scenarios (``env``: this environment's changes); return the process."""
     cmd = [sys.executable, "-m", "harness", *args]
     if args[0] in ("validate", "replay"):
         cmd += ["--scenario-root", str(SCENARIOS), "--run-dir", str(run_dir)]
     if args[0] == "validate":
         cmd += ["--no-store", "--startup", str(STARTUP_S)]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def processes_of(run_dir) -> list[str]:
@@ -78,29 +78,28 @@ def test_virtual_launcher_runs_ranks_as_threads(tmp_path):
 
 def test_a_reused_run_directory_never_lends_an_earlier_runs_files(tmp_path):
     """A second run in the same --run-dir (kept for its reference cache) judges only what it wrote itself."""
+    cache = tmp_path / "cache"  # this test's own cache: the session's is shared with every other test
     for _ in range(2):
         proc = harness("validate", "--launcher", "virtual", "--impl", "golden", "--scenario", "tiny",
-                       "--world", "2", run_dir=tmp_path)
+                       "--world", "2", run_dir=tmp_path / "run", env={"RANKCHECK_CACHE_DIR": str(cache)})
         assert proc.returncode == 0, proc.stdout + proc.stderr
-    progress = (tmp_path / "cases").glob("*/w2/rank0.progress.jsonl")
+    progress = (tmp_path / "run" / "cases").glob("*/w2/rank0.progress.jsonl")
     (path,) = list(progress)
     events = [json.loads(line)["event"] for line in path.read_text().splitlines()]
     assert events.count("start") == 1, events  # the first run's records were removed, not appended to
-    assert list(Path(os.environ["RANKCHECK_CACHE_DIR"]).rglob("*.safetensors"))  # the cache itself is kept
+    assert list(cache.rglob("*.safetensors"))  # the cache itself is kept
 
 
 def test_injected_hang_ends_in_time_naming_rank_and_launch(tmp_path):
-    started = time.monotonic()
     proc = harness("validate", "--launcher", "cpu", "--scenario", "tiny_hang", run_dir=tmp_path)
-    elapsed = time.monotonic() - started
     assert proc.returncode == 0, proc.stdout + proc.stderr  # the scenario expects this timeout
     (res,) = report(tmp_path)["results"]
     assert res["status"] == "pass"
     assert (res["diagnosis"]["rank"], res["diagnosis"]["launch"]) == (1, 1)
     assert "rank 1 hung before launch 1" in res["detail"]
-    # the case's deadline: 6 s per launch x 3 launches + the per-case allowance (20 s); plus 10 s
-    assert res["time_s"] < 6 * 3 + 20 + 10
-    assert elapsed < STARTUP_S + 6 * 3 + 20 + 10
+    # ended by its deadline (the job's own record), not by the hung rank or the test's timeout
+    timing = json.loads(next((tmp_path / "timing").glob("job*.json")).read_text())
+    assert timing["timed_out"] and [bool(v["expired"]) for v in timing["verdicts"]] == [True], timing
     assert processes_of(tmp_path) == []
 
 

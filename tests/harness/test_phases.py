@@ -50,22 +50,53 @@ def test_a_cpu_run_reports_every_phase_per_rank_and_in_the_footer(tmp_path):
     assert all(f"{name} " in line for name in PHASES), line
 
 
-def test_a_compile_inside_a_phase_is_counted_as_compile_not_twice():
+class FakeClock:
+    """A monotonic clock that moves only when told (``advance``), standing in for ``time`` in the clocked modules."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        """The fake monotonic time."""
+        return self.now
+
+    def time(self) -> float:
+        """Wall time is real: only the durations are faked."""
+        return time.time()
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass."""
+        self.now += seconds
+
+
+@pytest.fixture
+def fake_clock(monkeypatch) -> FakeClock:
+    """The phase clock and the compile clock read a fake monotonic clock."""
+    import kernels.compile_clock
+
+    clock = FakeClock()
+    monkeypatch.setattr(phases, "time", clock)
+    monkeypatch.setattr(kernels.compile_clock, "time", clock)
+    return clock
+
+
+def test_a_compile_inside_a_phase_is_counted_as_compile_not_twice(fake_clock):
     clock = PhaseClock(("test", "compile", 1, None))
     before = compile_seconds()
     with clock.phase("construct"):
+        fake_clock.advance(0.25)
         with compiling():
-            time.sleep(0.05)
-    assert compile_seconds() - before >= 0.05
-    assert clock.seconds["compile"] >= 0.05
-    assert clock.seconds["construct"] < clock.seconds["compile"]
+            fake_clock.advance(3.0)
+    assert compile_seconds() - before == pytest.approx(3.0)
+    assert clock.seconds["compile"] == pytest.approx(3.0)
+    assert clock.seconds["construct"] == pytest.approx(0.25)
 
 
 KERNEL_FAMILIES = ("kernels.allreduce.variants", "kernels.markov.fused", "kernels.markov.sharded")
 
 
 @pytest.mark.parametrize("module_name", KERNEL_FAMILIES)
-def test_each_kernel_familys_compile_is_counted(monkeypatch, module_name):
+def test_each_kernel_familys_compile_is_counted(monkeypatch, module_name, fake_clock):
     """Every family's ``cute.compile`` call adds to the compile seconds (the compile itself stubbed: no DSL work)."""
     import importlib
 
@@ -77,8 +108,8 @@ def test_each_kernel_familys_compile_is_counted(monkeypatch, module_name):
     compiled = []
 
     def slow_compile(kernel, *args, options=None):
-        """Stand in for a compile that takes 50 ms."""
-        time.sleep(0.05)
+        """Stand in for a compile that takes 2 s (of the fake clock)."""
+        fake_clock.advance(2.0)
         compiled.append(kernel)
         return object()
 
@@ -88,15 +119,15 @@ def test_each_kernel_familys_compile_is_counted(monkeypatch, module_name):
     before = compile_seconds()
     thunk("--gpu-arch sm_90a")
     assert len(compiled) == 1
-    assert compile_seconds() - before >= 0.05
+    assert compile_seconds() - before == pytest.approx(2.0)
 
 
-def test_a_phase_that_raises_still_counts_its_time():
+def test_a_phase_that_raises_still_counts_its_time(fake_clock):
     clock = PhaseClock(("test", "raises", 1, None))
     with pytest.raises(RuntimeError), clock.phase("kernel"):
-        time.sleep(0.02)
+        fake_clock.advance(1.5)
         raise RuntimeError("launch failed")
-    assert clock.seconds["kernel"] >= 0.02
+    assert clock.seconds["kernel"] == pytest.approx(1.5)
 
 
 def test_an_unknown_phase_is_refused():

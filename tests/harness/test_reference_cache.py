@@ -26,41 +26,60 @@ def claim_of(refs: ReferenceCache, key: str):
     return path
 
 
-def test_computed_once_for_every_rank_and_world(tmp_path):
-    calls = []
+def test_computed_once_for_every_rank_and_world(tmp_path, monkeypatch):
+    monkeypatch.setattr(refcache, "HEARTBEAT_S", 0.01)  # a waiting rank says so at once
+    calls, owner, waiting, lock = [], [], set(), threading.Condition()
+    rank_of_thread: dict[int, int] = {}
+
+    def others_waiting() -> bool:
+        """Whether the three ranks that do not compute have each been seen waiting (beating while they wait)."""
+        return bool(owner) and len(waiting - set(owner)) == 3
 
     def compute():
-        calls.append(threading.get_ident())
-        time.sleep(0.3)  # the other ranks arrive while it computes and must wait, not compute
+        """The one computation: it holds until the other ranks are waiting for it, so they must wait, not compute."""
+        with lock:
+            calls.append(threading.get_ident())
+            owner.append(rank_of_thread[threading.get_ident()])
+            assert lock.wait_for(others_waiting, timeout=60), (owner, waiting)
         return {"tokens": torch.arange(4)}
+
+    def beat(r):
+        """Rank ``r`` is waiting (or computing, for the owner)."""
+        with lock:
+            waiting.add(r)
+            lock.notify_all()
 
     refs = [cache(tmp_path) for _ in range(4)]
     key = refs[0].key({"x": torch.zeros(3)}, {"rows": 1})
-    beats = []
     out = [None] * 4
 
     def rank(r):
-        out[r] = refs[r].get(key, compute, wait_s=30, heartbeat=lambda: beats.append(r))
+        rank_of_thread[threading.get_ident()] = r
+        out[r] = refs[r].get(key, compute, wait_s=60, heartbeat=lambda: beat(r))
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(4)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(90)
+    assert others_waiting(), "every other rank waited for the one computation"
     assert len(calls) == 1 and all(torch.equal(o["tokens"], torch.arange(4)) for o in out)
     other_world = ReferenceCache(tmp_path, "markov_sharded", "world", {"vocab": 8, "world": 4}, {"w": torch.ones(2)})
     assert other_world.key({"x": torch.zeros(3)}, {"rows": 1}) == key  # the TP size is not part of the key
     assert not list(tmp_path.rglob("*.claim"))
 
 
-def test_stale_claim_is_taken_over_and_failure_drops_the_claim(tmp_path):
+def test_stale_claim_is_taken_over_and_failure_drops_the_claim(tmp_path, monkeypatch):
     refs = cache(tmp_path)
     key = refs.key({"x": torch.ones(1)}, {})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     claim_of(refs, key).write_text(f"{socket.gethostname()} {dead.stdout.strip()} 0")
-    started = time.monotonic()
-    out = refs.get(key, lambda: {"y": torch.zeros(2)}, wait_s=30)
-    assert time.monotonic() - started < 5 and torch.equal(out["y"], torch.zeros(2))
+    monkeypatch.setattr(refcache, "HEARTBEAT_S", 0.01)  # a rank that waits beats at once
+    computing, waited = [], []
+    out = refs.get(key, lambda: computing.append(1) or {"y": torch.zeros(2)}, wait_s=60,
+                   heartbeat=lambda: None if computing else waited.append(1))
+    assert torch.equal(out["y"], torch.zeros(2)) and refs.computed == 1
+    assert waited == []  # the dead process's claim was taken over at once, not waited out
 
     key2 = refs.key({"x": torch.zeros(1)}, {})
 
@@ -78,7 +97,9 @@ def test_waits_are_bounded(tmp_path):
     claim_of(refs, key).write_text(f"{socket.gethostname()} {os.getpid()} 0")  # held by a live process
     started = time.monotonic()
     out = refs.get(key, lambda: {"y": torch.ones(1)}, wait_s=0.5)
-    assert 0.5 <= time.monotonic() - started < 5 and torch.equal(out["y"], torch.ones(1))
+    assert time.monotonic() - started >= 0.5  # it waited for the live owner, up to its deadline
+    assert refs.computed == 1 and torch.equal(out["y"], torch.ones(1))  # then computed it here
+    assert claim_of(refs, key).exists()  # and left the live owner's claim alone
 
 
 RANK_SCRIPT = """

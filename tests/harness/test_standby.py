@@ -52,7 +52,10 @@ def test_virtual_jobs_run_in_spares_with_fresh_verdicts_and_nothing_left(tmp_pat
 
 def test_no_standby_starts_each_job_itself(tmp_path):
     proc = validate(tmp_path, "--no-standby")
-    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    statuses = sorted((r["scenario"], r["world"], r["status"])
+                      for r in json.loads((tmp_path / "report.json").read_text())["results"])
+    assert [s for s in statuses if s[0] == "tiny"] == [("tiny", w, "pass") for w in (1, 2, 4)], statuses
+    assert proc.returncode == (0 if all(s == "pass" for *_, s in statuses) else 1), proc.stdout + proc.stderr
     assert not (tmp_path / "jobs" / "standby").exists()
     assert "# standby: off" in proc.stdout
 

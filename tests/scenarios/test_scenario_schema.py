@@ -88,7 +88,7 @@ def test_message_names_file_and_field_exactly(tmp_path):
     path = _write(tmp_path, raw)
     with pytest.raises(ScenarioError) as info:
         load(path)
-    assert str(info.value) == f"{path}: calls[1].rows: expected int >= 1, got 'x'"
+    assert str(info.value) == f"{path}: calls[1].rows: expected int in 1..2147483647, got 'x'"
 
 
 def test_repo_relative_path_in_message(tmp_path):
