@@ -54,6 +54,8 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
+from harness.wire.command_line import command_parser
+
 ARCHES = ("sm_90a", "sm_100a")
 
 # One alternation, matched over the report with every whitespace run collapsed
@@ -295,17 +297,23 @@ def render_table(results: list[VariantResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]] | None = None) -> int:
-    """Entry point of ``python -m harness compile``; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m harness compile", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rankcheck compile`` command line."""
+    parser = command_parser("compile", description=__doc__.splitlines()[0].split(": ", 1)[-1])
     parser.add_argument("--arch", action="append", choices=ARCHES,
                         help="target architecture (repeatable; default: all of %s)" % ", ".join(ARCHES))
-    parser.add_argument("--filter", default=None, help="only variants whose name matches this regex")
-    parser.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    parser.add_argument("--filter", default=None, help="only variants whose name matches this regex (default: all)")
+    parser.add_argument("--json", default=None, help="also write the results as JSON to this path (default: none)")
     parser.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
     parser.add_argument("--ptx-dir", default=None,
                         help="also keep each variant's PTX as DIR/<arch>/<variant>.ptx (compare two trees "
-                             "with diff -r)")
+                             "with diff -r; default: none kept)")
+    return parser
+
+
+def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]] | None = None) -> int:
+    """Entry point of ``rankcheck compile``; returns the exit status."""
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:
