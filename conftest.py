@@ -22,6 +22,12 @@ if "RANKCHECK_CACHE_DIR" not in os.environ:
     import tempfile
 
     os.environ["RANKCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-cache-")
+# CuTe DSL writes the PTX a ``--keep-ptx`` compile keeps (cutlass___*.ptx) into its dump directory, the working
+# directory unless told: the tests' compiles, and the processes they start, dump into a temporary one.
+if "CUTE_DSL_DUMP_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-dsl-dump-")
 
 
 def _cuda_available() -> bool:

@@ -31,7 +31,11 @@ arch when unset, so importing the DSL never looks for a device).
 
 ``--ptx-dir DIR`` keeps every variant's PTX (``DIR/<arch>/<variant>.ptx``),
 so a change that must not alter the code is checked by running the gate on
-the tree before and after and ``diff -r`` of the two directories.
+the tree before and after and ``diff -r`` of the two directories. A
+``--keep-ptx`` compile also makes the DSL write its own copy
+(``cutlass___<function>.<arch>.ptx``) into its dump directory, the working
+directory by default; the gate points it (``--dump-dir``) at one temporary
+directory of the process, removed at exit, so nothing lands in the tree.
 
 Exit status: 0 when every variant compiled and no must-not-spill variant
 spilled; 1 otherwise (the table says which); 2 on bad arguments.
@@ -40,13 +44,17 @@ spilled; 1 otherwise (the table says which); 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import functools
 import importlib
 import io
 import json
 import os
 import pkgutil
 import re
+import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -216,6 +224,14 @@ def ptx_path(ptx_dir: str, arch: str, name: str) -> str:
     return os.path.join(ptx_dir, arch, re.sub(r"[^A-Za-z0-9_.,-]", "_", name) + ".ptx")
 
 
+@functools.lru_cache(maxsize=None)
+def dsl_dump_dir() -> str:
+    """This process's temporary directory for the DSL's own dumps of kept PTX (removed at exit), never the cwd."""
+    path = tempfile.mkdtemp(prefix="rankcheck-dsl-dump-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def _write_ptx(compiled: object, path: str) -> None:
     """Write the PTX a ``--keep-ptx`` compile kept (``compiled.artifacts.PTX``) to ``path``."""
     text = compiled.artifacts.PTX
@@ -229,7 +245,8 @@ def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_s
     """Compile one variant for ``arch`` and read ptxas's figures; with ``ptx_dir``, keep its PTX there too."""
     result = VariantResult(arch=arch, name=name, must_not_spill=must_not_spill)
     start = time.monotonic()
-    options = f"--gpu-arch {arch} remarks{{ptx}}" + (" --keep-ptx" if ptx_dir else "")
+    keep = f" --keep-ptx --dump-dir={shlex.quote(dsl_dump_dir())}" if ptx_dir else ""
+    options = f"--gpu-arch {arch} remarks{{ptx}}" + keep
     text, error = _capture_fd2(
         lambda: _write_ptx(thunk(options), ptx_path(ptx_dir, arch, name)) if ptx_dir else thunk(options))
     result.seconds = time.monotonic() - start
