@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from golden.arch import normalize_arch
+from golden.arch import PROBE_COMMAND, facts_path, normalize_arch, shown
 from harness.calibration.rcp_table import measure
 from harness.families.arch_facts import ARCH_ENV
 from harness.families.catalog import DEFAULT_PER_LAUNCH_S, discover, select
@@ -287,6 +287,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       allow_unavailable=args.allow_unavailable)
 
 
+def checked_arch(arch: str) -> str:
+    """``arch`` normalized (``sm_100a`` -> ``sm_100``); ValueError naming the missing facts file when there is none."""
+    name = normalize_arch(arch)
+    path = facts_path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.json"))) or "none"
+        raise ValueError(f"--arch {arch}: no arithmetic facts for {name}: {shown(path)} does not exist (facts exist "
+                         f"for: {known}; measure {name}'s on one GPU of that type: {PROBE_COMMAND})")
+    return name
+
+
 def cmd_golden(args: argparse.Namespace) -> int:
     """Check the stored golden bits of every cpu scenario (or record them with --regenerate)."""
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415 - imports torch: --help and list start without it
@@ -302,7 +313,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
             raise ValueError("--measure-rcp and --regenerate: run one at a time")
         return measure(args.measure_rcp or None)
     if args.arch:
-        os.environ[ARCH_ENV] = normalize_arch(args.arch)  # read by every rank (they inherit the environment)
+        os.environ[ARCH_ENV] = checked_arch(args.arch)  # read by every rank (they inherit the environment)
     return run_validate(ValidateRequest(launcher="cpu", size="cpu", run_dir=args.run_dir,
                                         store="record" if args.regenerate else "check"))
 
