@@ -64,7 +64,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from harness.wire.case_files import CaseId, check_tp_divides, group_ranks
 from harness.launch import flight_evidence
-from harness.launch.evidence import nccl_dumps, rank_stacks, torchrun_rank_log
+from harness.launch.evidence import nccl_dumps, rank_stack_files, rank_stacks, torchrun_rank_log
 from harness.wire.worker_evidence import stacks_dir
 from harness.families.catalog import Case
 from harness.launch import records
@@ -393,6 +393,7 @@ class JobRunner:
             progress = records.read_group_progress(s.run_dir, case_id)
             diagnosis = diagnose(progress, kernel_records=kernel_diag_records(case_id.directory(s.run_dir)),
                                  stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
+                                 stack_files=rank_stack_files(progress, stacks_dir(s.run_dir)),
                                  logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
             flight_evidence.attach(diagnosis, case_id.directory(s.run_dir))

@@ -6,7 +6,8 @@ in the order ``harness.reports.diagnoses`` uses (hangs, then other errors,
 then wrong bits, each in arrival order), each line naming the case, the
 rank that failed (as its TP group numbers it, and the world's number when
 they differ), the launch, the first mismatch or the diagnosis, and the log
-to read (the failing rank's ``stderr.log`` when the diagnosis names one).
+to read (the failing rank's ``stderr.log`` when the diagnosis names one) and,
+for a hang, the failing rank's stack file (``stacks/rank<k>-<pid>.txt``).
 Lines are never wrapped: each is one line a terminal or ``grep`` shows whole.
 """
 
@@ -44,11 +45,19 @@ def log_of(r: CaseResult, rank: str) -> str:
     return by_rank.get(rank.split()[0], next(iter(by_rank.values()), "-"))
 
 
+def stack_of(r: CaseResult, rank: str) -> str:
+    """The stack file of the failing rank's process (``stacks/rank<k>-<pid>.txt``); "" without one."""
+    files = {str(k): str(v) for k, v in ((r.diagnosis or {}).get("stack_files") or {}).items()}
+    return files.get(rank.split()[0], "")
+
+
 def failure_line(r: CaseResult) -> str:
-    """One line: status, case, rank, launch, first mismatch or diagnosis, log."""
+    """One line: status, case, rank, launch, first mismatch or diagnosis, log (and stack file when there is one)."""
     rank, launch = where(r)
     what = r.first_mismatch or (r.diagnosis or {}).get("text") or r.detail
-    return f"#   {r.status.upper():<8} {r.case_id}  rank {rank}  launch {launch}  {what}  log {log_of(r, rank)}"
+    stack = stack_of(r, rank)
+    return (f"#   {r.status.upper():<8} {r.case_id}  rank {rank}  launch {launch}  {what}  log {log_of(r, rank)}"
+            + (f"  stack {stack}" if stack else ""))
 
 
 def failure_summary(results: Sequence[CaseResult]) -> str:
