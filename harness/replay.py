@@ -10,7 +10,9 @@ scenario file in the run directory with ``worlds`` narrowed to the world
 being run and the injections added. Afterwards every rank's
 progress records are printed side by side (one column per rank: event,
 launch, parameters, state), then each rank's result (error, first
-mismatches), the watchdog's diagnosis and any kernel diagnostic records.
+mismatches), the watchdog's diagnosis and any kernel diagnostic records,
+and last the run's ``# Result`` line once more (the report's verdict, whose
+exit code the command returns), so the verdict is the last line here too.
 """
 
 from __future__ import annotations
@@ -100,4 +102,14 @@ def run_replay(scenario: str, *, world: int | None = None, launcher: str = "auto
     console.print("diagnosis: " + diagnosis.text, markup=False)
     for rec in kernel:
         console.print(f"kernel record: {rec}", markup=False)
+    console.print(result_line(out / "report.json"), markup=False, soft_wrap=True)
     return code
+
+
+def result_line(report_path: Path) -> str:
+    """The report's ``# Result : ...`` line, read from its JSON summary (what the footer printed)."""
+    try:
+        summary = json.loads(report_path.read_text(encoding="utf-8")).get("summary") or {}
+    except (OSError, ValueError):
+        return f"# Result : (no report at {report_path})"
+    return f"# Result : {summary.get('result', '?')}"
