@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+from lxml import etree
 
 from harness.launch.diagnosis import Diagnosis
 from harness.launch.torchrun_options import Rendezvous
@@ -22,7 +22,6 @@ from harness.reports.merge import run_merge
 from harness.reports.report import Report
 from harness.wire.case_result import STORED_BITS_LAUNCHER, CaseResult
 
-etree = pytest.importorskip("lxml.etree", reason="lxml validates the schema (pip install -e '.[dev]')")
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "tests" / "data" / "junit-10.xsd"
