@@ -3,7 +3,8 @@
 ``register_worker`` opens ``<run>/stacks/<owner>-<pid>.txt`` (the owner:
 ``rank<k>`` for a torchrun rank, ``virtual`` for the process that holds a
 virtual job's ranks), keeps it open for the life of the process, and registers ``faulthandler`` on ``SIGUSR1`` to dump
-every thread's Python stack into it; faulthandler dumps from its C signal
+every thread's Python stack into it (SIGUSR1 is ignored, not fatal, once
+faulthandler lets go of it at shutdown); faulthandler dumps from its C signal
 handler, so a rank blocked in a sleep, a collective or a CUDA
 synchronisation still answers. It also creates the directory of the NCCL
 flight recorder's dump prefix (``$TORCH_NCCL_DEBUG_INFO_TEMP_FILE``) when the
@@ -59,6 +60,9 @@ def register_worker(run_dir: str | os.PathLike, owner: str | None = None) -> Pat
     directory.mkdir(parents=True, exist_ok=True)
     path = stack_path(directory, os.getpid(), owner)
     _stack_file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - must outlive this call
+    # faulthandler puts back the handler it found when the interpreter shuts down: "ignore", not the default
+    # action (which ends the process), so a stack request reaching a rank in its last moments cannot kill it
+    signal.signal(STACK_SIGNAL, signal.SIG_IGN)
     faulthandler.register(STACK_SIGNAL, file=_stack_file, all_threads=True, chain=False)
     return path
 

@@ -340,6 +340,10 @@ def test_a_hang_in_one_group_of_the_nightly_is_named_there_and_the_other_groups_
     # exit codes tell the truth: the bad node failed, the others passed
     assert agents.returncodes == {node: int(node == HANG_GROUP) for node in range(HANG_NODES)}, logs
     assert processes_of(tmp_path) == []
+    # the healthy nodes' job logs, whose agents the harness ended in torchrun's exit barrier: no traceback
+    healthy = {node: (tmp_path / f"run{node}" / "logs" / f"job0.node{node}.log").read_text()
+               for node in range(HANG_NODES) if node != HANG_GROUP}
+    assert {node: "Traceback" in text for node, text in healthy.items()} == dict.fromkeys(healthy, False), healthy
 
     merge = subprocess.run(as_here(merge_line, node=0, **here), cwd=ROOT, capture_output=True, text=True,
                            timeout=120)
