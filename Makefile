@@ -24,7 +24,7 @@ help:
 	@echo "make gpu-test  gpu-marked tests and GPU validation (GPU machine, NO_VENV=1)"
 	@echo "make golden    regenerate the stored golden bits on purpose"
 	@echo "make compile   compile gate: every kernel variant for sm_90a and sm_100a"
-	@echo "make bench     benchmarks (GPU): the default set in about 2 minutes (ARGS=--all: every case); JSON, summary and plots under runs/bench/ (ARGS=--out DIR)"
+	@echo "make bench     benchmarks (GPU): the default set within 3 minutes (ARGS=--all: every case); JSON, summary and plots under runs/bench/ (ARGS=--out DIR)"
 
 venv: $(VENV_STAMP)
 

@@ -30,6 +30,13 @@ os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
 # arrives by its pytest11 entry point, registered under this same name, so it is never registered twice.
 pytest_plugins = ["harness.pytest_plugin"]
 
+# CuTe DSL writes the PTX a ``--keep-ptx`` compile keeps (cutlass___*.ptx) into its dump directory, the working
+# directory unless told: the tests' compiles, and the processes they start, dump into a temporary one.
+if "CUTE_DSL_DUMP_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["CUTE_DSL_DUMP_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-dsl-dump-")
+
 
 class BrokenCuda(RuntimeError):
     """The CUDA stack is present but unusable; the message says why."""

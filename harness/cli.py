@@ -15,12 +15,20 @@ Subcommands:
   (``harness.calibration.rcp_table``); ``golden --probe`` measures all of a GPU type's
   arithmetic facts (``harness.calibration.probe``); ``golden --arch sm_XY`` validates
   with that architecture's facts where no GPU is present.
-- ``record``, ``bench``, ``compile``, ``fuzz``: dispatched to ``harness.recording.recorder``,
-  ``harness.bench``, ``harness.compile_gate`` and ``harness.fuzz`` (random
-  valid scenarios, the first failure shrunk to a minimal file; imported only when used,
-  so a missing module is a clear message, not an import error at start).
+- ``record``, ``bench`` (with ``bench report`` and ``bench breakdown``),
+  ``compile``, ``fuzz``, ``scale``: dispatched to ``harness.recording.recorder``,
+  ``harness.bench``, ``harness.compile_gate``, ``harness.fuzz`` (random
+  valid scenarios, the first failure shrunk to a minimal file) and
+  ``harness.scale`` (imported only when used, so a missing module is a clear
+  message, not an import error at start).
 
-Bad arguments are reported by argparse (exit 2) or as one line naming the
+One program, ``rankcheck`` (``python -m harness`` is the same parser): every
+parser is made by ``harness.wire.command_line.command_parser``, so usage
+lines name the command as typed and every option's help shows its default;
+``--version`` prints the installed version; ``docs/cli.md`` is rendered from
+the parsers (``harness.cli_docs``) and a test keeps it current.
+
+Bad arguments are reported by argparse with the subcommand's usage (exit 2), or as one line naming the
 argument (exit 2) before anything runs, and so is a file or directory the
 command cannot read or write (named, never a traceback); a scenario file that
 is refused is named on stderr while ``list`` and ``validate`` go on with the
@@ -43,17 +51,24 @@ from typing import Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from golden.arch import normalize_arch
+from golden.arch import PROBE_COMMAND, facts_path, normalize_arch, shown
 from harness.calibration.rcp_table import measure
 from harness.families.arch_facts import ARCH_ENV
-from harness.families.catalog import discover_each, select
+from harness.families.catalog import DEFAULT_PER_LAUNCH_S, discover_each, select
 from harness.launch.supervision import install_interrupt_handlers
 from harness.launch.torchrun_options import Rendezvous
 from harness.reports.merge import run_merge
 from harness.wire.case_result import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
+from harness.wire.command_line import HelpFormatter, command_parser, version
 
-DISPATCHED = {"record": "harness.recording.recorder", "bench": "harness.bench", "compile": "harness.compile_gate",
-              "fuzz": "harness.fuzz"}
+# Commands handed to another module's ``main(argv)`` (imported only when used): command -> (module, help).
+DISPATCHED = {
+    "record": ("harness.recording.recorder", "record a user's job's ranks into a bundle, or replay one (rankcheck.recording)"),
+    "bench": ("harness.bench", "benchmark the kernels on this GPU; `bench report` and `bench breakdown` read results"),
+    "compile": ("harness.compile_gate", "compile gate: build every kernel variant for an architecture, no GPU needed"),
+    "fuzz": ("harness.fuzz", "random valid scenarios through validation; the first failure shrunk to a minimal file"),
+    "scale": ("harness.scale.__main__", "the nightly job's shape at several worlds on one host, measured"),
+}
 # Bad arguments run nothing: argparse's code, the same as a selection that plans no case.
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 
@@ -87,12 +102,13 @@ _finite_float = number_type(float, "a finite number")
 def _add_torchrun(p: argparse.ArgumentParser) -> None:
     """The torchrun pass-through options (several agents / nodes)."""
     g = p.add_argument_group("torchrun pass-through (multi-node)")
-    g.add_argument("--nnodes", type=_positive_int, default=1)
-    g.add_argument("--node-rank", type=_nonnegative_int, default=0)
-    g.add_argument("--rdzv-backend", default=None)
-    g.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous")
-    g.add_argument("--rdzv-id", default=None)
-    g.add_argument("--nproc-per-node", type=_positive_int, default=None)
+    g.add_argument("--nnodes", type=_positive_int, default=1, help="agents (nodes) of the job")
+    g.add_argument("--node-rank", type=_nonnegative_int, default=0, help="this agent's node rank")
+    g.add_argument("--rdzv-backend", default=None, help="torchrun's rendezvous backend (default: c10d with --nnodes > 1)")
+    g.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous (required with --nnodes > 1; default: none)")
+    g.add_argument("--rdzv-id", default=None, help="the job's rendezvous id, the same on every node (default: none)")
+    g.add_argument("--nproc-per-node", type=_positive_int, default=None,
+                   help="processes per agent (default: the world divided by --nnodes)")
 
 
 def _add_allow_unavailable(p: argparse.ArgumentParser) -> None:
@@ -105,7 +121,7 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     """pytest's selection options for ``validate``: -k, --lf, -x, --collect-only (harness.validate)."""
     p.add_argument("-k", dest="keyword", metavar="EXPR",
                    help="only the cases whose words (family, name, file, scenario root, world=N, launcher, case id) match this "
-                        "pytest-style expression of substrings with and/or/not, e.g. 'nan and not fused'")
+                        "pytest-style expression of substrings with and/or/not, e.g. 'nan and not fused' (default: every case)")
     p.add_argument("--lf", "--last-failed", dest="last_failed", action="store_true",
                    help="only the cases that failed in the last run's JSON report (the newest under runs/; every "
                         "case when it has no failure)")
@@ -118,32 +134,56 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of every subcommand."""
-    parser = argparse.ArgumentParser(prog="rankcheck", description="Bit-exact distributed validation of decode kernels.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = command_parser(description="Bit-exact distributed validation of decode kernels.",
+                            epilog="`python -m harness` is the same program. Each command's options: "
+                                   "`rankcheck COMMAND --help`; all of them: docs/cli.md.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_list, _add_validate, _add_replay, _add_golden, _add_merge_reports):
+        add(sub)
+    for name, (_, words) in DISPATCHED.items():
+        sub.add_parser(name, help=words, add_help=False)
+    return parser
 
-    p = sub.add_parser("list", help="scenarios and their cases")
-    p.add_argument("--family")
-    p.add_argument("--size", choices=("cpu", "gpu", "all"), default="all")
+
+def _add_list(sub) -> None:
+    """The ``list`` subcommand."""
+    p = sub.add_parser("list", help="scenarios and their cases", formatter_class=HelpFormatter,
+                       description="Every scenario with its cases: family, name, size, worlds, launches, expected outcome.")
+    p.add_argument("--family", help="only this family's scenarios (default: every family)")
+    p.add_argument("--size", choices=("cpu", "gpu", "all"), default="all", help="only scenarios of this size class")
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
 
-    p = sub.add_parser("validate", help="run scenarios through a launcher and report")
-    p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto")
-    p.add_argument("--family")
+
+def _add_validate(sub) -> None:
+    """The ``validate`` subcommand."""
+    p = sub.add_parser("validate", help="run scenarios through a launcher and report", formatter_class=HelpFormatter,
+                       description="Run scenarios through a launcher; a live table, JUnit XML and JSON report, "
+                                   "and an exit code that is the verdict (0 ok, 1 failed, 2 nothing run, "
+                                   "3 nothing available, 130 interrupted).")
+    p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto",
+                   help="how ranks start; auto: torchrun on several GPUs, virtual on one, cpu without")
+    p.add_argument("--family", help="only this family's scenarios (default: every family)")
     p.add_argument("--scenario", nargs="+", metavar="NAME",
-                   help="name, family/name or a shell pattern of either (markov_*/nan*)")
-    p.add_argument("--world", nargs="+", type=_positive_int, metavar="N")
+                   help="name, family/name or a shell pattern of either (markov_*/nan*) (default: every scenario)")
+    p.add_argument("--world", nargs="+", type=_positive_int, metavar="N",
+                   help="world sizes (default: each scenario's own worlds)")
     _add_selection(p)
     p.add_argument("--size", choices=("cpu", "gpu", "all"), default=None,
                    help="size class (default: cpu without a GPU, all with one)")
-    p.add_argument("--tp", type=_positive_int, help="TP group size when smaller than the world")
-    p.add_argument("--junit", metavar="PATH")
-    p.add_argument("--json", metavar="PATH")
-    p.add_argument("--run-dir", metavar="DIR", help="default: a new runs/<UTC time>-<host>-<pid>-<random>/; a directory another run holds is refused")
+    p.add_argument("--tp", type=_positive_int, help="TP group size when smaller than the world (default: one group, the world)")
+    p.add_argument("--junit", metavar="PATH", help="JUnit XML report (default: <run dir>/report.xml)")
+    p.add_argument("--json", metavar="PATH", help="JSON report (default: <run dir>/report.json)")
+    p.add_argument("--run-dir", metavar="DIR",
+                   help="where logs, stacks and reports go; a directory another run holds is refused "
+                        "(default: a new runs/<UTC time>-<host>-<pid>-<random>/)")
     p.add_argument("--deadline", type=_positive_float, metavar="S",
-                   help="per-launch deadline in seconds (a scenario's deadline_s wins)")
+                   help="per-launch deadline in seconds (a scenario's deadline_s wins; default: "
+                        f"{DEFAULT_PER_LAUNCH_S:g})")
     p.add_argument("--startup", type=_positive_float, default=90.0, metavar="S",
                    help="startup allowance of a job in seconds (interpreters, imports, rendezvous)")
-    p.add_argument("--impl", choices=("golden", "kernel"), help="override the launcher's implementation")
+    p.add_argument("--impl", choices=("golden", "kernel"),
+                   help="override the launcher's implementation (default: the launcher's: golden on cpu, else kernel)")
     p.add_argument("--no-store", action="store_true", help="skip the stored-golden-bits check")
     p.add_argument("--no-cache", action="store_true",
                    help="bypass the persistent reference and kernel cache ($RANKCHECK_CACHE_DIR, default "
@@ -157,25 +197,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
     p.add_argument("--inject", nargs="+", default=[], metavar="SCENARIO:KIND:key=value,...",
                    help="plant a fault in one scenario for this run, e.g. "
-                        "markov_sharded/basic:hang:rank=1,launch=1,group=5 (group: that TP group only)")
+                        "markov_sharded/basic:hang:rank=1,launch=1,group=5 (group: that TP group only; default: none)")
     _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
     _add_torchrun(p)
 
-    p = sub.add_parser("replay", help="one scenario, verbose per-rank diagnostics; or a recorded world (--bundle)")
-    p.add_argument("scenario", nargs="?", help="name or family/name")
-    p.add_argument("--bundle", metavar="DIR", help="replay the world recorded here (rankcheck.recording) instead")
-    p.add_argument("--world", type=_positive_int)
-    p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto")
+
+def _add_replay(sub) -> None:
+    """The ``replay`` subcommand."""
+    p = sub.add_parser("replay", help="one scenario, verbose per-rank diagnostics; or a recorded world (--bundle)",
+                       formatter_class=HelpFormatter,
+                       description="One scenario, verbose: each rank's progress and the diagnostic records side "
+                                   "by side; or a world recorded by rankcheck.recording (--bundle), offline.")
+    p.add_argument("scenario", nargs="?", help="name or family/name (or --bundle)")
+    p.add_argument("--bundle", metavar="DIR", help="replay the world recorded here (rankcheck.recording) instead (default: none)")
+    p.add_argument("--world", type=_positive_int, help="the world size (default: the scenario's smallest)")
+    p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto",
+                   help="how ranks start; auto: torchrun on several GPUs, virtual on one, cpu without")
     p.add_argument("--inject", nargs="+", default=[], metavar="KIND:key=value,...",
-                   help="extra injections, e.g. hang:rank=1,launch=2 (group=G: that TP group only)")
-    p.add_argument("--run-dir", metavar="DIR")
-    p.add_argument("--deadline", type=_positive_float, metavar="S")
-    p.add_argument("--impl", choices=("golden", "kernel"))
+                   help="extra injections, e.g. hang:rank=1,launch=2 (group=G: that TP group only; default: none)")
+    p.add_argument("--run-dir", metavar="DIR", help="where logs, stacks and reports go (default: runs/<timestamp>/)")
+    p.add_argument("--deadline", type=_positive_float, metavar="S",
+                   help=f"per-launch deadline in seconds (default: the scenario's deadline_s, else {DEFAULT_PER_LAUNCH_S:g})")
+    p.add_argument("--impl", choices=("golden", "kernel"),
+                   help="override the launcher's implementation (default: the launcher's: golden on cpu, else kernel)")
     _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
 
-    p = sub.add_parser("golden", help="check or regenerate the stored golden bits")
+
+def _add_golden(sub) -> None:
+    """The ``golden`` subcommand."""
+    p = sub.add_parser("golden", help="check or regenerate the stored golden bits", formatter_class=HelpFormatter,
+                       description="Check (or, with --regenerate, record on purpose) the stored golden bits of "
+                                   "every cpu scenario through a cpu validation run; or measure a GPU's arithmetic.")
     p.add_argument("--regenerate", action="store_true", help="recompute and store (on purpose)")
     p.add_argument("--measure-rcp", nargs="*", type=_finite_float, default=None, metavar="T",
                    help="measure the GPU's div.full.f32 reciprocal bits of these temperatures (default: every "
@@ -185,17 +239,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "--regenerate: replace stored facts that differ)")
     p.add_argument("--arch", metavar="sm_XY",
                    help="without a GPU: whose arithmetic facts the golden uses (default sm_90, the stored bits')")
-    p.add_argument("--run-dir", metavar="DIR")
+    p.add_argument("--run-dir", metavar="DIR", help="where logs and reports go (default: runs/<timestamp>/)")
 
-    p = sub.add_parser("merge-reports", help="one JUnit and one JSON from the per-node reports of a multi-node job")
+
+def _add_merge_reports(sub) -> None:
+    """The ``merge-reports`` subcommand."""
+    p = sub.add_parser("merge-reports", help="one JUnit and one JSON from the per-node reports of a multi-node job",
+                       formatter_class=HelpFormatter,
+                       description="One JUnit and one JSON report for a job whose nodes each wrote their own; "
+                                   "the exit code follows validate's rule.")
     p.add_argument("inputs", nargs="+", metavar="IN", help="per-node JSON reports: files, glob patterns or directories")
-    p.add_argument("--junit", metavar="PATH", help="where the merged JUnit XML goes")
-    p.add_argument("--json", metavar="PATH", help="where the merged JSON goes")
+    p.add_argument("--junit", metavar="PATH", help="where the merged JUnit XML goes (default: none; --junit or --json)")
+    p.add_argument("--json", metavar="PATH", help="where the merged JSON goes (default: none; --junit or --json)")
     _add_allow_unavailable(p)
 
-    for name in DISPATCHED:
-        sub.add_parser(name, help=f"see `rankcheck {name} --help`", add_help=False)
-    return parser
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """``argv`` parsed; an argument the subcommand does not know is reported with the subcommand's usage (exit 2)."""
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        subparsers.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -251,6 +316,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       allow_unavailable=args.allow_unavailable)
 
 
+def checked_arch(arch: str) -> str:
+    """``arch`` normalized (``sm_100a`` -> ``sm_100``); ValueError naming the missing facts file when there is none."""
+    name = normalize_arch(arch)
+    path = facts_path(name)
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in path.parent.glob("*.json"))) or "none"
+        raise ValueError(f"--arch {arch}: no arithmetic facts for {name}: {shown(path)} does not exist (facts exist "
+                         f"for: {known}; measure {name}'s on one GPU of that type: {PROBE_COMMAND})")
+    return name
+
+
 def cmd_golden(args: argparse.Namespace) -> int:
     """Check the stored golden bits of every cpu scenario (or record them with --regenerate)."""
     from harness.validate import ValidateRequest, run_validate  # noqa: PLC0415 - imports torch: --help and list start without it
@@ -266,7 +342,7 @@ def cmd_golden(args: argparse.Namespace) -> int:
             raise ValueError("--measure-rcp and --regenerate: run one at a time")
         return measure(args.measure_rcp or None)
     if args.arch:
-        os.environ[ARCH_ENV] = normalize_arch(args.arch)  # read by every rank (they inherit the environment)
+        os.environ[ARCH_ENV] = checked_arch(args.arch)  # read by every rank (they inherit the environment)
     return run_validate(ValidateRequest(launcher="cpu", size="cpu", run_dir=args.run_dir,
                                         store="record" if args.regenerate else "check"))
 
@@ -280,7 +356,7 @@ def cmd_merge_reports(args: argparse.Namespace) -> int:
 
 def dispatch(command: str, argv: Sequence[str]) -> int:
     """Hand ``argv`` to another package's ``main``; a missing module is a clear message (exit 2)."""
-    module_name = DISPATCHED[command]
+    module_name = DISPATCHED[command][0]
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
@@ -298,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in DISPATCHED:
         return dispatch(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     handlers = {"list": cmd_list, "validate": cmd_validate, "replay": cmd_replay, "golden": cmd_golden,
                 "merge-reports": cmd_merge_reports}
     try:

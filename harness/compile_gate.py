@@ -31,7 +31,11 @@ arch when unset, so importing the DSL never looks for a device).
 
 ``--ptx-dir DIR`` keeps every variant's PTX (``DIR/<arch>/<variant>.ptx``),
 so a change that must not alter the code is checked by running the gate on
-the tree before and after and ``diff -r`` of the two directories.
+the tree before and after and ``diff -r`` of the two directories. A
+``--keep-ptx`` compile also makes the DSL write its own copy
+(``cutlass___<function>.<arch>.ptx``) into its dump directory, the working
+directory by default; the gate points it (``--dump-dir``) at one temporary
+directory of the process, removed at exit, so nothing lands in the tree.
 
 Exit status: 0 when every variant compiled and no must-not-spill variant
 spilled; 1 otherwise (the table says which); 2 on bad arguments.
@@ -40,19 +44,25 @@ spilled; 1 otherwise (the table says which); 2 on bad arguments.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
+import functools
 import importlib
 import io
 import json
 import os
 import pkgutil
 import re
+import shlex
+import shutil
 import sys
 import tempfile
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
+
+from harness.wire.command_line import command_parser
 
 ARCHES = ("sm_90a", "sm_100a")
 
@@ -214,6 +224,14 @@ def ptx_path(ptx_dir: str, arch: str, name: str) -> str:
     return os.path.join(ptx_dir, arch, re.sub(r"[^A-Za-z0-9_.,-]", "_", name) + ".ptx")
 
 
+@functools.lru_cache(maxsize=None)
+def dsl_dump_dir() -> str:
+    """This process's temporary directory for the DSL's own dumps of kept PTX (removed at exit), never the cwd."""
+    path = tempfile.mkdtemp(prefix="rankcheck-dsl-dump-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def _write_ptx(compiled: object, path: str) -> None:
     """Write the PTX a ``--keep-ptx`` compile kept (``compiled.artifacts.PTX``) to ``path``."""
     text = compiled.artifacts.PTX
@@ -227,7 +245,8 @@ def compile_one(arch: str, name: str, thunk: Callable[[str], object], must_not_s
     """Compile one variant for ``arch`` and read ptxas's figures; with ``ptx_dir``, keep its PTX there too."""
     result = VariantResult(arch=arch, name=name, must_not_spill=must_not_spill)
     start = time.monotonic()
-    options = f"--gpu-arch {arch} remarks{{ptx}}" + (" --keep-ptx" if ptx_dir else "")
+    keep = f" --keep-ptx --dump-dir={shlex.quote(dsl_dump_dir())}" if ptx_dir else ""
+    options = f"--gpu-arch {arch} remarks{{ptx}}" + keep
     text, error = _capture_fd2(
         lambda: _write_ptx(thunk(options), ptx_path(ptx_dir, arch, name)) if ptx_dir else thunk(options))
     result.seconds = time.monotonic() - start
@@ -295,17 +314,23 @@ def render_table(results: list[VariantResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]] | None = None) -> int:
-    """Entry point of ``python -m harness compile``; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="python -m harness compile", description=__doc__.splitlines()[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rankcheck compile`` command line."""
+    parser = command_parser("compile", description=__doc__.splitlines()[0].split(": ", 1)[-1])
     parser.add_argument("--arch", action="append", choices=ARCHES,
                         help="target architecture (repeatable; default: all of %s)" % ", ".join(ARCHES))
-    parser.add_argument("--filter", default=None, help="only variants whose name matches this regex")
-    parser.add_argument("--json", default=None, help="also write the results as JSON to this path")
+    parser.add_argument("--filter", default=None, help="only variants whose name matches this regex (default: all)")
+    parser.add_argument("--json", default=None, help="also write the results as JSON to this path (default: none)")
     parser.add_argument("--quiet", action="store_true", help="no per-variant progress lines")
     parser.add_argument("--ptx-dir", default=None,
                         help="also keep each variant's PTX as DIR/<arch>/<variant>.ptx (compare two trees "
-                             "with diff -r)")
+                             "with diff -r; default: none kept)")
+    return parser
+
+
+def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]] | None = None) -> int:
+    """Entry point of ``rankcheck compile``; returns the exit status."""
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:

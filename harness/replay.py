@@ -10,7 +10,9 @@ scenario file in the run directory with ``worlds`` narrowed to the world
 being run and the injections added. Afterwards every rank's
 progress records are printed side by side (one column per rank: event,
 launch, parameters, state), then each rank's result (error, first
-mismatches), the watchdog's diagnosis and any kernel diagnostic records.
+mismatches), the watchdog's diagnosis and any kernel diagnostic records,
+and last the run's ``# Result`` line once more (the report's verdict, whose
+exit code the command returns), so the verdict is the last line here too.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def run_validate_in(out: Path, case, world: int, inject: Sequence[str], extra: l
 
 
 def print_diagnostics(out: Path, case, world: int) -> None:
-    """Print the ranks' progress side by side, each rank's result and the hang diagnosis of ``case`` in ``out``."""
+    """Print ``case``'s ranks' progress side by side, each rank's result, the hang diagnosis, then the report's result line."""
     console = Console()
     case_id = CaseId(case.family, case.name, world, None, world)
     progress = records.read_group_progress(out, case_id)
@@ -114,3 +116,13 @@ def print_diagnostics(out: Path, case, world: int) -> None:
     console.print("diagnosis: " + diagnosis.text, markup=False)
     for rec in kernel:
         console.print(f"kernel record: {rec}", markup=False)
+    console.print(result_line(out / "report.json"), markup=False, soft_wrap=True)
+
+
+def result_line(report_path: Path) -> str:
+    """The report's ``# Result : ...`` line, read from its JSON summary (what the footer printed)."""
+    try:
+        summary = json.loads(report_path.read_text(encoding="utf-8")).get("summary") or {}
+    except (OSError, ValueError):
+        return f"# Result : (no report at {report_path})"
+    return f"# Result : {summary.get('result', '?')}"

@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import importlib
 import os
 import signal
 import sys
@@ -54,26 +55,34 @@ from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
 from harness.cli import number_type
 from harness.wire.case_files import REPO_ROOT
+from harness.wire.command_line import command_parser
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
 DEFAULT_OUT = str(REPO_ROOT / "runs" / "bench")
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The ``bench`` command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m harness bench",
-        description="Benchmark registered kernel cases on this GPU; each case is printed as it completes.",
+# ``rankcheck bench report|breakdown``: the result readers, each its own module (and ``python -m`` alias).
+READERS = {"report": "harness.bench.report", "breakdown": "harness.bench.breakdown"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rankcheck bench`` command line."""
+    parser = command_parser(
+        "bench",
+        usage="rankcheck bench [options] | rankcheck bench {report,breakdown} ...",
+        description="Benchmark registered kernel cases on this GPU; each case is printed as it completes. "
+                    "`rankcheck bench report` rebuilds a run's summary and plots or compares two runs; "
+                    "`rankcheck bench breakdown` times a kernel's phases from its stamps.",
         epilog=(f"Without --all, the default set runs: a representative subset (see --list) chosen to finish "
                 f"within {BUDGET_S / 60:.0f} minutes on one H200 at the default --warmup/--reps. --all runs every "
                 "case (the all-reduce's whole M sweep and the finalize cases the LL/BT thresholds need); for a "
                 "long, careful run: --all --warmup 20 --reps 100. The summary (.md) and plots (.png) are written "
-                "beside the JSON; python -m harness.bench.report rebuilds them from a stored JSON."),
+                "beside the JSON; rankcheck bench report rebuilds them from a stored JSON."),
     )
-    parser.add_argument("--family", help="only this family's cases")
+    parser.add_argument("--family", help="only this family's cases (default: every family)")
     parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not")
     parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
-    parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default runs/bench/, git-ignored)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default: runs/bench/, git-ignored)")
     parser.add_argument("--warmup", type=number_type(int, "a whole number", 0), default=DEFAULT_WARMUP,
                         help=f"graph replays / eager loops before timing (default {DEFAULT_WARMUP})")
     parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,
@@ -136,7 +145,9 @@ def interrupts_raise() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the bench command; return the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    if argv and argv[0] in READERS:
+        return importlib.import_module(READERS[argv[0]]).main(argv[1:])
+    args = build_parser().parse_args(argv)
     failures = discover()
     for failure in failures:
         print(f"bench: case module {failure['module']} failed to import: {failure['error']}", file=sys.stderr)

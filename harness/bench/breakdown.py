@@ -54,6 +54,7 @@ from harness.bench.cases import markov_fused as fused_case
 from harness.bench.cases import markov_sharded as sharded_case
 from harness.bench.cases.virtual import build_ranks, launch_ranks
 from golden.families import FAMILIES
+from harness.wire.command_line import command_parser
 
 
 def filled(row: Sequence[int]) -> list[int]:
@@ -232,22 +233,25 @@ def _fused_run(args: argparse.Namespace, sizes: dict) -> tuple[list[str], list, 
 STAMPED_RUNS = {"markov_sharded": _sharded_run, "markov_fused": _fused_run}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Parse the arguments, measure on this GPU and print the breakdown (module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.breakdown",
-                                     description="Per-phase time of a kernel from its %globaltimer stamps.")
-    parser.add_argument("--family", required=True, choices=FAMILIES,
-                        help=f"stamped: {', '.join(STAMPED_RUNS)}")
-    parser.add_argument("--world", type=int, default=1, help="virtual ranks on this GPU (default 1)")
-    parser.add_argument("--rows", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--vocab", type=int, default=129280)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--reps", type=int, default=10)
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rankcheck bench breakdown`` command line (also ``python -m harness.bench.breakdown``)."""
+    parser = command_parser("bench breakdown", description="Per-phase time of a kernel from its %globaltimer stamps.")
+    parser.add_argument("--family", required=True, choices=FAMILIES, help=f"stamped: {', '.join(STAMPED_RUNS)}")
+    parser.add_argument("--world", type=int, default=1, help="virtual ranks on this GPU")
+    parser.add_argument("--rows", type=int, default=8, help="rows (sequences) per call")
+    parser.add_argument("--steps", type=int, default=8, help="decode steps per call")
+    parser.add_argument("--vocab", type=int, default=129280, help="vocabulary size")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
+    parser.add_argument("--reps", type=int, default=10, help="timed calls whose medians are printed")
     parser.add_argument("--eager", action="store_true", help="markov_fused: launch eagerly, not a CUDA graph replay")
     parser.add_argument("--detail", action="store_true", help="also print every step's phases")
-    parser.add_argument("--json", help="write the tables as JSON to this path")
-    args = parser.parse_args(argv)
+    parser.add_argument("--json", help="write the tables as JSON to this path (default: none)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments, measure on this GPU and print the breakdown (module docstring)."""
+    args = build_parser().parse_args(argv)
     if args.family not in STAMPED_RUNS:
         print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(STAMPED_RUNS)})",
               file=sys.stderr)

@@ -30,6 +30,7 @@ from harness.bench.plot import plot_results, plotting_unavailable
 from harness.bench.results import result_stem, validate_result
 from harness.bench.summary import summary_markdown
 from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK
+from harness.wire.command_line import command_parser
 
 
 class ReportInputError(ValueError):
@@ -59,21 +60,21 @@ def write_report(document: Mapping, out_dir: str) -> dict:
             "plot_note": plotting_unavailable()}
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The report command line."""
-    parser = argparse.ArgumentParser(
-        prog="python -m harness.bench.report",
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rankcheck bench report`` command line (also ``python -m harness.bench.report``)."""
+    parser = command_parser(
+        "bench report",
         description="Rebuild a bench run's summary (.md) and plots (.png) from its JSON, or compare two runs.",
     )
     parser.add_argument("result", nargs="?", help="a bench results JSON (rankcheck-bench/1)")
     parser.add_argument("--out", help="where to write the summary and plots (default: beside RESULT)")
-    parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="print new/old median ratios per case")
+    parser.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="print new/old median ratios per case (default: no comparison)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the report command; return the exit status."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     if bool(args.compare) == bool(args.result):
         parser.print_usage(sys.stderr)

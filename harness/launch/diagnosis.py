@@ -44,6 +44,8 @@ class Diagnosis:
     stacks: dict = field(default_factory=dict)
     # rank -> that rank's log file
     logs: dict = field(default_factory=dict)
+    # rank -> the file holding that rank's process's whole stack dump (stacks/rank<k>-<pid>.txt)
+    stack_files: dict = field(default_factory=dict)
     # NCCL flight-recorder dumps the job left
     nccl_dumps: list = field(default_factory=list)
     # the kernels' flight-recorder findings, one per instance (harness.launch.flight_evidence)
@@ -90,7 +92,8 @@ def _belief(records: list[dict]) -> dict:
 def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | None = None,
              stopped: Mapping[int, int] | None = None,
              kernel_records: Sequence[dict] = (), stacks: Mapping[int, list[str]] | None = None,
-             logs: Mapping[int, str] | None = None, nccl_dumps: Sequence[str] = ()) -> Diagnosis:
+             logs: Mapping[int, str] | None = None, nccl_dumps: Sequence[str] = (),
+             stack_files: Mapping[int, str] | None = None) -> Diagnosis:
     """Name the rank that fell behind from every rank's progress records, with the evidence gathered for it.
 
     ``progress`` maps each rank to its progress records in order. ``exited``
@@ -99,12 +102,14 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
     process was stopped (rank -> pid). ``kernel_records`` are the
     ``kernels.diag`` records the caller found: the first gives the step, and
     its awaited rank when the progress records name none; all are attached.
-    ``stacks`` (rank -> innermost frames), ``logs`` (rank -> log file) and
-    ``nccl_dumps`` (``harness.launch.evidence``) are attached as they are.
+    ``stacks`` (rank -> innermost frames), ``stack_files`` (rank -> its
+    process's stack file), ``logs`` (rank -> log file) and ``nccl_dumps``
+    (``harness.launch.evidence``) are attached as they are.
     """
     found = _who_fell_behind(progress, exited=exited, stopped=stopped, kernel_records=kernel_records)
     found.stacks = dict(stacks or {})
     found.logs = {rank: str(path) for rank, path in (logs or {}).items()}
+    found.stack_files = {rank: str(path) for rank, path in (stack_files or {}).items()}
     found.nccl_dumps = list(nccl_dumps)
     return found
 

@@ -5,7 +5,7 @@ records say *where* (launch, step); the stack says *in what code*. Three
 kinds of evidence are gathered here, each without the hung rank's help:
 
 - Stacks. Every worker process (``harness.rank.worker``) opens
-  ``<run>/stacks/<pid>.txt`` at start, keeps it open, and registers
+  ``<run>/stacks/rank<k>-<pid>.txt`` (``virtual-<pid>.txt``) at start, keeps it open, and registers
   ``faulthandler`` on ``SIGUSR1`` to dump every thread's Python stack into
   it (``harness.wire.worker_evidence``). faulthandler dumps from its C signal handler, so a rank blocked in a
   sleep, a collective or a CUDA synchronisation still answers. Before the
@@ -17,7 +17,8 @@ kinds of evidence are gathered here, each without the hung rank's help:
   progress records carry the ``pid`` and ``thread`` that wrote them, so
   ``rank_stacks`` cuts the dump down to that rank's thread: for torchrun the
   process's main thread, for the virtual launcher (all ranks threads of one
-  process) the rank's own thread.
+  process) the rank's own thread; ``rank_stack_files`` names each rank's
+  file, which the diagnosis (``stack_files``) and the reports link.
 - Logs. torchrun (``--log-dir``, ``--redirects 3``) writes each local
   rank's output to ``<log dir>/<rdzv run id>/attempt_<n>/<local rank>/stderr.log``;
   ``torchrun_rank_log`` finds the newest such file for a local rank. The
@@ -125,6 +126,17 @@ def identity(records: list[dict]) -> tuple[int | None, int | None]:
         if rec.get("pid") is not None:
             return int(rec["pid"]), (int(rec["thread"]) if rec.get("thread") is not None else None)
     return None, None
+
+
+def rank_stack_files(progress: Mapping[int, list[dict]], directory: str | os.PathLike) -> dict[int, str]:
+    """Each rank's stack file (``stacks/rank<k>-<pid>.txt``, or the virtual process's), for ranks that have one."""
+    out = {}
+    for rank, records in sorted(progress.items()):
+        pid, _ = identity(records)
+        path = stack_path(directory, pid) if pid is not None else None
+        if path is not None and path.is_file() and path.stat().st_size:
+            out[rank] = str(path)
+    return out
 
 
 def rank_stacks(progress: Mapping[int, list[dict]], directory: str | os.PathLike,

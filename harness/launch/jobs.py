@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from harness.wire.case_files import CaseId, check_tp_divides, group_ranks
 from harness.launch import flight_evidence
-from harness.launch.evidence import nccl_dumps, rank_stacks, torchrun_rank_log
+from harness.launch.evidence import nccl_dumps, rank_stack_files, rank_stacks, torchrun_rank_log
 from harness.wire.worker_evidence import stacks_dir
 from harness.wire.processes import HARNESS_VAR, this_process
 from harness.families.catalog import Case
@@ -419,6 +419,7 @@ class JobRunner:
             diagnosis = diagnose(progress, **self._deaths_in(run),
                                  kernel_records=kernel_diag_records(case_id.directory(s.run_dir)),
                                  stacks=rank_stacks(progress, stacks_dir(s.run_dir)),
+                                 stack_files=rank_stack_files(progress, stacks_dir(s.run_dir)),
                                  logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall)).in_group(run.group, run.members)
             flight_evidence.attach(diagnosis, case_id.directory(s.run_dir))

@@ -1,6 +1,8 @@
 """Launchers: how a job's ranks are started, and which launcher ``auto`` picks.
 
-- ``cpu``: real processes through ``python -m torch.distributed.run``
+- ``cpu``: real processes through torchrun's agent (``python -m
+  harness.launch.torchrun_agent torch.distributed.run``: torchrun, ended
+  quietly by the harness's signal)
   (``--standalone``, or the ``--nnodes/--rdzv-*`` pass-through for several
   agents, job ``i`` meeting at the endpoint's port plus ``i``:
   ``Rendezvous.job_endpoint``), gloo, the golden per-rank system as the system under test.
@@ -15,7 +17,8 @@
 Every launcher runs its jobs through ``harness.launch.jobs.JobRunner``
 (batching, per-case deadlines, recovery); only the command line differs.
 Per-rank logs go to ``<run>/logs/job<i>/`` via torchrun's ``--log-dir`` and
-``--redirects 3``. NCCL groups run with PyTorch's flight recorder on
+``--redirects 3``; a rank writes its stdout into its stderr (``harness.rank.worker``), so the
+``stderr.log`` a report names holds everything it printed, unbuffered (``PYTHONUNBUFFERED``). NCCL groups run with PyTorch's flight recorder on
 (``harness.launch.evidence.flight_recorder_env``): a collective timeout dumps its
 trace under ``<run>/nccl_trace/``. gloo groups connect lazily
 (``TORCH_GLOO_LAZY_INIT``): only the TP groups' ranks ever exchange.
@@ -28,6 +31,7 @@ from pathlib import Path
 
 from harness.launch.evidence import flight_recorder_env
 from harness.launch.jobs import JobSettings, job_log_dir, python
+from harness.launch.torchrun_agent import AGENT_MODULE
 
 LAUNCHERS = ("auto", "torchrun", "virtual", "cpu")
 GLOO_LAZY_INIT = "TORCH_GLOO_LAZY_INIT"
@@ -66,7 +70,8 @@ def resolve(name: str, gpus: int | None = None) -> tuple[str, str]:
 def settings_for(launcher: str, run_dir: Path, world_hint: int, gpus: int | None = None, **kw) -> JobSettings:
     """Job settings for a resolved launcher: implementation, backend and environment."""
     gpus = gpu_count() if gpus is None else gpus
-    env = dict(MULTICAST_OFF)
+    # a rank's prints reach its log as they happen, not when a buffer fills (a killed rank's never would)
+    env = dict(MULTICAST_OFF, PYTHONUNBUFFERED="1")
     if launcher == "cpu":
         impl, backend = "golden", "gloo"
     elif launcher == "virtual":
@@ -102,7 +107,8 @@ def torchrun_argv(s: JobSettings, job_path: Path, world: int, job_index: int) ->
     per_node = rdzv.nproc_per_node or world // max(rdzv.nnodes, 1)
     if per_node * rdzv.nnodes != world:
         raise ValueError(f"--nproc-per-node {per_node} x --nnodes {rdzv.nnodes} must equal the world size {world}")
-    argv = [python(), "-m", "torch.distributed.run"]
+    # torchrun's agent, run so that the harness ending it leaves one line in the log, not a traceback
+    argv = [python(), "-m", "harness.launch.torchrun_agent", AGENT_MODULE]
     if rdzv.nnodes > 1 or rdzv.endpoint:
         if not rdzv.endpoint:
             raise ValueError("--rdzv-endpoint is required with --nnodes > 1")

@@ -6,11 +6,12 @@ them, so the watchdog's diagnosis can name the rank and launch even when
 the rank never returns:
 
 - ``delay``: record it, then sleep ``seconds`` and launch;
-- ``hang``: record it, then sleep until killed (``_sleep_forever``: the frame
-  the hang's stack dump shows);
+- ``hang``: record it, say so on stderr (the rank's log), then sleep until
+  killed (``_sleep_forever``: the frame the hang's stack dump shows);
 - ``crash``: record it, then end the rank as ``how`` says: exit with
   ``CRASH_EXIT`` (default), kill itself with SIGKILL (``signal``), or raise
-  ``InjectedCrash`` out of the rank (``exception``);
+  ``InjectedCrash`` out of the rank (``exception``), having said so on
+  stderr, so the rank's log holds why it ended;
 - ``skip_launch``: record it and do not launch;
 - ``repeat_launch``: launch twice (``launch_attempts``).
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 import time
 from typing import Any, Callable
 
@@ -41,8 +43,15 @@ def _sleep_forever() -> None:
         time.sleep(3600)
 
 
+def _say(text: str) -> None:
+    """One line on this rank's stderr (its log), written at once: the rank may end the next moment."""
+    print(f"rankcheck rank {os.environ.get('RANK', '?')} (pid {os.getpid()}): {text}", file=sys.stderr, flush=True)
+
+
 def _crash(how: str) -> None:
     """End this rank the way a ``crash`` injection says: exit code, signal or exception."""
+    _say(f"injected crash ({how}): " + {"signal": "killing itself with SIGKILL", "exception": "raising InjectedCrash"}
+         .get(how, f"exiting with code {CRASH_EXIT}"))
     if how == "signal":
         os.kill(os.getpid(), signal.SIGKILL)
     if how == "exception":
@@ -59,6 +68,7 @@ def act_before_launch(launch: Any, progress: Any, state: Callable[[], dict]) -> 
         time.sleep(float(inj["delay"].get("seconds")))
     if "hang" in inj:
         progress.write("hang", k, params, state())
+        _say(f"injected hang before launch {k}: sleeping until killed")
         _sleep_forever()
     if "crash" in inj:
         progress.write("crash", k, params, state(), how=inj["crash"].get("how"))

@@ -178,6 +178,15 @@ def run_virtual(job: dict, world: int) -> int:
     return 0
 
 
+def stack_owner(job: dict, virtual: int) -> str:
+    """Whose stacks this process's stack file holds: ``virtual``, or ``rank<k>`` with the rank this process will take."""
+    if virtual:
+        return "virtual"
+    if job.get("first_rank") is not None:  # several nodes: the rank follows --node-rank (run_distributed)
+        return f"rank{int(job['first_rank']) + int(os.environ.get('LOCAL_RANK', '0'))}"
+    return f"rank{os.environ.get('RANK', '0')}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``--job`` (and ``--virtual N``) and run the job."""
     parser = argparse.ArgumentParser(prog="python -m harness.rank.worker", description=__doc__.split("\n")[0])
@@ -199,9 +208,12 @@ def main(argv: list[str] | None = None) -> int:
         except standby.NoJob:
             return 0
     job = json.loads(Path(args.job).read_text(encoding="utf-8"))
-    # SIGUSR1 dumps every thread's Python stack to <run>/stacks/<pid>.txt: the watchdog asks
-    # for it before it ends a job that ran out of time, and the report shows the hung rank's.
-    register_worker(job["run_dir"])
+    # SIGUSR1 dumps every thread's Python stack to <run>/stacks/<owner>-<pid>.txt: the watchdog asks
+    # for it before it ends a job that ran out of time, and the report links and shows the hung rank's.
+    register_worker(job["run_dir"], stack_owner(job, args.virtual))
+    if not args.virtual:
+        # torchrun keeps stdout and stderr apart; the report names the rank's stderr.log: one log, in order
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     # the launcher writes the job file as it starts the job (a standby process started before it)
     count_start_up_from(Path(args.job).stat().st_mtime, job_only=bool(args.standby))
     if args.virtual:

@@ -50,6 +50,7 @@ import torch
 from golden.comm import run_ranks
 from harness.families import NotAvailable, adapter, catalog
 from harness.rank.compare import Comparison, Mismatch, compare_outputs
+from harness.wire.command_line import HelpFormatter, command_parser
 from kernels.fabric import VirtualFabric
 from scenarios.bundle import MANIFEST, BundleError, load_bundle, save_bundle
 
@@ -346,26 +347,28 @@ def replay_dir(bundle_dir: str | Path, *, impl: str = "golden"):
     return bundle, compare_replay(bundle, produced[0])
 
 
-def _parser() -> argparse.ArgumentParser:
-    """The ``record`` command line."""
-    parser = argparse.ArgumentParser(prog="python -m harness record", description="Capture and replay recorded bundles.")
-    sub = parser.add_subparsers(dest="action", required=True)
-    cap = sub.add_parser("capture", help="run a scenario while recording rank 0 into a bundle")
-    cap.add_argument("--family", required=True)
+def build_parser() -> argparse.ArgumentParser:
+    """The ``rankcheck record`` command line."""
+    parser = command_parser("record", description="Capture and replay recorded bundles.")
+    sub = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    cap = sub.add_parser("capture", help="run a scenario while recording rank 0 into a bundle",
+                         formatter_class=HelpFormatter, description="Run a scenario while recording rank 0 into a bundle.")
+    cap.add_argument("--family", required=True, help="the scenario's family")
     cap.add_argument("--scenario", required=True, help="scenario name within the family")
     cap.add_argument("--out", required=True, help="bundle directory to write")
     cap.add_argument("--world", type=int, default=None, help="ranks (default: the scenario's smallest world)")
-    cap.add_argument("--impl", choices=("golden", "kernel"), default="golden")
+    cap.add_argument("--impl", choices=("golden", "kernel"), default="golden", help="the implementation recorded")
     cap.add_argument("--overwrite", action="store_true", help="replace a bundle already at --out")
-    rep = sub.add_parser("replay", help="replay a bundle and compare with what it recorded")
+    rep = sub.add_parser("replay", help="replay a bundle and compare with what it recorded",
+                         formatter_class=HelpFormatter, description="Replay a bundle and compare with what it recorded.")
     rep.add_argument("bundle", help="bundle directory")
-    rep.add_argument("--impl", choices=("golden", "kernel"), default="golden")
+    rep.add_argument("--impl", choices=("golden", "kernel"), default="golden", help="the implementation replayed")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``record capture`` or ``record replay``; return the exit status."""
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    args = build_parser().parse_args(list(argv) if argv is not None else None)
     try:
         if args.action == "capture":
             path, notes = capture(args.family, args.scenario, args.out, world=args.world, impl=args.impl,

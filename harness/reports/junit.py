@@ -1,18 +1,36 @@
-"""JUnit XML for CI: one testcase per result, the run's result and every diagnosis first among the suite's properties.
+"""JUnit XML for CI, valid against the ``junit-10.xsd`` schema that Jenkins' xUnit plugin and pytest check.
 
-With TP groups each case's classname starts with its group
-(``group5.markov_sharded.basic``), so a CI page lists every group's cases
-under it. A failure carries the first mismatch and, where the diagnosis names
-each rank's log (``diagnosis["logs"]``: rank -> path), the tail of the log of
-the rank that failed. The suite's properties: ``result``, then
-``diagnosis.<i>`` (``harness.reports.diagnoses``), the header, the JSON
-schema name and the run's provenance.
+The document is ``<testsuites>`` holding the suite ``rankcheck`` (one
+testcase per case) and, when the run checked stored golden bits, the suite
+``rankcheck:stored-bits`` (one testcase per check: a check attached to a
+case, never counted among the cases, so ``tests`` counts the cases).
+
+Each testcase is unique by its ``name``, the case id
+(``family/scenario[world=N,launcher=L(,group=G)]``: scenario, world and
+launcher), and its ``classname`` is ``family.scenario``, under
+``group<G>.`` when the case ran in TP group G, so a CI page lists every
+group's cases under it. A failing case carries ``<failure type="mismatch">``
+(wrong bits, or an expected error/timeout that did not happen) or ``<error>``
+of type ``timeout`` (an unexpected hang), ``crash`` (a rank ended without a
+result: an exit, a signal) or ``error`` (an exception); its text holds the
+first mismatch and, where the diagnosis names each rank's log
+(``diagnosis["logs"]``: rank -> path), the tail of the log of the rank that
+failed. The schema allows no properties on a testcase, so a case's
+architecture-facts file is a line of its ``system-out`` and the suite's
+``facts`` property lists every facts file the run used.
+
+Each suite carries ``timestamp`` (the run's start, UTC) and ``hostname``; its
+properties: ``result``, then ``diagnosis.<i>`` (``harness.reports.diagnoses``),
+the header, the JSON schema name, the run's provenance and the graph totals
+(``graphs.*``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 import xml.etree.ElementTree as ET
 from typing import Mapping, Sequence
 
@@ -70,21 +88,56 @@ def testcase_classname(r: CaseResult) -> str:
     return base if r.group is None else f"group{r.group}.{base}"
 
 
-def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None,
-              result: str | None = None) -> str:
-    """Render results as a JUnit XML document (one testcase per result); the suite's properties: the result and
-    every diagnosis first, then the header, the provenance and the graph totals (``graphs.*``)."""
+def failure_type(r: CaseResult) -> str:
+    """The JUnit type of a failing result: ``mismatch``, ``timeout``, ``crash`` (a rank ended without a result) or ``error``."""
+    if r.status == "fail":
+        return "mismatch"
+    if r.status == "timeout":
+        return "timeout"
+    crashed = (r.diagnosis or {}).get("cause") == "crash" or any(
+        words in r.detail for words in ("ended without a result", "ended early"))
+    return "crash" if crashed else "error"
+
+
+def suite_element(parent: ET.Element, name: str, results: Sequence[CaseResult], *, timestamp: str,
+                  hostname: str) -> ET.Element:
+    """A ``<testsuite>`` under ``parent`` with the counts of ``results``, its start time and host."""
     counts = {s: sum(r.status == s for r in results) for s in STATUSES}
-    root = ET.Element("testsuites")
-    ts = ET.SubElement(root, "testsuite", {
-        "name": suite,
+    return ET.SubElement(parent, "testsuite", {
+        "name": name,
         "tests": str(len(results)),
         "failures": str(counts["fail"]),
         "errors": str(counts["error"] + counts["timeout"]),
         "skipped": str(counts["not-available"]),
         "time": f"{sum(r.time_s for r in results):.3f}",
+        "timestamp": timestamp,
+        "hostname": hostname,
     })
-    props = ET.SubElement(ts, "properties")
+
+
+def add_testcase(suite: ET.Element, r: CaseResult) -> None:
+    """One ``<testcase>`` for ``r``: its failure, error or skip, and what it printed (detail, facts file)."""
+    case = ET.SubElement(suite, "testcase", {"classname": testcase_classname(r), "name": r.case_id,
+                                             "time": f"{r.time_s:.3f}"})
+    if r.status == "fail":
+        ET.SubElement(case, "failure", {"message": (r.first_mismatch or r.detail)[:500],
+                                        "type": failure_type(r)}).text = failure_text(r)
+    elif r.status in ("error", "timeout"):
+        ET.SubElement(case, "error", {"message": r.detail[:500], "type": failure_type(r)}).text = failure_text(r)
+    elif r.status == "not-available":
+        ET.SubElement(case, "skipped", {"message": r.detail[:500]})
+    out = [r.detail] if r.status == "pass" else []
+    if r.facts:
+        out.append(f"facts: {r.facts}")
+    if out:
+        ET.SubElement(case, "system-out").text = "\n".join(out)
+
+
+def suite_properties(suite: ET.Element, results: Sequence[CaseResult], *, header: str, provenance: Mapping,
+                     result: str | None) -> None:
+    """The suite's properties: the result and every diagnosis first, then header, schema, facts files, provenance and
+    the graph totals (``graphs.*``)."""
+    props = ET.SubElement(suite, "properties")
     if result is not None:
         ET.SubElement(props, "property", {"name": "result", "value": result})
     for i, d in enumerate(diagnoses(results)):
@@ -92,25 +145,34 @@ def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provena
                                           "value": f"{d['status'].upper()} {d['case_id']}: {d['text']}"})
     ET.SubElement(props, "property", {"name": "header", "value": header})
     ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
-    for name, value in provenance_facts.flat(provenance or {}, "provenance.").items():
+    facts = sorted({r.facts for r in results if r.facts})
+    if facts:
+        ET.SubElement(props, "property", {"name": "facts", "value": ", ".join(facts)})
+    for name, value in provenance_facts.flat(provenance, "provenance.").items():
         ET.SubElement(props, "property", {"name": name, "value": value})
     for name, value in graph_totals(results).items():
         ET.SubElement(props, "property", {"name": f"graphs.{name}", "value": str(value)})
-    for r in results:
-        case = ET.SubElement(ts, "testcase", {
-            "classname": testcase_classname(r),
-            "name": f"world={r.world},launcher={r.launcher}" + (f",group={r.group}" if r.group is not None else ""),
-            "time": f"{r.time_s:.3f}",
-        })
-        if r.facts:
-            ET.SubElement(ET.SubElement(case, "properties"), "property", {"name": "facts", "value": r.facts})
-        if r.status == "fail":
-            ET.SubElement(case, "failure", {"message": (r.first_mismatch or r.detail)[:500],
-                                            "type": "mismatch"}).text = failure_text(r)
-        elif r.status in ("error", "timeout"):
-            ET.SubElement(case, "error", {"message": r.detail[:500], "type": r.status}).text = failure_text(r)
-        elif r.status == "not-available":
-            ET.SubElement(case, "skipped", {"message": r.detail[:500]})
-        else:
-            ET.SubElement(case, "system-out").text = r.detail
+
+
+def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None,
+              result: str | None = None) -> str:
+    """Render results as a JUnit XML document: the cases' suite (with the result, diagnoses and provenance as its
+    properties) and, when there are any, the stored-bits checks' suite ``<suite>:stored-bits``."""
+    provenance = provenance or {}
+    timestamp = str(provenance.get("started") or provenance_facts.utc_iso(time.time())).removesuffix("Z")
+    hostname = str(provenance.get("host") or (provenance.get("merge") or {}).get("host") or socket.gethostname())
+    cases = [r for r in results if not r.is_stored_bits_check]
+    checks = [r for r in results if r.is_stored_bits_check]
+    root = ET.Element("testsuites", {"name": suite, "tests": str(len(results)),
+                                     "failures": str(sum(r.status == "fail" for r in results)),
+                                     "errors": str(sum(r.status in ("error", "timeout") for r in results)),
+                                     "time": f"{sum(r.time_s for r in results):.3f}"})
+    ts = suite_element(root, suite, cases, timestamp=timestamp, hostname=hostname)
+    suite_properties(ts, results, header=header, provenance=provenance, result=result)
+    for r in cases:
+        add_testcase(ts, r)
+    if checks:
+        stored = suite_element(root, f"{suite}:stored-bits", checks, timestamp=timestamp, hostname=hostname)
+        for r in checks:
+            add_testcase(stored, r)
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

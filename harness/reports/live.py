@@ -8,6 +8,13 @@ then the most recent rows that still fit, in arrival order, with one line
 saying how many rows are not shown (every row is in the JSON and JUnit
 files). Columns never wrap, so a row is one line and the count is exact.
 
+The detail column (first mismatch or diagnosis) takes the width the fixed
+columns leave. Where that is under ``MIN_DETAIL`` characters (an 80-column
+terminal) the table drops the column and the detail of every failing row
+shown goes under the table instead, one wrapped paragraph each, so a
+failing row never reads only "fail"; the row budget leaves room for those
+lines.
+
 Under the table: one line of counts per world (``world 2: 40/61``, done of
 planned), then the bar with cases done of planned, elapsed time, and the
 time remaining estimated from the mean wall time per completed case so far
@@ -36,7 +43,22 @@ FAILING = ("fail", "timeout", "error")
 CHROME_LINES = 9
 MIN_ROWS = 2
 # Fixed column widths (None: the detail column, which takes what the terminal has left, so it gives way first).
-COLUMNS = {"family/scenario": 40, "world": 5, "launcher": 8, "result": 13, "first mismatch / detail": None, "time": 8}
+DETAIL = "first mismatch / detail"
+COLUMNS = {"family/scenario": 40, "world": 5, "launcher": 8, "result": 13, DETAIL: None, "time": 8}
+# Below this many characters the detail column goes under the table (failing rows only).
+MIN_DETAIL = 30
+# A table's own characters per row: a border and a space either side of each cell.
+BORDER_CHARS = 3 * len(COLUMNS) + 1
+
+
+def detail_width(terminal_width: int) -> int:
+    """The characters the detail column gets at ``terminal_width``."""
+    return terminal_width - BORDER_CHARS - sum(w for w in COLUMNS.values() if w)
+
+
+def wrapped_lines(text: str, width: int) -> int:
+    """How many lines ``text`` takes when folded at ``width`` characters."""
+    return max(1, -(-len(text) // max(width, 1)))
 
 
 def eta_s(elapsed_s: float, done: int, total: int | None) -> float | None:
@@ -101,19 +123,44 @@ class LiveView:
         """Set how many cases the bar expects."""
         self.progress.update(self.task, total=total)
 
-    def table(self) -> Table:
-        """The rows that fit the terminal: failures plus the latest, one line each."""
-        shown, hidden = rows_to_show(self.results, self.console.size.height - CHROME_LINES)
+    def detail_inline(self) -> bool:
+        """Whether the terminal is wide enough for the detail column (else failing details go under the table)."""
+        return detail_width(self.console.size.width) >= MIN_DETAIL
+
+    def details_below(self, shown: Sequence) -> list[Text]:
+        """The detail of each failing row of ``shown``, one foldable paragraph each (none when the column fits)."""
+        if self.detail_inline():
+            return []
+        return [Text(f"{r.status} {r.case_id}: {r.first_mismatch or r.detail}", style=STATUS_STYLE[r.status],
+                     overflow="fold") for r in shown if r.status in FAILING]
+
+    def shown_rows(self) -> tuple[list, int, list[Text]]:
+        """(rows, hidden, details below): the rows that fit with the lines their details below take."""
+        budget = self.console.size.height - CHROME_LINES
+        shown, hidden = rows_to_show(self.results, budget)
+        below = self.details_below(shown)
+        used = sum(wrapped_lines(t.plain, self.console.size.width) for t in below)
+        if used:
+            shown, hidden = rows_to_show(self.results, budget - used)
+            below = self.details_below(shown)
+        return shown, hidden, below
+
+    def table(self, shown: Sequence | None = None, hidden: int = 0) -> Table:
+        """The rows that fit the terminal (failures plus the latest), one line each; no detail column when narrow."""
+        if shown is None:
+            shown, hidden, _ = self.shown_rows()
+        inline = self.detail_inline()
         table = Table(title="rankcheck", expand=True,
                       caption=f"{hidden} earlier row(s) not shown (all of them: the JSON report)" if hidden else None)
         for col, width in COLUMNS.items():
-            table.add_column(col, no_wrap=True, overflow="ellipsis", width=width, ratio=None if width else 1)
+            if col != DETAIL or inline:
+                table.add_column(col, no_wrap=True, overflow="ellipsis", width=width, ratio=None if width else 1)
         for r in shown:
             # Text, not markup: details hold brackets (``cache[row 0]``) that markup would swallow
-            table.add_row(Text(f"{r.family}/{r.scenario}"),
-                          Text(str(r.world) + (f" g{r.group}" if r.group is not None else "")),
-                          Text(r.launcher), Text(r.status, style=STATUS_STYLE[r.status]),
-                          Text(r.first_mismatch or r.detail), Text(f"{r.time_s:.2f}s"))
+            cells = [Text(f"{r.family}/{r.scenario}"), Text(str(r.world) + (f" g{r.group}" if r.group is not None else "")),
+                     Text(r.launcher), Text(r.status, style=STATUS_STYLE[r.status]),
+                     Text(r.first_mismatch or r.detail), Text(f"{r.time_s:.2f}s")]
+            table.add_row(*(cells if inline else cells[:4] + cells[5:]))
         return table
 
     def cases(self) -> list:
@@ -121,12 +168,14 @@ class LiveView:
         return [r for r in self.results if not r.is_stored_bits_check]
 
     def renderable(self) -> Group:
-        """The table, the per-world counts (and the graphs captured so far) and the bar."""
+        """The table, the failing rows' details when the terminal is narrow, the per-world counts (and the graphs
+        captured so far) and the bar."""
+        shown, hidden, below = self.shown_rows()
         counts = world_counts(self.cases(), self.planned)
         graphs = graph_totals(self.results)
         if graphs["cases"]:
             counts += f" · graphs: {graphs['captured']} captured, {graphs['replays']} replays"
-        return Group(self.table(), Text(counts), self.progress)
+        return Group(self.table(shown, hidden), *below, Text(counts), self.progress)
 
     def show(self, results: Sequence) -> None:
         """Redraw with ``results`` (every result so far, in arrival order)."""
@@ -143,4 +192,4 @@ class LiveView:
         self.live.__exit__(*exc)
 
 
-__all__ = ["LiveView", "clock", "eta_s", "rows_to_show", "world_counts"]
+__all__ = ["LiveView", "clock", "detail_width", "eta_s", "rows_to_show", "world_counts"]

@@ -13,7 +13,10 @@ and launch), ``error`` (an unexpected exception or crash), ``not-available``
 (the implementation cannot run here, with the reason; neither pass nor
 failure). The footer follows nccl-tests: ``Out of bounds values : N OK`` (or
 ``FAILED``) where N counts mismatching elements over every case, then the
-counts per status, then the result.
+counts per status, then the result. Above the footer, whenever anything
+failed, the failure summary (``harness.reports.failures``): one line per
+failing result naming case, rank, launch, first mismatch or diagnosis and
+log. Plain (non-terminal) output is never wrapped.
 
 A case is one scenario at one world (and TP group) under one launcher; the
 ``<name>:stored-bits`` lines are checks attached to a case (its reference
@@ -81,6 +84,7 @@ from rich.console import Console
 
 from harness.reports import provenance as provenance_facts
 from harness.reports.diagnoses import diagnoses
+from harness.reports.failures import failure_summary
 from harness.reports.junit import junit_xml
 from harness.reports.live import LiveView
 from harness.wire.atomic_file import atomic_write
@@ -152,8 +156,9 @@ class Report:
 
     def __enter__(self) -> "Report":
         with self._lock:
+            # Plain output is never wrapped (soft_wrap): a log line stays one line, whatever its length.
             self._console = Console(file=self.stream, force_terminal=self._live_enabled or None,
-                                    highlight=False, width=None if self._live_enabled else 200)
+                                    highlight=False, soft_wrap=not self._live_enabled)
             self._console.print(self.header, markup=False)
             self.finished = False
             if self._live_enabled:
@@ -170,7 +175,10 @@ class Report:
             if self._live is not None:
                 self._live.__exit__(exc_type, exc, tb)
             self.finish()
-            self._console.print(self.footer(), markup=False)
+            failures = failure_summary(self.results)
+            if failures:
+                self._console.print(failures, markup=False, soft_wrap=True)
+            self._console.print(self.footer(), markup=False, soft_wrap=True)
 
     def finish(self) -> None:
         """Write the files for the last time, with how the run ended (again when an interrupt cut a last write)."""

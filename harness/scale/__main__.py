@@ -1,4 +1,4 @@
-"""``python -m harness.scale run|summary``: the nightly shape at several worlds on one host, and its table and plot.
+"""``rankcheck scale run|summary`` (also ``python -m harness.scale``): the nightly shape at several worlds on one host, and its table and plot.
 
 ``run --out DIR --worlds 2 8 32 72``: each world in the order given (see
 ``harness.scale`` for what is run and measured), under one ``--budget`` for
@@ -30,6 +30,7 @@ from harness.scale.measure import world_costs
 from harness.scale.nightly import run_world, shape_of
 from harness.scale.summary import load_results, write_summary
 from harness.launch.supervision import install_interrupt_handlers
+from harness.wire.command_line import HelpFormatter, command_parser
 from harness.wire.run_dir import run_dir_lock
 
 DEFAULT_SCENARIOS = ("markov_sharded/basic", "allreduce_mhc/basic_ll", "markov_fused/basic")
@@ -127,12 +128,13 @@ def cmd_summary(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The ``run`` and ``summary`` subcommands."""
-    parser = argparse.ArgumentParser(prog="python -m harness.scale", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("run", help="run the nightly shape at several worlds and measure it")
+    parser = command_parser("scale", description="The nightly job's shape at several worlds on one host (run), and its table and plot (summary).")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="ACTION")
+    p = sub.add_parser("run", help="run the nightly shape at several worlds and measure it", formatter_class=HelpFormatter,
+                       description="Run the nightly shape at several worlds on this host and measure it.")
     p.add_argument("--out", required=True, help="where scale.json, scale.md, scale.png and the merged reports go")
     p.add_argument("--work", help="where the run directories go (default <out>/raw)")
-    p.add_argument("--worlds", nargs="+", type=int, default=[2, 8, 32, 72])
+    p.add_argument("--worlds", nargs="+", type=int, default=[2, 8, 32, 72], help="world sizes to run")
     p.add_argument("--per-node", type=int, default=4, help="processes per agent (a simulated node)")
     p.add_argument("--tp", type=int, default=4, help="TP size where it divides an agent's processes")
     p.add_argument("--hang-group", default="-1", help="the TP group the hang is planted in (-1: the middle one; none)")
@@ -140,9 +142,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=230.0, help="seconds the whole command may take")
     p.add_argument("--scenario", nargs="+", default=list(DEFAULT_SCENARIOS),
                    help="scenarios to run (the hang is planted in the first)")
-    p = sub.add_parser("summary", help="the table and plot from result files")
+    p = sub.add_parser("summary", help="the table and plot from result files", formatter_class=HelpFormatter,
+                       description="The table and plot from one or more result files.")
     p.add_argument("results", nargs="+", help="scale.json files")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", required=True, help="where scale.md and scale.png go")
     return parser
 
 
@@ -152,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return cmd_run(args) if args.command == "run" else cmd_summary(args)
     except ValueError as exc:
-        print(f"harness.scale: {exc}", file=sys.stderr)
+        print(f"rankcheck scale: {exc}", file=sys.stderr)
         return 2
 
 

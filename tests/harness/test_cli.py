@@ -17,7 +17,7 @@ def test_list_shows_cases_with_worlds_and_expected_outcome(capsys):
 
 
 def test_dispatch_of_a_missing_module_is_a_clear_message(monkeypatch, capsys):
-    monkeypatch.setitem(cli.DISPATCHED, "bench", "harness.no_such_module")
+    monkeypatch.setitem(cli.DISPATCHED, "bench", ("harness.no_such_module", "a module that is not there"))
     assert cli.main(["bench", "--anything"]) == 2
     assert "harness.no_such_module is not available" in capsys.readouterr().err
 
@@ -30,7 +30,7 @@ def test_dispatch_passes_argv(monkeypatch):
     module = types.ModuleType("harness._fake_dispatch")
     module.main = lambda argv: seen.append(argv) or 0
     monkeypatch.setitem(sys.modules, "harness._fake_dispatch", module)
-    monkeypatch.setitem(cli.DISPATCHED, "record", "harness._fake_dispatch")
+    monkeypatch.setitem(cli.DISPATCHED, "record", ("harness._fake_dispatch", "a stand-in"))
     assert cli.main(["record", "--out", "x"]) == 0 and seen == [["--out", "x"]]
 
 

@@ -121,6 +121,7 @@ def test_unexpected_hang_fails_and_replay_shows_ranks_side_by_side(tmp_path):
     assert "rank 0 hung before launch 2" in res["detail"]
     assert "rank 0" in proc.stdout and "rank 1" in proc.stdout and "hang L2" in proc.stdout
     assert "diagnosis: rank 0 hung before launch 2" in proc.stdout
+    assert proc.stdout.splitlines()[-1] == "# Result : FAILED"  # the verdict is the last line, after the diagnostics
     assert processes_of(tmp_path) == []
 
 

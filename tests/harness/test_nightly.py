@@ -302,8 +302,10 @@ def test_readme_nightly_job_on_two_agents_merges_into_one_green_report(tmp_path,
     assert all(r["status"] == "pass" for r in doc["results"]), doc["results"]
     # a group lies on one node here (README's shape): its verdict comes from that node
     assert {r["group"]: [n["node"] for n in r["nodes"]] for r in cases} == {g: [g] for g in range(groups)}
-    suite = ET.parse(tmp_path / "nightly.xml").getroot().find("testsuite")
-    assert int(suite.get("tests")) == len(doc["results"]) and suite.get("failures") == suite.get("errors") == "0"
+    suites = ET.parse(tmp_path / "nightly.xml").getroot().findall("testsuite")
+    assert int(suites[0].get("tests")) == len(cases)  # the cases; the stored-bits checks are a suite of their own
+    assert sum(int(s.get("tests")) for s in suites) == len(doc["results"])
+    assert all(s.get("failures") == s.get("errors") == "0" for s in suites)
     assert processes_of(tmp_path) == []
 
 
@@ -338,6 +340,10 @@ def test_a_hang_in_one_group_of_the_nightly_is_named_there_and_the_other_groups_
     # exit codes tell the truth: the bad node failed, the others passed
     assert agents.returncodes == {node: int(node == HANG_GROUP) for node in range(HANG_NODES)}, logs
     assert processes_of(tmp_path) == []
+    # the healthy nodes' job logs, whose agents the harness ended in torchrun's exit barrier: no traceback
+    healthy = {node: (tmp_path / f"run{node}" / "logs" / f"job0.node{node}.log").read_text()
+               for node in range(HANG_NODES) if node != HANG_GROUP}
+    assert {node: "Traceback" in text for node, text in healthy.items()} == dict.fromkeys(healthy, False), healthy
 
     merge = subprocess.run(as_here(merge_line, node=0, **here), cwd=ROOT, capture_output=True, text=True,
                            timeout=120)

@@ -10,16 +10,19 @@ is either
   a non-zero exit and a message that a GPU is needed (on a machine without
   one; with a GPU they are not run here, where they would take minutes);
 - or named in ``RUN_ELSEWHERE`` with the place that runs it (every command
-  that is not a ``python``/``python3``/``make`` command must be: this test
-  never starts anything else, e.g. a ``git`` command).
+  that is not a ``python``/``python3``/``.venv/bin/python``/``.venv/bin/rankcheck``/``make``
+  command must be: this test never starts anything else, e.g. a ``git`` command).
 
 A command in neither fails ``test_every_readme_command_is_run_somewhere``.
 A shell script block (one starting with ``#!``) is one entry, named by its
 first line after the shebang; what it runs is its own test's business.
-Executed commands run as README writes them except that ``python`` and
-``python3`` are this interpreter (also as make's ``PYTHON=``) and
-``validate``/``replay``/``fuzz`` get a ``--run-dir`` under the test's temporary
-directory, so nothing is written into the working tree.
+Executed commands run as README writes them except that ``python``,
+``python3`` and ``.venv/bin/python`` are this interpreter, ``.venv/bin/rankcheck``
+is this interpreter's ``-m harness`` (the same parser), ``make`` runs with
+``NO_VENV=1 PYTHON=`` this interpreter (the venv README's first command
+creates is the one running the tests), and ``validate``/``replay``/``fuzz``
+get a ``--run-dir`` under the test's temporary directory, so nothing is
+written into the working tree.
 """
 
 import re
@@ -61,7 +64,8 @@ NEEDS_GPU = {
     "python3 -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_step.py",
 }
 # Only these programs are started from README; anything else must have a row in RUN_ELSEWHERE.
-RUNNABLE = ("python", "python3", "make")
+RUNNABLE = ("python", "python3", ".venv/bin/python", ".venv/bin/rankcheck", "make")
+INTERPRETERS = ("python", "python3", ".venv/bin/python")
 GPU_MESSAGE = re.compile(r"needs a (CUDA )?GPU")
 
 
@@ -105,10 +109,20 @@ def executed() -> list[tuple[str, str]]:
 
 
 def as_argv(command: str, run_dir: Path) -> list[str]:
-    """README's command with this interpreter for python/python3 and a run directory for validate/replay."""
-    argv = [sys.executable if word in ("python", "python3") else
-            f"PYTHON={sys.executable}" if word in ("PYTHON=python", "PYTHON=python3") else word
-            for word in shlex.split(command)]
+    """README's command with this interpreter for python, the venv's programs and make, and a run directory for
+    validate/replay/fuzz."""
+    argv = []
+    for word in shlex.split(command):
+        if word in INTERPRETERS:
+            argv.append(sys.executable)
+        elif word == ".venv/bin/rankcheck":
+            argv += [sys.executable, "-m", "harness"]
+        elif word in ("PYTHON=python", "PYTHON=python3"):
+            argv.append(f"PYTHON={sys.executable}")
+        else:
+            argv.append(word)
+    if argv[0] == "make" and not any(w.startswith("PYTHON=") for w in argv):
+        argv += ["NO_VENV=1", f"PYTHON={sys.executable}"]
     if argv[1:4] in (["-m", "harness", "validate"], ["-m", "harness", "replay"], ["-m", "harness", "fuzz"]):
         argv += ["--run-dir", str(run_dir)]
     return argv
@@ -116,10 +130,10 @@ def as_argv(command: str, run_dir: Path) -> list[str]:
 
 def test_commands_are_read_from_every_block():
     commands = [c for c, _ in readme_commands()]
-    # one entry from each kind of block: the two commands, the GPU node, the nightly script, a replay
+    # one entry from each kind of block: the quick start, the GPU node, the nightly script, a replay
     assert "make test" in commands and "make gpu-test NO_VENV=1 PYTHON=python3" in commands
     assert any(c.startswith(SCRIPT) for c in commands)
-    assert any(c.startswith("python -m harness replay") for c in commands)
+    assert any(c.startswith(".venv/bin/rankcheck replay") for c in commands)
 
 
 def test_block_parsing_joins_continuations_and_splits_comments():
