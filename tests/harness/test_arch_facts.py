@@ -390,5 +390,14 @@ def test_golden_arch_reaches_the_ranks_through_the_environment(gpu, monkeypatch)
     seen = []
     monkeypatch.setattr("harness.validate.run_validate", lambda req: seen.append(os.environ.get(arch_facts.ARCH_ENV))
                         or 0)
-    assert cli.main(["golden", "--arch", "sm_100a"]) == 0
-    assert seen == ["sm_100"] and arch_facts.choose_arch().arch == "sm_100"
+    # sm_90 has facts (an architecture without them stops at once with exit 2)
+    assert cli.main(["golden", "--arch", "sm_90a"]) == 0
+    assert seen == ["sm_90"] and arch_facts.choose_arch().arch == "sm_90"
+
+
+def test_golden_for_an_architecture_without_facts_stops_at_once_with_exit_2(gpu, monkeypatch, capsys):
+    gpu(None)
+    ran = []
+    monkeypatch.setattr("harness.validate.run_validate", lambda req: ran.append(req) or 0)
+    assert cli.main(["golden", "--arch", "sm_100a"]) == 2
+    assert ran == [] and "golden/data/arch/sm_100.json does not exist" in capsys.readouterr().err
