@@ -46,6 +46,15 @@ def _runnable_imports(tree: ast.AST):
             yield from _runnable_imports(node)
 
 
+def import_base(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module a ``from ... import`` in package ``package`` names (relative levels resolved)."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+        base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
 def imported_names(path: Path, name: str) -> set[str]:
     """The dotted names module ``name`` (source ``path``) imports, with the parent packages each import runs."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
@@ -54,10 +63,7 @@ def imported_names(path: Path, name: str) -> set[str]:
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
-        base = node.module or ""
-        if node.level:
-            anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-            base = ".".join(anchor + ([base] if base else []))
+        base = import_base(node, package)
         targets.add(base)
         targets.update(f"{base}.{alias.name}" for alias in node.names)  # a submodule when there is one
     parents = {".".join(t.split(".")[:i]) for t in targets for i in range(1, t.count(".") + 1)}
@@ -90,4 +96,4 @@ def reference_sources(golden_modules: tuple[str, ...], root: Path = REPO_ROOT) -
     return sorted(files)
 
 
-__all__ = ["ADAPTER_ENTRY_POINTS", "imported_names", "module_file", "reachable_modules", "reference_sources"]
+__all__ = ["ADAPTER_ENTRY_POINTS", "import_base", "imported_names", "module_file", "reachable_modules", "reference_sources"]

@@ -38,6 +38,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from harness.references.code_key import import_base
+
 ROOT = Path(__file__).resolve().parents[2]
 HARNESS = ROOT / "harness"
 PACKAGES = ("contracts", "golden", "harness", "kernels", "scenarios")
@@ -95,10 +97,7 @@ def imported_modules(path: Path, name: str, known: dict[str, Path]) -> set[str]:
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
             continue
-        base = node.module or ""
-        if node.level:
-            anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-            base = ".".join(anchor + ([base] if base else []))
+        base = import_base(node, package)
         for alias in node.names:
             sub = f"{base}.{alias.name}"
             targets.add(sub if sub in known else base)
