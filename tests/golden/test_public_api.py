@@ -1,0 +1,412 @@
+"""golden.public: the stand-ins of the kernels' public classes against the golden family systems.
+
+For each family, at world 1 and 2 (``ThreadWorld``), the calls of a CPU
+scenario go through the stand-in's public methods, driven as the harness's
+kernel adapters drive the kernel classes (``harness/families/*_kernel.py``),
+and through the golden system's ``launch``; every output must have the same
+bits, ``state()`` the same counters, ``flight_launches`` the kernels'
+numbering. Each class also refuses one bad argument by name without
+changing anything, and its next valid call still agrees. The signatures
+must be the kernel classes' (parameter names, kinds, defaults), and the
+constants the stand-ins mirror must equal the kernels'.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+
+from golden.allreduce import GoldenAllReduceMHC
+from golden.arch import load_facts
+from golden.comm import run_ranks
+from golden.markov_fused import GoldenMarkovFused, bias_model
+from golden.markov_sharded import GoldenMarkovSharded
+from golden.public import STAND_INS, AllReduceMHC, MarkovKernels, ShardedMarkovSampler
+from golden.public.common import SERVING_DEADLINE_NS
+from harness.families import catalog
+
+ARCH = "sm_90"
+# Golden-only keywords of the stand-ins (not in the kernels' signatures).
+GOLDEN_ONLY = {"arch"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_intra_op_thread():
+    """Small tensors on a shared CPU: one intra-op thread is faster (restored after)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def bits(value: torch.Tensor) -> torch.Tensor:
+    """The bit patterns of ``value`` (floats as same-width ints) for exact comparison."""
+    widths = {torch.bfloat16: torch.int16, torch.float32: torch.int32, torch.float8_e4m3fn: torch.uint8}
+    return value.view(widths[value.dtype]) if value.dtype in widths else value
+
+
+def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Same dtype, shape and bits."""
+    assert got.dtype == want.dtype and tuple(got.shape) == tuple(want.shape), (what, got.dtype, want.dtype)
+    assert torch.equal(bits(got), bits(want)), what
+
+
+def scenario_calls(family: str, name: str, world: int):
+    """(static, config, [(inputs, params)]) of the scenario's agreed calls at ``world``."""
+    return catalog.agreed_calls(catalog.load(f"scenarios/{family}/{name}.yaml"), world)
+
+
+# ----------------------------------------------------------------- allreduce_mhc
+
+
+def allreduce_stand_in(config: dict, comm) -> AllReduceMHC:
+    """The stand-in built from a family config as ``AllReduceMHCSystem`` builds the kernel class."""
+    return AllReduceMHC(
+        hidden_size=config["hidden"], hc_mult=config["hc"], max_num_tokens=config["capacity"], top_k=config["top_k"],
+        quantize_layer_input=config["quantize"], residual_only=config["residual_only"], group=comm,
+        bt_min_rows=config.get("bt_min_rows"), bt_min_finalize_rows=config.get("bt_min_finalize_rows"),
+        norm_threads=config.get("norm_threads"), norm_cluster=config.get("norm_cluster"),
+        start_generation=config.get("start_generation", 0),
+    )
+
+
+def allreduce_public_call(api: AllReduceMHC, config: dict, static: dict, inputs: dict, params: dict, rank: int):
+    """One family call through the public methods as ``AllReduceMHCSystem.launch`` makes it; its outputs."""
+    outputs, mxfp8_out = {}, None
+    rows = inputs["residual"].shape[0]
+    if config["quantize"]:
+        from contracts.allreduce_mhc import mxfp8_scale_bytes
+
+        outputs["mxfp8_values"] = torch.full((rows, config["hidden"]), 0xAA, dtype=torch.uint8)
+        outputs["mxfp8_scales"] = torch.full((mxfp8_scale_bytes(rows, config["hidden"]),), 0xAA, dtype=torch.uint8)
+        mxfp8_out = (outputs["mxfp8_values"], outputs["mxfp8_scales"])
+    pre, weight = (None, None) if config["residual_only"] else (inputs["pre"], static["norm_weight"])
+    mixes = (inputs["residual"], inputs["post"], inputs["comb"], pre, weight, config["eps"], mxfp8_out)
+    protocol = params.get("protocol", "auto")
+    if params.get("finalize", False):
+        residual_out, layer_input = api.finalize(
+            inputs["gemm2_permuted"][rank], inputs["expert_weights"], inputs["expanded_idx_to_permuted_idx"][rank],
+            inputs["shared_output"][rank], *mixes, protocol=protocol)
+    else:
+        residual_out, layer_input = api(inputs["x"][rank], *mixes, protocol=protocol)
+    ordered = {"residual_out": residual_out}
+    if layer_input is not None:
+        ordered["layer_input"] = layer_input
+    return {**ordered, **outputs}
+
+
+def allreduce_rank(name: str, world: int):
+    """Per-rank check of one allreduce_mhc scenario: stand-in vs golden system, call by call."""
+    static, config, calls = scenario_calls("allreduce_mhc", name, world)
+
+    def run(comm):
+        golden = GoldenAllReduceMHC(comm, static, config)
+        api = allreduce_stand_in(config, comm)
+        launches = 0
+        for index, (inputs, params) in enumerate(calls):
+            before = golden.state()
+            want = golden.launch(inputs, params)
+            got = allreduce_public_call(api, config, static, inputs, params, comm.rank)
+            assert sorted(got) == sorted(want), index
+            for key in want:
+                assert_same_bits(got[key], want[key], f"call {index} {key}")
+            assert api.state() == golden.state(), index
+            bt = golden.state()["bt_generation_next"] != before["bt_generation_next"]
+            launches += 3 if bt else 2
+            assert api.flight_launches == launches, index
+        return launches
+
+    return run
+
+
+@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize("name", ["basic_ll", "ll_bt_boundary", "finalize"])
+def test_allreduce_stand_in_equals_the_golden_system(name, world):
+    """Every output bit, the counters and the LL (2) / BT (3) launch count of each call agree."""
+    results = run_ranks(world, allreduce_rank(name, world))
+    assert len(set(results)) == 1 and results[0] > 0
+
+
+def test_allreduce_stand_in_refuses_a_bad_argument_unchanged():
+    """A wrong-shaped ``x`` is a ValueError naming it; state and launch count stay; the next call agrees."""
+    static, config, calls = scenario_calls("allreduce_mhc", "basic_ll", 1)
+
+    def run(comm):
+        golden, api = GoldenAllReduceMHC(comm, static, config), allreduce_stand_in(config, comm)
+        inputs, params = calls[1]
+        bad = inputs["x"][0][:, :-8]
+        with pytest.raises(ValueError, match=r"^x must be"):
+            api(bad, inputs["residual"], inputs["post"], inputs["comb"], inputs["pre"], static["norm_weight"],
+                config["eps"])
+        assert api.state() == golden.state() and api.flight_launches == 0
+        want = golden.launch(inputs, params)
+        got = allreduce_public_call(api, config, static, inputs, params, 0)
+        for key in want:
+            assert_same_bits(got[key], want[key], key)
+        assert api.state() == golden.state() and api.flight_launches == 2
+
+    run_ranks(1, run)
+
+
+# ----------------------------------------------------------------- markov_sharded
+
+
+def sharded_golden_config(config: dict) -> dict:
+    """The golden system's config: the family's plus the architecture facts the harness adds."""
+    facts = load_facts(ARCH)
+    return {**config, "bias_fn": facts.mma_model, "rcp_table": facts.reciprocals}
+
+
+def sharded_stand_in(static: dict, config: dict, comm) -> ShardedMarkovSampler:
+    """The stand-in built from a family config as ``ShardedMarkovSystem`` builds the kernel class."""
+    return ShardedMarkovSampler(
+        static["embed_table"], static["head"], steps=config["steps"], base_dtype=config["base_dtype"],
+        cache_dtype=config["cache_dtype"], max_rows=config["max_rows"], max_reqs=config["max_reqs"], group=comm,
+        shard_only_base=config.get("shard_only_base", False),
+        launch_counter_start=config.get("launch_counter_start", 0), arch=ARCH,
+    )
+
+
+def sharded_public_call(api: ShardedMarkovSampler, inputs: dict, params: dict, *, local: bool):
+    """One family call through ``__call__`` (``local``: the base and noise as this rank's columns only)."""
+    base, noise = inputs["base_logits"], inputs["noise"]
+    if local:
+        width = base.shape[-1] // api.world
+        base, noise = base[..., api.first : api.first + width], noise[:, api.first : api.first + width]
+    rows = params.get("rows", base.shape[0])
+    tokens = torch.full((rows, api.cfg.steps), -7, dtype=torch.int64)
+    cache = inputs["logits_cache"].clone()
+    returned = api(base, inputs["input_ids"], params["query_per_row"], inputs["idx_mapping"],
+                   inputs["temperature"], noise, cache, tokens, params.get("rows"))
+    assert returned is tokens
+    return {"draft_tokens": tokens, "logits_cache": cache}
+
+
+def sharded_rank(world: int):
+    """Per-rank check of markov_sharded/basic: stand-in vs golden system, call by call."""
+    static, config, calls = scenario_calls("markov_sharded", "basic", world)
+
+    def run(comm):
+        golden = GoldenMarkovSharded(comm, static, sharded_golden_config(config))
+        api = sharded_stand_in(static, config, comm)
+        for index, (inputs, params) in enumerate(calls):
+            want = golden.launch(inputs, params)
+            got = sharded_public_call(api, inputs, params, local=index % 2 == 1)
+            for key in want:
+                assert_same_bits(got[key], want[key], f"call {index} {key}")
+            assert api.state() == golden.state(), index
+            assert api.flight_launches == index + 1
+        return api.flight_launches
+
+    return run
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_sharded_stand_in_equals_the_golden_system(world):
+    """Tokens, cache bits, the launch counter and one flight launch per call agree (full and local base)."""
+    results = run_ranks(world, sharded_rank(world))
+    assert results == [3] * world
+
+
+def test_sharded_stand_in_refuses_a_bad_argument_unchanged():
+    """A float ``draft_tokens`` is a ValueError naming it; nothing written or counted; the next call agrees."""
+    static, config, calls = scenario_calls("markov_sharded", "basic", 1)
+
+    def run(comm):
+        golden = GoldenMarkovSharded(comm, static, sharded_golden_config(config))
+        api = sharded_stand_in(static, config, comm)
+        inputs, params = calls[0]
+        cache = inputs["logits_cache"].clone()
+        with pytest.raises(ValueError, match=r"^draft_tokens:"):
+            api(inputs["base_logits"], inputs["input_ids"], params["query_per_row"], inputs["idx_mapping"],
+                inputs["temperature"], inputs["noise"], cache, torch.zeros(1, config["steps"]))
+        assert torch.equal(bits(cache), bits(inputs["logits_cache"]))
+        assert api.state() == golden.state() and api.flight_launches == 0
+        want = golden.launch(inputs, params)
+        got = sharded_public_call(api, inputs, params, local=False)
+        for key in want:
+            assert_same_bits(got[key], want[key], key)
+        assert api.state() == golden.state() and api.flight_launches == 1
+
+    run_ranks(1, run)
+
+
+# ----------------------------------------------------------------- markov_fused
+
+FUSED_BIAS = "exact"  # the golden's default GEMV model; the stand-in's caller runs the same GEMV
+
+
+def fused_golden_config(config: dict) -> dict:
+    """The golden system's config: the family's plus the reciprocals and the GEMV model."""
+    return {**config, "rcp_table": load_facts(ARCH).reciprocals, "bias": FUSED_BIAS}
+
+
+def fused_stand_in(static: dict, config: dict, comm) -> MarkovKernels:
+    """The stand-in built as ``FusedMarkovLoop`` builds the kernel class (sharded: with the exchange)."""
+    tp = config["tp"]
+    width = config["vocab"] // tp
+    embeds = torch.empty(config["max_reqs"], config["dim"], dtype=torch.bfloat16)
+    exchange = dict(group=comm, max_rows=8, max_steps=8) if tp > 1 else {}
+    return MarkovKernels(static["w1"], embeds, width=width, has_cap=config["has_cap"], tp=tp if tp > 1 else None,
+                         steps=[(config["block"], False, False)], pick_pdl=False, fill_vector=(False, True),
+                         rank=comm.rank, arch=ARCH, **exchange)
+
+
+def fused_public_loop(api: MarkovKernels, static: dict, config: dict, inputs: dict, rank: int) -> dict:
+    """One family call as ``FusedMarkovLoop.launch`` drives the kernel class (the GEMV: the golden's model)."""
+    rows, steps, vocab = inputs["base"].shape
+    width, block, sharded = api.width, config["block"], api.sharded
+    offset = rank * width
+    w2_shard = static["w2"][offset : offset + width]
+    gemv = bias_model(FUSED_BIAS, config["dim"])
+    cache = inputs["cache"].clone()
+    emb = torch.empty(rows, config["dim"], dtype=torch.bfloat16)
+    arrivals = torch.full((rows,), 5, dtype=torch.int32)
+    tokens = torch.full((rows, steps), -7, dtype=torch.int64)
+    blocks = -(-width // block)
+    block_argmax = torch.zeros(rows * blocks, dtype=torch.int64)
+    block_max = torch.zeros(rows * blocks, dtype=torch.float32)
+    packets = torch.zeros(rows, 4, dtype=torch.int32)
+    draft = torch.zeros(rows, steps, width, dtype=torch.bfloat16) if sharded else None
+    api.anchor_embed(inputs["input_ids"], inputs["anchor_idx"], emb, arrivals)
+    assert torch.equal(arrivals, torch.zeros_like(arrivals))
+    for col in range(steps):
+        bias = gemv(emb, w2_shard)
+        api.step(inputs["base"][:, col], bias, draft if sharded else cache, col, inputs["idx_map"][:, col],
+                 inputs["pos"][:, col], inputs["seeds"], inputs["temperature"], block_argmax, block_max, arrivals,
+                 tokens, emb, packets, offset, config["mult"], config["inv_cap"], config["cap"], block=block,
+                 pdl=False)
+        assert torch.equal(arrivals, torch.full_like(arrivals, (col + 1) * blocks))
+        if sharded:
+            api.pick(api.gather_packets(packets, col), rows, tokens, col, emb)
+    if sharded:
+        shards = api.gather_draft(draft)
+        api.cache_fill(shards, rows * steps * width, cache, inputs["idx_map"], rows, steps, width, vocab)
+    return {"tokens": tokens, "cache": cache, "emb": emb}
+
+
+def fused_launches(steps: int, sharded: bool) -> int:
+    """The kernel launches of one draft call: anchor, per step step (+ gather, pick), then (gather, fill)."""
+    return 1 + steps * (3 if sharded else 1) + (2 if sharded else 0)
+
+
+def fused_rank(world: int):
+    """Per-rank check of markov_fused/basic: stand-in vs golden system, call by call."""
+    static, config, calls = scenario_calls("markov_fused", "basic", world)
+
+    def run(comm):
+        golden = GoldenMarkovFused(comm, static, fused_golden_config(config))
+        api = fused_stand_in(static, config, comm)
+        launches = 0
+        for index, (inputs, params) in enumerate(calls):
+            want = golden.launch(inputs, params)
+            got = fused_public_loop(api, static, config, inputs, comm.rank)
+            for key in want:
+                assert_same_bits(got[key], want[key], f"call {index} {key}")
+            launches += fused_launches(inputs["base"].shape[1], world > 1)
+            assert api.flight_launches == launches, index
+        return launches
+
+    return run
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_fused_stand_in_equals_the_golden_system(world):
+    """Tokens, cache and emb bits and the loop's flight launch count agree over the scenario's calls."""
+    results = run_ranks(world, fused_rank(world))
+    assert len(set(results)) == 1 and results[0] > 0
+
+
+def test_fused_stand_in_refuses_a_bad_argument_unchanged():
+    """A step with a bias of the wrong width is a ValueError naming it; nothing written or counted."""
+    static, config, calls = scenario_calls("markov_fused", "basic", 1)
+
+    def run(comm):
+        golden = GoldenMarkovFused(comm, static, fused_golden_config(config))
+        api = fused_stand_in(static, config, comm)
+        inputs, params = calls[0]
+        rows, steps, _ = inputs["base"].shape
+        cache, tokens = inputs["cache"].clone(), torch.full((rows, steps), -7, dtype=torch.int64)
+        emb = torch.zeros(rows, config["dim"], dtype=torch.bfloat16)
+        arrivals = torch.zeros(rows, dtype=torch.int32)
+        blocks = -(-api.width // config["block"])
+        with pytest.raises(ValueError, match=r"^bias:"):
+            api.step(inputs["base"][:, 0], torch.zeros(rows, api.width - 1, dtype=torch.bfloat16), cache, 0,
+                     inputs["idx_map"][:, 0], inputs["pos"][:, 0], inputs["seeds"], inputs["temperature"],
+                     torch.zeros(rows * blocks, dtype=torch.int64), torch.zeros(rows * blocks), arrivals, tokens,
+                     emb, torch.zeros(rows, 4, dtype=torch.int32), 0, config["mult"], config["inv_cap"],
+                     config["cap"], block=config["block"], pdl=False)
+        assert torch.equal(bits(cache), bits(inputs["cache"])) and bool((tokens == -7).all())
+        assert bool((arrivals == 0).all()) and api.flight_launches == 0
+        want = golden.launch(inputs, params)
+        got = fused_public_loop(api, static, config, inputs, 0)
+        for key in want:
+            assert_same_bits(got[key], want[key], key)
+        assert api.flight_launches == fused_launches(steps, False)
+
+    run_ranks(1, run)
+
+
+# ----------------------------------------------------------------- the API itself
+
+
+def _kernel_class(path: str):
+    """The kernel class at ``module.Name`` (imports CuTe DSL's Python package, no GPU needed)."""
+    module, name = path.rsplit(".", 1)
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+def _parameters(function) -> list[tuple]:
+    """(name, kind, default) of every parameter of ``function`` but the golden-only ones."""
+    return [(p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()
+            if p.name not in GOLDEN_ONLY]
+
+
+@pytest.mark.parametrize("path", sorted(STAND_INS))
+def test_stand_ins_have_the_kernel_classes_signatures(path):
+    """Constructor and every public method: the same parameter names, kinds and defaults as the kernel class."""
+    kernel, stand_in = _kernel_class(path), STAND_INS[path]
+    assert stand_in.__name__ == kernel.__name__
+    public = [name for name, value in vars(kernel).items()
+              if callable(value) and (not name.startswith("_") or name in ("__init__", "__call__"))]
+    expected = {"AllReduceMHC": {"__init__", "__call__", "finalize", "state"},
+                "ShardedMarkovSampler": {"__init__", "__call__", "state", "stamps"},
+                "MarkovKernels": {"__init__", "anchor_embed", "step", "gather_packets", "gather_draft", "pick",
+                                  "cache_fill"}}[kernel.__name__]
+    assert expected <= set(public)
+    for name in public:
+        if name in expected:
+            assert _parameters(getattr(stand_in, name)) == _parameters(getattr(kernel, name)), name
+    assert isinstance(vars(kernel)["flight_launches"], property)
+    assert isinstance(vars(stand_in)["flight_launches"], property)
+
+
+def test_mirrored_constants_equal_the_kernels():
+    """The deadline default and the step block sizes the stand-ins check are the kernels' own."""
+    from golden.public.markov_fused import BLOCK_SIZES, MAX_TP
+    from kernels.diag import SERVING_DEADLINE_NS as KERNEL_DEADLINE
+    from kernels.markov.fused_layout import BLOCK_SIZES as KERNEL_BLOCKS, WARP
+
+    assert SERVING_DEADLINE_NS == KERNEL_DEADLINE
+    assert BLOCK_SIZES == KERNEL_BLOCKS and MAX_TP == WARP
+
+
+def test_public_args_rebuild_an_equal_stand_in():
+    """``cls(**obj.public_args, group=...)`` gives an object with the same public_args and the same outputs."""
+    static, config, calls = scenario_calls("markov_sharded", "basic", 1)
+
+    def run(comm):
+        first = sharded_stand_in(static, config, comm)
+        assert not {"group", "device", "diag", "flight_dir"} & set(first.public_args)
+        assert first.public_args["embed_table"] is static["embed_table"]
+        again = ShardedMarkovSampler(**first.public_args, group=comm)
+        assert again.public_args.keys() == first.public_args.keys()
+        inputs, params = calls[0]
+        one = sharded_public_call(first, inputs, params, local=False)
+        two = sharded_public_call(again, inputs, params, local=False)
+        for key in one:
+            assert_same_bits(two[key], one[key], key)
+
+    run_ranks(1, run)
