@@ -20,7 +20,7 @@ import torch
 
 from golden.allreduce import GoldenAllReduceMHC
 from golden.arch import load_facts
-from golden.comm import run_ranks
+from golden.comm import SoloComm, run_ranks
 from golden.markov_fused import GoldenMarkovFused, bias_model
 from golden.markov_sharded import GoldenMarkovSharded
 from golden.public import STAND_INS, AllReduceMHC, MarkovKernels, ShardedMarkovSampler
@@ -75,12 +75,13 @@ def allreduce_stand_in(config: dict, comm) -> AllReduceMHC:
 def allreduce_public_call(api: AllReduceMHC, config: dict, static: dict, inputs: dict, params: dict, rank: int):
     """One family call through the public methods as ``AllReduceMHCSystem.launch`` makes it; its outputs."""
     outputs, mxfp8_out = {}, None
-    rows = inputs["residual"].shape[0]
+    rows, device = inputs["residual"].shape[0], inputs["residual"].device
     if config["quantize"]:
         from contracts.allreduce_mhc import mxfp8_scale_bytes
 
-        outputs["mxfp8_values"] = torch.full((rows, config["hidden"]), 0xAA, dtype=torch.uint8)
-        outputs["mxfp8_scales"] = torch.full((mxfp8_scale_bytes(rows, config["hidden"]),), 0xAA, dtype=torch.uint8)
+        outputs["mxfp8_values"] = torch.full((rows, config["hidden"]), 0xAA, dtype=torch.uint8, device=device)
+        outputs["mxfp8_scales"] = torch.full((mxfp8_scale_bytes(rows, config["hidden"]),), 0xAA, dtype=torch.uint8,
+                                             device=device)
         mxfp8_out = (outputs["mxfp8_values"], outputs["mxfp8_scales"])
     pre, weight = (None, None) if config["residual_only"] else (inputs["pre"], static["norm_weight"])
     mixes = (inputs["residual"], inputs["post"], inputs["comb"], pre, weight, config["eps"], mxfp8_out)
@@ -169,14 +170,16 @@ def sharded_stand_in(static: dict, config: dict, comm) -> ShardedMarkovSampler:
     )
 
 
-def sharded_public_call(api: ShardedMarkovSampler, inputs: dict, params: dict, *, local: bool):
-    """One family call through ``__call__`` (``local``: the base and noise as this rank's columns only)."""
+def sharded_public_call(api, inputs: dict, params: dict, *, local: bool, rank: int = 0):
+    """One family call through ``__call__`` of ``api`` (stand-in or kernel class) as ``ShardedMarkovSystem.launch``
+    makes it (``local``: the base and noise as this rank's columns only)."""
     base, noise = inputs["base_logits"], inputs["noise"]
     if local:
-        width = base.shape[-1] // api.world
-        base, noise = base[..., api.first : api.first + width], noise[:, api.first : api.first + width]
+        width = api.cfg.vocab_local
+        first = rank * width
+        base, noise = base[..., first : first + width].contiguous(), noise[:, first : first + width].contiguous()
     rows = params.get("rows", base.shape[0])
-    tokens = torch.full((rows, api.cfg.steps), -7, dtype=torch.int64)
+    tokens = torch.full((rows, api.cfg.steps), -7, dtype=torch.int64, device=base.device)
     cache = inputs["logits_cache"].clone()
     returned = api(base, inputs["input_ids"], params["query_per_row"], inputs["idx_mapping"],
                    inputs["temperature"], noise, cache, tokens, params.get("rows"))
@@ -193,7 +196,7 @@ def sharded_rank(world: int):
         api = sharded_stand_in(static, config, comm)
         for index, (inputs, params) in enumerate(calls):
             want = golden.launch(inputs, params)
-            got = sharded_public_call(api, inputs, params, local=index % 2 == 1)
+            got = sharded_public_call(api, inputs, params, local=index % 2 == 1, rank=comm.rank)
             for key in want:
                 assert_same_bits(got[key], want[key], f"call {index} {key}")
             assert api.state() == golden.state(), index
@@ -254,26 +257,28 @@ def fused_stand_in(static: dict, config: dict, comm) -> MarkovKernels:
                          rank=comm.rank, arch=ARCH, **exchange)
 
 
-def fused_public_loop(api: MarkovKernels, static: dict, config: dict, inputs: dict, rank: int) -> dict:
-    """One family call as ``FusedMarkovLoop.launch`` drives the kernel class (the GEMV: the golden's model)."""
+def fused_public_loop(api, static: dict, config: dict, inputs: dict, rank: int) -> dict:
+    """One family call as ``FusedMarkovLoop.launch`` drives ``api`` (stand-in or kernel class); the GEMV is the
+    golden's model, run on the CPU (``static`` on the CPU, ``inputs`` on the device of ``api``)."""
     rows, steps, vocab = inputs["base"].shape
     width, block, sharded = api.width, config["block"], api.sharded
     offset = rank * width
     w2_shard = static["w2"][offset : offset + width]
     gemv = bias_model(FUSED_BIAS, config["dim"])
+    device = inputs["base"].device
     cache = inputs["cache"].clone()
-    emb = torch.empty(rows, config["dim"], dtype=torch.bfloat16)
-    arrivals = torch.full((rows,), 5, dtype=torch.int32)
-    tokens = torch.full((rows, steps), -7, dtype=torch.int64)
+    emb = torch.empty(rows, config["dim"], dtype=torch.bfloat16, device=device)
+    arrivals = torch.full((rows,), 5, dtype=torch.int32, device=device)
+    tokens = torch.full((rows, steps), -7, dtype=torch.int64, device=device)
     blocks = -(-width // block)
-    block_argmax = torch.zeros(rows * blocks, dtype=torch.int64)
-    block_max = torch.zeros(rows * blocks, dtype=torch.float32)
-    packets = torch.zeros(rows, 4, dtype=torch.int32)
-    draft = torch.zeros(rows, steps, width, dtype=torch.bfloat16) if sharded else None
+    block_argmax = torch.zeros(rows * blocks, dtype=torch.int64, device=device)
+    block_max = torch.zeros(rows * blocks, dtype=torch.float32, device=device)
+    packets = torch.zeros(rows, 4, dtype=torch.int32, device=device)
+    draft = torch.zeros(rows, steps, width, dtype=torch.bfloat16, device=device) if sharded else None
     api.anchor_embed(inputs["input_ids"], inputs["anchor_idx"], emb, arrivals)
     assert torch.equal(arrivals, torch.zeros_like(arrivals))
     for col in range(steps):
-        bias = gemv(emb, w2_shard)
+        bias = gemv(emb.cpu(), w2_shard).to(device)
         api.step(inputs["base"][:, col], bias, draft if sharded else cache, col, inputs["idx_map"][:, col],
                  inputs["pos"][:, col], inputs["seeds"], inputs["temperature"], block_argmax, block_max, arrivals,
                  tokens, emb, packets, offset, config["mult"], config["inv_cap"], config["cap"], block=block,
@@ -410,3 +415,94 @@ def test_public_args_rebuild_an_equal_stand_in():
             assert_same_bits(two[key], one[key], key)
 
     run_ranks(1, run)
+
+
+# ----------------------------------------------------------------- the kernel classes (GPU)
+
+
+def on_device(values: dict, device) -> dict:
+    """``values`` with every tensor copied to ``device`` (contiguous, so aligned as the kernels need)."""
+    return {k: v.to(device).contiguous() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+
+
+def on_cpu(values: dict) -> dict:
+    """``values`` with every tensor copied to the CPU (a kernel instance's ``public_args`` for its stand-in)."""
+    return {k: v.cpu() if isinstance(v, torch.Tensor) else v for k, v in values.items()}
+
+
+def assert_ring_numbering(kernel) -> None:
+    """The kernel's ring holds launches 0 .. flight_launches - 1: the host count is the recorder's numbering."""
+    torch.cuda.synchronize()
+    launches = sorted(record.launch for record in kernel.flight_recorder.records().records)
+    assert launches == list(range(kernel.flight_launches))
+
+
+@pytest.mark.gpu
+def test_allreduce_kernel_class_equals_its_stand_in(tmp_path):
+    """World 1 on the GPU: ``AllReduceMHC`` and the stand-in rebuilt from its ``public_args`` give the same bits,
+    state and flight launches over LL and BT calls; the ring numbers the launches as ``flight_launches`` does."""
+    from kernels.allreduce import AllReduceMHC as Kernel
+    from kernels.fabric import VirtualFabric
+
+    static, config, calls = scenario_calls("allreduce_mhc", "ll_bt_boundary", 1)
+    (fabric,) = VirtualFabric.create(1, "cuda")
+    kernel = Kernel(hidden_size=config["hidden"], hc_mult=config["hc"], max_num_tokens=config["capacity"],
+                    top_k=config["top_k"], group=fabric, bt_min_rows=config["bt_min_rows"],
+                    bt_min_finalize_rows=config["bt_min_finalize_rows"], flight_dir=tmp_path)
+    stand_in = AllReduceMHC(**on_cpu(kernel.public_args))
+    for index, (inputs, params) in enumerate(calls):
+        got = allreduce_public_call(kernel, config, on_device(static, fabric.device),
+                                    on_device(inputs, fabric.device), params, 0)
+        want = allreduce_public_call(stand_in, config, static, inputs, params, 0)
+        for key in want:
+            assert_same_bits(got[key].cpu(), want[key], f"call {index} {key}")
+        assert kernel.state() == stand_in.state() and kernel.flight_launches == stand_in.flight_launches, index
+    assert_ring_numbering(kernel)
+
+
+@pytest.mark.gpu
+def test_sampler_kernel_class_equals_its_stand_in(tmp_path):
+    """World 1 on the GPU: ``ShardedMarkovSampler`` and its stand-in (from ``public_args``) agree bit for bit."""
+    from kernels.fabric import VirtualFabric
+    from kernels.markov.sharded import ShardedMarkovSampler as Kernel
+
+    static, config, calls = scenario_calls("markov_sharded", "basic", 1)
+    (fabric,) = VirtualFabric.create(1, "cuda")
+    weights = on_device(static, fabric.device)
+    kernel = Kernel(weights["embed_table"], weights["head"], steps=config["steps"], base_dtype=config["base_dtype"],
+                    cache_dtype=config["cache_dtype"], max_rows=config["max_rows"], max_reqs=config["max_reqs"],
+                    group=fabric, flight_dir=tmp_path)
+    stand_in = ShardedMarkovSampler(**on_cpu(kernel.public_args), arch=ARCH)
+    for index, (inputs, params) in enumerate(calls):
+        got = sharded_public_call(kernel, on_device(inputs, fabric.device), params, local=False)
+        want = sharded_public_call(stand_in, inputs, params, local=False)
+        for key in want:
+            assert_same_bits(got[key].cpu(), want[key], f"call {index} {key}")
+        assert kernel.state() == stand_in.state() and kernel.flight_launches == stand_in.flight_launches, index
+    assert_ring_numbering(kernel)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("sharded", [False, True])
+def test_fused_kernel_class_equals_its_stand_in(sharded, tmp_path):
+    """World 1 on the GPU: ``MarkovKernels`` (unsharded, and sharded at tp 1 with its device exchange) and its
+    stand-in (from ``public_args``) write the same bits into the caller's buffers, method by method."""
+    from kernels.fabric import VirtualFabric
+    from kernels.markov.fused import MarkovKernels as Kernel
+
+    static, config, calls = scenario_calls("markov_fused", "basic", 1)
+    (fabric,) = VirtualFabric.create(1, "cuda")
+    weights = on_device(static, fabric.device)
+    embeds = torch.empty(config["max_reqs"], config["dim"], dtype=torch.bfloat16, device=fabric.device)
+    exchange = dict(group=fabric, max_rows=8, max_steps=8) if sharded else {}
+    kernel = Kernel(weights["w1"], embeds, width=config["vocab"], has_cap=config["has_cap"],
+                    tp=1 if sharded else None, steps=[(config["block"], False, False), (config["block"], False, True)],
+                    pick_pdl=False, fill_vector=(False, True), flight_dir=tmp_path, **exchange)
+    stand_in = MarkovKernels(**on_cpu(kernel.public_args), group=SoloComm() if sharded else None, arch=ARCH)
+    for index, (inputs, _params) in enumerate(calls):
+        got = fused_public_loop(kernel, static, config, on_device(inputs, fabric.device), 0)
+        want = fused_public_loop(stand_in, static, config, inputs, 0)
+        for key in want:
+            assert_same_bits(got[key].cpu(), want[key], f"call {index} {key}")
+        assert kernel.flight_launches == stand_in.flight_launches, index
+    assert_ring_numbering(kernel)
