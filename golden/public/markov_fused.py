@@ -211,8 +211,8 @@ class MarkovKernels:
     def step(self, base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max, arrivals,
              tokens, emb, packets, vocab_offset, mult, inv_cap, cap, *, block, pdl) -> None:
         """One draft step ``col`` over ``width`` vocab entries from ``vocab_offset`` (the kernel's ``step``)."""
-        rows = self._check_step(base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max,
-                                arrivals, tokens, emb, packets, vocab_offset, block)
+        self._check_step(base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max, arrivals,
+                         tokens, emb, packets, vocab_offset, block)
         width = self.width
         requests = as_padding(idx_map, seeds.shape[0])
         reciprocals = self._reciprocals(temperature, requests)
@@ -228,24 +228,24 @@ class MarkovKernels:
             chosen = first_nan_first_max(scores) + vocab_offset
             tokens[:, col] = chosen
             live = requests >= 0
-            cache[requests[live], col, vocab_offset : vocab_offset + width] = cached[live]
+            cache[requests[live], col, :width] = cached[live]  # the kernel's cache row starts at column 0
             self._next_rows(chosen, emb)
         arrivals += -(-width // block)
         self._launches.add(1)
 
     def _check_step(self, base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max,
-                    arrivals, tokens, emb, packets, vocab_offset, block) -> int:
-        """The step's arguments (the kernel's ``check_step`` rules on dtypes, shapes and ranges); returns rows."""
+                    arrivals, tokens, emb, packets, vocab_offset, block) -> None:
+        """The step's arguments (the kernel's ``check_step`` rules on dtypes, shapes and ranges)."""
         check_dims("base", base, 2, "a BF16 [rows, V] tensor (one step of the base logits)")
         rows, width = base.shape[0], self.width
         check_tensor("base", base, torch.bfloat16, (rows, self.vocab))
-        _require(isinstance(vocab_offset, int) and 0 <= vocab_offset and vocab_offset + width <= self.vocab,
+        _require(0 <= vocab_offset and vocab_offset + width <= self.vocab,
                  ValueError, f"vocab_offset: expected columns [{vocab_offset}, {vocab_offset} + {width}) inside "
                  f"[0, {self.vocab})")
         check_tensor("bias", bias, torch.bfloat16, (rows, width))
         check_dims("cache", cache, 3, "a BF16 [max_reqs, steps, V] (sharded: [rows, steps, width]) tensor")
         check_tensor("cache", cache, torch.bfloat16, tuple(cache.shape))
-        _require(isinstance(col, int) and 0 <= col < cache.shape[1], ValueError,
+        _require(0 <= col < cache.shape[1], ValueError,
                  f"cache: expected step {col} inside shape {tuple(cache.shape)}")
         if self.sharded:
             _require(tuple(cache.shape[::2]) == (rows, width), ValueError,
@@ -265,7 +265,6 @@ class MarkovKernels:
         _require(0 <= col < tokens.shape[1], ValueError, f"tokens: step {col} outside {tuple(tokens.shape)}")
         self._check_emb(emb, rows)
         check_tensor("packets", packets, torch.int32, (rows, 4))
-        return rows
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's ``tensor`` stacked ``[tp, ...]`` (the exchange's all-gather), counted as one launch."""
@@ -296,7 +295,7 @@ class MarkovKernels:
         check_tensor("packets", packets, torch.int32, (self.tp, rows, 4))
         check_dims("tokens", tokens, 2, "an int64 [rows, steps] tensor")
         check_tensor("tokens", tokens, torch.int64, (rows, tokens.shape[1]))
-        _require(isinstance(step, int) and 0 <= step < tokens.shape[1], ValueError,
+        _require(0 <= step < tokens.shape[1], ValueError,
                  f"tokens: step {step} outside {tuple(tokens.shape)}")
         self._check_emb(emb, rows)
         chosen = pick(packets)
