@@ -25,6 +25,12 @@ Two conventions shared with the kernel classes (docs/interfaces.md):
   its flight recorder numbers them (``kernels.flight``, record word 0: 0
   for the first launch). ``STAND_INS`` maps each kernel class (by module and
   name) to its stand-in.
+
+Each stand-in class also says which of the caller's buffers its methods
+write in place (``WRITES``: method -> argument names, compared bit for bit)
+and which the kernel writes with values not modelled here (``SCRATCH``: the
+fused step's per-CTA partial results), for a recorder that compares a
+replay's buffers with a recording's.
 """
 
 from golden.public.allreduce import AllReduceMHC

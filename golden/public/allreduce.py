@@ -115,6 +115,11 @@ class AllReduceMHC:
     class's (module docstring: what is and is not modelled).
     """
 
+    # The caller's buffers each method writes in place, bit for bit as the kernel (besides what it returns).
+    WRITES = {"__call__": ("mxfp8_out",), "finalize": ("mxfp8_out",)}
+    # Buffers the kernel writes with values the stand-in does not model (none here).
+    SCRATCH: dict[str, tuple[str, ...]] = {}
+
     def __init__(
         self,
         *,

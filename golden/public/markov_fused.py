@@ -99,6 +99,19 @@ class MarkovKernels:
     uses. The rest is the kernel class's (module docstring).
     """
 
+    # The caller's buffers each method may write in place, bit for bit as the kernel (besides what it returns;
+    # a buffer a variant does not write, e.g. ``packets`` unsharded, stays as it was on both sides).
+    WRITES = {
+        "anchor_embed": ("emb", "arrivals"),
+        "step": ("cache", "tokens", "emb", "packets", "arrivals"),
+        "pick": ("tokens", "emb"),
+        "cache_fill": ("cache",),
+        "gather_packets": (),
+        "gather_draft": (),
+    }
+    # Buffers the kernel writes with values the stand-in does not model: the step's per-CTA partial results.
+    SCRATCH = {"step": ("block_argmax", "block_max")}
+
     def __init__(
         self,
         w1: torch.Tensor,

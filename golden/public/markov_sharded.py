@@ -81,6 +81,11 @@ class ShardedMarkovSampler:
     docstring: what is and is not modelled).
     """
 
+    # The caller's buffers each method writes in place, bit for bit as the kernel (besides what it returns).
+    WRITES = {"__call__": ("draft_tokens", "logits_cache")}
+    # Buffers the kernel writes with values the stand-in does not model (none here).
+    SCRATCH: dict[str, tuple[str, ...]] = {}
+
     def __init__(
         self,
         embed_table: torch.Tensor,

@@ -507,3 +507,14 @@ def test_fused_kernel_class_equals_its_stand_in(sharded, tmp_path):
             assert_same_bits(got[key].cpu(), want[key], f"call {index} {key}")
         assert kernel.flight_launches == stand_in.flight_launches, index
     assert_ring_numbering(kernel)
+
+
+@pytest.mark.parametrize("stand_in", [AllReduceMHC, ShardedMarkovSampler, MarkovKernels])
+def test_written_buffers_are_named_by_their_arguments(stand_in):
+    """``WRITES`` and ``SCRATCH`` name parameters of the methods they list, never one buffer in both."""
+    for table in (stand_in.WRITES, stand_in.SCRATCH):
+        for method, names in table.items():
+            parameters = inspect.signature(getattr(stand_in, method)).parameters
+            assert set(names) <= set(parameters), (method, names)
+    for method, names in stand_in.SCRATCH.items():
+        assert not set(names) & set(stand_in.WRITES.get(method, ())), method
