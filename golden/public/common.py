@@ -21,7 +21,7 @@ import torch
 from golden.comm import SoloComm
 
 # ``kernels.diag.SERVING_DEADLINE_NS``: the kernels' default deadline, accepted and not modelled here
-# (tests/golden/test_public_api.py checks that the two agree).
+# (tests/golden/test_stand_ins.py checks that the two agree).
 SERVING_DEADLINE_NS = 600 * 1_000_000_000
 # The architecture whose measured facts (``golden/data/arch/<arch>.json``) give the GPU-specific bits by default.
 DEFAULT_ARCH = "sm_90"

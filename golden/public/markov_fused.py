@@ -73,7 +73,7 @@ from golden.public.common import (
     public_args,
 )
 
-# ``kernels.markov.fused_layout.BLOCK_SIZES`` and ``WARP`` (tests/golden/test_public_api.py checks they agree).
+# ``kernels.markov.fused_layout.BLOCK_SIZES`` and ``WARP`` (tests/golden/test_stand_ins.py checks they agree).
 BLOCK_SIZES = (128, 256, 512, 1024, 2048, 4096)
 MAX_TP = 32
 

@@ -332,3 +332,22 @@ def test_no_python_file_cites_a_results_file():
 def test_the_results_folder_holds_at_most_40_files():
     files = sorted(str(p.relative_to(RESULTS)) for p in RESULTS.rglob("*") if p.is_file())
     assert len(files) <= MAX_RESULT_FILES, files
+
+
+def duplicate_test_basenames(tests_root: Path) -> dict[str, list[str]]:
+    """The test-file basenames that occur in more than one folder under ``tests_root``, with their paths."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests_root.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests_root)))
+    return {name: paths for name, paths in seen.items() if len(paths) > 1}
+
+
+def test_test_file_basenames_are_unique(tmp_path):
+    # tests/ has no __init__.py, so pytest's default import mode imports each test file by its
+    # basename: two files of one name fail collection ("import file mismatch") in a full run.
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    for folder in ("a", "b"):
+        (tmp_path / folder / "test_same.py").write_text("")
+    assert duplicate_test_basenames(tmp_path) == {"test_same.py": ["a/test_same.py", "b/test_same.py"]}
+    assert duplicate_test_basenames(ROOT / "tests") == {}
