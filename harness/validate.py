@@ -56,7 +56,10 @@ run ends FAILED (exit 1).
 The exit code is the report's (``Report.verdict``): a selection that plans
 no case is not an error to hide but a run that tested nothing, so it still
 writes its (empty) JSON and JUnit files and ends with exit 2 and the plan's
-reason (``WorldPlan.why_empty``); every case not available is exit 3 unless
+reason (``WorldPlan.why_empty``); a scenario file refused before the run
+(it does not load) leaves every other scenario running but ends the run
+with exit 2 (``INPUT REFUSED``, naming the file, in the JSON summary, the
+JUnit properties and the footer) unless a case failed; every case not available is exit 3 unless
 ``allow_unavailable``; an interrupt anywhere in the run is exit 130 with the
 footer ``INTERRUPTED (n of m run)``. The bar's total and the footer count
 the same cases (``planned_cases``: one per scenario, world and TP group;
@@ -95,7 +98,7 @@ from harness.families.arch_facts import describe_choice
 from harness.families.systems import substitution
 from harness.reports.last_failed import failed_cases, newest_report
 from harness.reports.report import Report
-from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE, FAILING, case_id
+from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, FAILING, case_id
 
 
 @dataclass
@@ -361,7 +364,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
                             planted, selection, bad_files)
         job_numbers = JobSequence()
         report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
-                        allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
+                        allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty, refused_inputs=bad_files,
                         provenance=provenance.collect(time.time(), job_env=first_settings.env)
                         | {"node": req.rendezvous.describe()}, interrupt_signal=received_signal)
         try:
@@ -375,12 +378,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
         if not report.interrupted:
             # the job stores this node serves, until every node is done with them (each has its deadline)
             job_numbers.stores.release_all()
-        return bad_file_exit(report.exit_code(), bad_files)
-
-
-def bad_file_exit(code: int, bad_files: Sequence[str]) -> int:
-    """``code``, or exit 2 when it would say all is well though a scenario file was refused."""
-    return EXIT_NOTHING_RUN if bad_files and code in (EXIT_OK, EXIT_UNAVAILABLE) else code
+        return report.exit_code()  # a refused scenario file makes it 2 at best (Report.verdict)
 
 
 def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,
