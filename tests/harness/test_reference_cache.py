@@ -105,6 +105,7 @@ def test_waits_are_bounded(tmp_path):
 RANK_SCRIPT = """
 import sys, time, torch
 from harness.references.cache import ReferenceCache
+from hang_guard import HANG_GUARD_S
 refs = ReferenceCache(sys.argv[1], "markov_sharded", "world", {"vocab": 8, "world": 2}, {"w": torch.ones(2)})
 key = refs.key({"x": torch.zeros(3)}, {"rows": 1})
 def compute():
@@ -124,7 +125,7 @@ def test_shared_by_concurrent_rank_processes(tmp_path):
     outs = []
     for p in procs:
         try:
-            outs.append(p.communicate(timeout=120)[0].strip())
+            outs.append(p.communicate(timeout=HANG_GUARD_S)[0].strip())
         finally:
             p.kill()
     assert all(p.returncode == 0 for p in procs), outs
