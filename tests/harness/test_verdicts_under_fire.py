@@ -1,7 +1,10 @@
 """Verdicts under fire: a clean and a faulty validation side by side, twenty times, each verdict right.
 
-Each round starts two ``python -m harness validate --launcher cpu`` at once
-on the tiny scenario at world 1, both with the default run directory (no
+Each round starts two ``python -m harness validate`` at once on the tiny
+scenario at world 1, on the cpu launcher (torchrun and a rank process) in
+even rounds and the virtual launcher (one worker process, no spares) in odd
+ones, so each launcher's run directory, rendezvous and cache use meet a
+concurrent run ten times, both with the default run directory (no
 ``--run-dir``: they must not meet) and the same reference cache (the test
 session's): one of the golden system, one with a planted bug
 (``tests.harness.planted_wrong``, wrong in every launch) through the
@@ -32,19 +35,20 @@ from planted_wrong import PLANTED_WRONG
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = str(ROOT / "tests" / "harness" / "scenarios")
 ROUNDS = 20
-ARGV = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario-root", SCENARIOS,
+LAUNCHERS = (["--launcher", "cpu"], ["--launcher", "virtual", "--no-standby"])
+ARGV = [sys.executable, "-m", "harness", "validate", "--scenario-root", SCENARIOS,
         "--scenario", "markov_sharded/tiny", "--world", "1", "--no-store",
         # generous deadlines: the verdicts are under test, not the speed of a machine shared with other runs
         "--deadline", "300", "--startup", "600"]
 
 
-def start(planted: bool) -> subprocess.Popen:
-    """One validation, clean or with the planted bug, started now."""
+def start(planted: bool, launcher: list[str]) -> subprocess.Popen:
+    """One validation on ``launcher`` (its options), clean or with the planted bug, started now."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop(PLANTED_SYSTEM_VAR, None)
     if planted:
         env[PLANTED_SYSTEM_VAR] = PLANTED_WRONG
-    return subprocess.Popen(ARGV, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(ARGV + launcher, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def finish(proc: subprocess.Popen) -> tuple[int, str, Path, dict]:
@@ -96,11 +100,12 @@ def test_a_clean_and_a_faulty_validation_side_by_side_keep_their_verdicts():
     wrong = []
     for round_ in range(ROUNDS):
         failed = ["unfinished"]
-        clean_proc, faulty_proc = start(False), start(True)
+        launcher = LAUNCHERS[round_ % len(LAUNCHERS)]
+        clean_proc, faulty_proc = start(False, launcher), start(True, launcher)
         clean, faulty = finish(clean_proc), finish(faulty_proc)
         try:
             failed = round_faults(clean, faulty)
-            wrong += [f"round {round_}: {fault} (run dirs {clean[2]} {faulty[2]})" for fault in failed]
+            wrong += [f"round {round_} ({launcher[1]}): {fault} (run dirs {clean[2]} {faulty[2]})" for fault in failed]
             print(f"round {round_}: exits {clean[0]} and {faulty[0]}, {len(failed)} fault(s)", flush=True)
         finally:
             if not failed:  # a failing round keeps its run directories for the reader
