@@ -13,11 +13,11 @@ from pathlib import Path
 
 from harness.families.systems import PLANTED_SYSTEM_VAR, planted_system, substitution
 from harness.reports import provenance
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
 from harness.families.systems import planted_system
-from hang_guard import HANG_GUARD_S
 try:
     print("accepted", planted_system("markov_sharded"))
 except ValueError as exc:

@@ -12,6 +12,7 @@ import torch
 
 from harness.references import cache as refcache
 from harness.references.cache import ReferenceCache
+from hang_guard import HANG_GUARD_S
 
 
 def cache(tmp_path) -> ReferenceCache:
@@ -105,7 +106,6 @@ def test_waits_are_bounded(tmp_path):
 RANK_SCRIPT = """
 import sys, time, torch
 from harness.references.cache import ReferenceCache
-from hang_guard import HANG_GUARD_S
 refs = ReferenceCache(sys.argv[1], "markov_sharded", "world", {"vocab": 8, "world": 2}, {"w": torch.ones(2)})
 key = refs.key({"x": torch.zeros(3)}, {"rows": 1})
 def compute():

@@ -17,6 +17,7 @@ import pytest
 
 from harness import cli
 from harness.wire.run_dir import LOCK_NAME, RunDirBusy, new_run_dir, run_dir_lock
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = str(ROOT / "tests" / "harness" / "scenarios")
@@ -24,7 +25,6 @@ HOLDER = """
 import sys
 from pathlib import Path
 from harness.wire.run_dir import run_dir_lock
-from hang_guard import HANG_GUARD_S
 with run_dir_lock(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.read()
