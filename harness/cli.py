@@ -180,11 +180,10 @@ def _add_validate(sub) -> None:
                         "(default: a new runs/<UTC time>-<host>-<pid>-<random>/)")
     p.add_argument("--deadline", type=_positive_float, metavar="S",
                    help="per-launch deadline in seconds (a scenario's deadline_s wins; default: "
-                        f"{DEFAULT_PER_LAUNCH_S:g})")
+                        f"{DEFAULT_PER_LAUNCH_S:g} times the load per core at the start, as --startup's)")
     p.add_argument("--startup", type=_positive_float, metavar="S",
                    help="startup allowance of a job in seconds (interpreters, imports, rendezvous; default: "
-                        f"{STARTUP_S:g}, and the default deadlines, times the load per core at the start, at most "
-                        f"x{MAX_FACTOR:g})")
+                        f"{STARTUP_S:g} times the one-minute load per core at the start, between x1 and x{MAX_FACTOR:g})")
     p.add_argument("--impl", choices=("golden", "kernel"),
                    help="override the launcher's implementation (default: the launcher's: golden on cpu, else kernel)")
     p.add_argument("--no-store", action="store_true", help="skip the stored-golden-bits check")
