@@ -55,6 +55,7 @@ from golden.arch import PROBE_COMMAND, facts_path, normalize_arch, shown
 from harness.calibration.rcp_table import measure
 from harness.families.arch_facts import ARCH_ENV
 from harness.families.catalog import DEFAULT_PER_LAUNCH_S, discover_each, select
+from harness.launch.load_scale import MAX_FACTOR, STARTUP_S
 from harness.launch.supervision import install_interrupt_handlers
 from harness.launch.torchrun_options import Rendezvous
 from harness.reports.merge import run_merge
@@ -179,9 +180,10 @@ def _add_validate(sub) -> None:
                         "(default: a new runs/<UTC time>-<host>-<pid>-<random>/)")
     p.add_argument("--deadline", type=_positive_float, metavar="S",
                    help="per-launch deadline in seconds (a scenario's deadline_s wins; default: "
-                        f"{DEFAULT_PER_LAUNCH_S:g})")
-    p.add_argument("--startup", type=_positive_float, default=90.0, metavar="S",
-                   help="startup allowance of a job in seconds (interpreters, imports, rendezvous)")
+                        f"{DEFAULT_PER_LAUNCH_S:g} times the load per core at the start, as --startup's)")
+    p.add_argument("--startup", type=_positive_float, metavar="S",
+                   help="startup allowance of a job in seconds (interpreters, imports, rendezvous; default: "
+                        f"{STARTUP_S:g} times the one-minute load per core at the start, between x1 and x{MAX_FACTOR:g})")
     p.add_argument("--impl", choices=("golden", "kernel"),
                    help="override the launcher's implementation (default: the launcher's: golden on cpu, else kernel)")
     p.add_argument("--no-store", action="store_true", help="skip the stored-golden-bits check")

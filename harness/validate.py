@@ -56,7 +56,10 @@ run ends FAILED (exit 1).
 The exit code is the report's (``Report.verdict``): a selection that plans
 no case is not an error to hide but a run that tested nothing, so it still
 writes its (empty) JSON and JUnit files and ends with exit 2 and the plan's
-reason (``WorldPlan.why_empty``); every case not available is exit 3 unless
+reason (``WorldPlan.why_empty``); a scenario file refused before the run
+(it does not load) leaves every other scenario running but ends the run
+with exit 2 (``INPUT REFUSED``, naming the file, in the JSON summary, the
+JUnit properties and the footer) unless a case failed; every case not available is exit 3 unless
 ``allow_unavailable``; an interrupt anywhere in the run is exit 130 with the
 footer ``INTERRUPTED (n of m run)``. The bar's total and the footer count
 the same cases (``planned_cases``: one per scenario, world and TP group;
@@ -69,7 +72,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Collection, Sequence
 
@@ -85,6 +88,7 @@ from harness.launch.jobs import REPO_ROOT, JobRunner, JobSequence, job_env, pyth
 from harness.launch.torchrun_options import Rendezvous
 from harness.launch.spares import StandbyPool
 from harness.launch.supervision import received_signal
+from harness.launch.load_scale import describe as describe_load, load_factor, scaled_defaults
 from harness.launch.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
 from harness.launch.schedule import DevicePool, default_lanes, job_units, order_units, run_units
 from harness.references.cache import cache_root, kernel_cache_env
@@ -95,7 +99,7 @@ from harness.families.arch_facts import describe_choice
 from harness.families.systems import substitution
 from harness.reports.last_failed import failed_cases, newest_report
 from harness.reports.report import Report
-from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE, FAILING, case_id
+from harness.wire.case_result import EXIT_NOTHING_RUN, EXIT_OK, FAILING, case_id
 
 
 @dataclass
@@ -112,7 +116,7 @@ class ValidateRequest:
     json: str | None = None
     run_dir: str | None = None
     deadline: float | None = None
-    startup: float = 90.0
+    startup: float | None = None  # the job startup allowance; None: harness.launch.load_scale's default, scaled
     scenario_root: str | None = None
     impl: str | None = None
     store: str | None = "check"
@@ -129,6 +133,7 @@ class ValidateRequest:
     exitfirst: bool = False  # -x: no new job after the first failing result
     collect_only: bool = False  # --collect-only: print the selected case ids and run nothing
     only: Collection[tuple[str, int]] | None = None  # exactly these (family/name, world) pairs (the pytest plugin)
+    load_scale: float | None = None  # the default allowances' factor (harness.launch.load_scale); None: measured
 
 
 class WorldPlan(list):
@@ -321,6 +326,8 @@ def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan,
         header += f"\n# {pairs.skipped}"
     if substitution():
         header += f"\n# {substitution()}"
+    if describe_load(req.load_scale or 1.0):
+        header += f"\n# {describe_load(req.load_scale or 1.0)}"
     if selection:
         header += f"\n# {selection}"
     header += "".join(f"\n# {line}" for line in planted)
@@ -335,6 +342,8 @@ def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan,
 def run_validate(req: ValidateRequest, *, stream=None) -> int:
     """Run the requested validation and return the report's exit code (``harness.reports.report.Report.verdict``)."""
     gpus = gpu_count()
+    if req.load_scale is None:  # once, at the start: every job of the run gets the same allowances
+        req = replace(req, load_scale=load_factor())
     launcher, why = resolve(req.launcher, gpus)
     size = size_class(req.size, launcher, gpus)
     found, bad_files = discover_each(req.scenario_root)
@@ -361,7 +370,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
                             planted, selection, bad_files)
         job_numbers = JobSequence()
         report = Report(header=header, junit_path=junit, json_path=json_path, planned=planned, stream=stream,
-                        allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty,
+                        allow_unavailable=req.allow_unavailable, empty_reason=pairs.why_empty, refused_inputs=bad_files,
                         provenance=provenance.collect(time.time(), job_env=first_settings.env)
                         | {"node": req.rendezvous.describe()}, interrupt_signal=received_signal)
         try:
@@ -375,12 +384,7 @@ def run_validate(req: ValidateRequest, *, stream=None) -> int:
         if not report.interrupted:
             # the job stores this node serves, until every node is done with them (each has its deadline)
             job_numbers.stores.release_all()
-        return bad_file_exit(report.exit_code(), bad_files)
-
-
-def bad_file_exit(code: int, bad_files: Sequence[str]) -> int:
-    """``code``, or exit 2 when it would say all is well though a scenario file was refused."""
-    return EXIT_NOTHING_RUN if bad_files and code in (EXIT_OK, EXIT_UNAVAILABLE) else code
+        return report.exit_code()  # a refused scenario file makes it 2 at best (Report.verdict)
 
 
 def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pairs, report: Report,
@@ -416,8 +420,8 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
 
     def settings_of(world: int):
         """The job settings of one world, with the cache and thread environment of this run."""
-        settings = settings_for(launcher, run_dir, world, gpus, per_launch_s=req.deadline, startup_s=req.startup,
-                                tp=req.tp, impl=req.impl, rendezvous=req.rendezvous, store=req.store)
+        allowances = scaled_defaults(req.load_scale or 1.0, startup_s=req.startup, per_launch_s=req.deadline)
+        settings = settings_for(launcher, run_dir, world, gpus, **allowances, tp=req.tp, impl=req.impl, rendezvous=req.rendezvous, store=req.store)
         settings.cache_dir = cache_dir
         settings.stop = stop
         settings.env.update(kernel_cache_env(root))

@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from harness.launch.load_scale import CASE_ALLOWANCE_S, STARTUP_S
 from harness.wire.case_files import CaseId, check_tp_divides, group_ranks
 from harness.launch import flight_evidence
 from harness.launch.evidence import nccl_dumps, rank_stack_files, rank_stacks, torchrun_rank_log
@@ -98,8 +99,8 @@ class JobSettings:
     backend: str
     run_dir: Path
     per_launch_s: float | None = None
-    startup_s: float = 90.0
-    case_allowance_s: float = 20.0
+    startup_s: float = STARTUP_S
+    case_allowance_s: float = CASE_ALLOWANCE_S
     grace_s: float = 3.0
     tp: int | None = None
     rendezvous: Rendezvous = field(default_factory=Rendezvous)

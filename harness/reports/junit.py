@@ -21,7 +21,7 @@ architecture-facts file is a line of its ``system-out`` and the suite's
 
 Each suite carries ``timestamp`` (the run's start, UTC) and ``hostname``; its
 properties: ``result``, then ``diagnosis.<i>`` (``harness.reports.diagnoses``),
-the header, the JSON schema name, the run's provenance and the graph totals
+``exit_code`` (the exit code the run returned with that result), the header, the JSON schema name, the run's provenance and the graph totals
 (``graphs.*``).
 """
 
@@ -134,15 +134,17 @@ def add_testcase(suite: ET.Element, r: CaseResult) -> None:
 
 
 def suite_properties(suite: ET.Element, results: Sequence[CaseResult], *, header: str, provenance: Mapping,
-                     result: str | None) -> None:
-    """The suite's properties: the result and every diagnosis first, then header, schema, facts files, provenance and
+                     verdict: tuple[str, int] | None) -> None:
+    """The suite's properties: the result and every diagnosis first, then the exit code, header, schema, facts files, provenance and
     the graph totals (``graphs.*``)."""
     props = ET.SubElement(suite, "properties")
-    if result is not None:
-        ET.SubElement(props, "property", {"name": "result", "value": result})
+    if verdict is not None:
+        ET.SubElement(props, "property", {"name": "result", "value": verdict[0]})
     for i, d in enumerate(diagnoses(results)):
         ET.SubElement(props, "property", {"name": f"diagnosis.{i}",
                                           "value": f"{d['status'].upper()} {d['case_id']}: {d['text']}"})
+    if verdict is not None:
+        ET.SubElement(props, "property", {"name": "exit_code", "value": str(verdict[1])})
     ET.SubElement(props, "property", {"name": "header", "value": header})
     ET.SubElement(props, "property", {"name": "schema", "value": JSON_SCHEMA})
     facts = sorted({r.facts for r in results if r.facts})
@@ -155,7 +157,7 @@ def suite_properties(suite: ET.Element, results: Sequence[CaseResult], *, header
 
 
 def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provenance: Mapping | None = None,
-              result: str | None = None) -> str:
+              verdict: tuple[str, int] | None = None) -> str:
     """Render results as a JUnit XML document: the cases' suite (with the result, diagnoses and provenance as its
     properties) and, when there are any, the stored-bits checks' suite ``<suite>:stored-bits``."""
     provenance = provenance or {}
@@ -168,7 +170,7 @@ def junit_xml(results: Sequence[CaseResult], *, suite: str, header: str, provena
                                      "errors": str(sum(r.status in ("error", "timeout") for r in results)),
                                      "time": f"{sum(r.time_s for r in results):.3f}"})
     ts = suite_element(root, suite, cases, timestamp=timestamp, hostname=hostname)
-    suite_properties(ts, results, header=header, provenance=provenance, result=result)
+    suite_properties(ts, results, header=header, provenance=provenance, verdict=verdict)
     for r in cases:
         add_testcase(ts, r)
     if checks:

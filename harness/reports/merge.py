@@ -224,9 +224,11 @@ def run_merge(inputs: Sequence[str], *, junit: str | None, json_path: str | None
     prov = {"merged_from": [rep.path for rep in reports], "merge": provenance_facts.collect(time.time()),
             "nodes": {str(rep.rank): rep.doc.get("provenance") for rep in reports}}
     reasons = {rep.summary.get("empty_reason") for rep in reports} - {None, ""}
+    # a file one node refused keeps the job's verdict from OK (each node reads the same scenario root)
+    refused = list(dict.fromkeys(f for rep in reports for f in rep.summary.get("refused_inputs") or ()))
     with Report(header=merged_header(reports), junit_path=junit, json_path=json_path, stream=stream, live=False,
                 total=planned_total(reports, results), allow_unavailable=allow_unavailable,
-                empty_reason="; ".join(sorted(reasons)), provenance=prov) as report:
+                empty_reason="; ".join(sorted(reasons)), refused_inputs=refused, provenance=prov) as report:
         # a node cut short (an interrupt, the scheduler's time limit) leaves the job's verdict cut short too
         report.interrupted = any(rep.summary.get("interrupted") for rep in reports)
         report.results.extend(results)  # one write at the end, not one per case

@@ -42,7 +42,8 @@ The result and the exit code are decided in one place (``Report.verdict``),
 in this order: still running (``RUNNING``, 1), interrupted
 (``INTERRUPTED (n of m run)``, 130; ``HANGUP``, 129), ended by an
 exception (``ABORTED (...)``, 1), any fail, timeout or error (``FAILED``,
-1), no case run (``NOTHING RUN``, 2, with the
+1), a scenario file refused before the run (``INPUT REFUSED (...)``, 2,
+naming the first file and its fault, however many cases passed), no case run (``NOTHING RUN``, 2, with the
 reason the caller gave), every case not available (``NOT AVAILABLE``, 3,
 unless the caller allows it), else ``OK`` (0). Nothing that did not run is
 ever green.
@@ -123,13 +124,18 @@ def phase_summary(results: Sequence[CaseResult]) -> str:
     return "  ".join(f"{name} {seconds:.1f} s" for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1]))
 
 
+def first_line(text: str) -> str:
+    """The first line of ``text`` (a YAML error's message, without the quoted source lines under it)."""
+    return (text.splitlines() or [""])[0]
+
+
 class Report:
     """Collects results, shows them live, and keeps JUnit/JSON files current after each one."""
 
     def __init__(self, *, header: str, junit_path: str | os.PathLike | None = None,
                  json_path: str | os.PathLike | None = None, total: int | None = None,
                  stream=None, live: bool | None = None, planned: Mapping[int, int] | None = None,
-                 allow_unavailable: bool = False, empty_reason: str = "",
+                 allow_unavailable: bool = False, empty_reason: str = "", refused_inputs: Sequence[str] = (),
                  provenance: Mapping | None = None, interrupt_signal=lambda: None) -> None:
         self.header = header
         self.junit_path = junit_path
@@ -140,6 +146,8 @@ class Report:
         self.total = total if total is not None or planned is None else sum(self.planned.values())
         self.allow_unavailable = allow_unavailable
         self.empty_reason = empty_reason
+        # the input files refused before the run (a scenario file that does not load): never an OK run
+        self.refused_inputs = list(refused_inputs)
         self.interrupted = False
         self.aborted = ""  # the exception that ended the run early, in words ("" when none did)
         # False from ``__enter__`` until the last write: the files say the run is still going
@@ -239,7 +247,7 @@ class Report:
                 "graphs": graph_totals(self.results),
                 "cases": len(cases), "planned": self.total, "interrupted": self.interrupted,
                 "empty_reason": self.empty_reason, "wall_s": time.time() - self.started, "ok": self.ok,
-                "result": result, "exit_code": code, "ended": self.ended()}
+                "refused_inputs": self.refused_inputs, "result": result, "exit_code": code, "ended": self.ended()}
 
     @property
     def ok(self) -> bool:
@@ -262,6 +270,10 @@ class Report:
             return f"ABORTED ({self.aborted[:300]})", EXIT_FAILED
         if failed:
             return "FAILED", EXIT_FAILED
+        if self.refused_inputs:
+            ran = f"{len(cases)} case(s) run, none failed" if cases else "nothing run"
+            return (f"INPUT REFUSED ({len(self.refused_inputs)} scenario file(s) refused, not run: "
+                    f"{first_line(self.refused_inputs[0])[:300]}; {ran})"), EXIT_NOTHING_RUN
         if not cases:
             return f"NOTHING RUN ({self.empty_reason or 'no case selected'})", EXIT_NOTHING_RUN
         if all(r.status == "not-available" for r in cases):
@@ -291,7 +303,7 @@ class Report:
             f"{stored_line}"
             f"{graph_line}"
             f"# Phases : {phase_summary(self.results)}\n"
-            f"# Result : {s['result']}  ({s['wall_s']:.1f} s)"
+            f"# Result : {s['result']}  (exit {s['exit_code']}, {s['wall_s']:.1f} s)"
         )
 
     def exit_code(self) -> int:
@@ -305,7 +317,7 @@ class Report:
         with self._lock:
             if self.junit_path:
                 _write_named(self.junit_path, lambda: junit_xml(self.results, suite="rankcheck", header=self.header,
-                                                               provenance=self.provenance, result=self.verdict()[0]))
+                                                               provenance=self.provenance, verdict=self.verdict()))
             if self.json_path:
                 _write_named(self.json_path, self._json_text)
 

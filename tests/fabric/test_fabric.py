@@ -143,10 +143,12 @@ def test_virtual_missing_rank_times_out_naming_it():
         if fabric.rank != 2:
             fabric.barrier()
 
-    start = time.monotonic()
     with pytest.raises(CollectiveTimeout, match=r"ranks \[2\] did not arrive"):
         VirtualFabric.run(fabrics, body)
-    assert time.monotonic() - start < 5
+
+
+# A barrier deadline no loaded machine reaches by itself: only a release by the failure ends the wait before it.
+RELEASE_DEADLINE_S = 600
 
 
 def test_virtual_rank_error_releases_the_others():
@@ -157,8 +159,9 @@ def test_virtual_rank_error_releases_the_others():
 
     start = time.monotonic()
     with pytest.raises(KeyError, match="rank 1 broke"):
-        VirtualFabric.run(VirtualFabric.create(2, "cpu", timeout_s=30), body)
-    assert time.monotonic() - start < 5, "the waiting rank must be released by the failure, not its deadline"
+        VirtualFabric.run(VirtualFabric.create(2, "cpu", timeout_s=RELEASE_DEADLINE_S), body)
+    # sooner than the barrier's deadline: the waiting rank was released by the failure (however loaded the machine)
+    assert time.monotonic() - start < RELEASE_DEADLINE_S, "the waiting rank must be released by the failure"
 
 
 def test_virtual_create_rejects_bad_world():

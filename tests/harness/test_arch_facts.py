@@ -387,6 +387,7 @@ def test_probe_without_a_gpu_exits_2_and_writes_nothing(tmp_path, capsys):
 
 def test_golden_arch_reaches_the_ranks_through_the_environment(gpu, monkeypatch):
     gpu(None)
+    monkeypatch.delenv(arch_facts.ARCH_ENV, raising=False)  # cli.main sets it: restored (absent) after the test
     seen = []
     monkeypatch.setattr("harness.validate.run_validate", lambda req: seen.append(os.environ.get(arch_facts.ARCH_ENV))
                         or 0)

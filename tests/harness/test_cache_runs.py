@@ -10,6 +10,7 @@ from harness.families.catalog import discover
 from harness.references.cache import kernel_cache_env
 from harness.launch.reference_pool import ReferencePool
 from harness.references.pool import queue_items
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -20,7 +21,7 @@ def validate(run_dir: Path, cache: Path, *extra: str) -> subprocess.CompletedPro
     cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
            "--scenario-root", str(SCENARIOS), "--run-dir", str(run_dir), "--no-store", *extra]
     env = dict(os.environ, RANKCHECK_CACHE_DIR=str(cache))
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=170, env=env)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
 
 
 def reference_counts(run_dir: Path) -> list[dict]:

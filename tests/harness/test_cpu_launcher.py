@@ -17,19 +17,19 @@ from pathlib import Path
 import pytest
 
 from harness.scale.memory import processes_mentioning
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
-STARTUP_S = 90
 
 
-def harness(*args, run_dir, timeout=170, env=None):
+def harness(*args, run_dir, timeout=HANG_GUARD_S, env=None):
     """Run ``python -m harness`` with the test scenarios (``env``: this environment's changes); return the process."""
     cmd = [sys.executable, "-m", "harness", *args]
     if args[0] in ("validate", "replay"):
         cmd += ["--scenario-root", str(SCENARIOS), "--run-dir", str(run_dir)]
     if args[0] == "validate":
-        cmd += ["--no-store", "--startup", str(STARTUP_S)]
+        cmd += ["--no-store"]  # the default startup allowance: scaled by the load
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=None if env is None else {**os.environ, **env})
 
@@ -140,9 +140,9 @@ def test_two_agents_one_rendezvous_run_as_two_nodes(tmp_path):
         cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
                "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                "--rdzv-endpoint", endpoint, "--rdzv-id", "twonode", "--scenario-root", str(SCENARIOS),
-               "--run-dir", str(run_dir), "--no-store", "--startup", str(STARTUP_S)]
+               "--run-dir", str(run_dir), "--no-store"]
         procs.append(subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    outputs = [p.communicate(timeout=170)[0] for p in procs]
+    outputs = [p.communicate(timeout=HANG_GUARD_S)[0] for p in procs]
     for node, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0, out
         # each node writes its own report, its node rank in the name

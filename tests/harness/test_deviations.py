@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_rank_with_other_rows_names_the_deviating_shapes(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "harness", "validate", "--launcher", "virtual", "--impl", "golden",
                            "--scenario", "allreduce_mhc/rank_disagree", "--world", "2", "--no-store",
-                           "--run-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=180)
+                           "--run-dir", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
     def begin(rank: int, launch: int) -> dict:

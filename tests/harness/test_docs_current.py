@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.bench.budget import BUDGET_S
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -38,7 +39,7 @@ def test_readme_and_makefile_give_the_bench_budget():
 
 def test_golden_arch_without_facts_stops_at_once_naming_the_file(tmp_path):
     done = subprocess.run([sys.executable, "-m", "harness", "golden", "--arch", "sm_100", "--run-dir",
-                           str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+                           str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "golden/data/arch/sm_100.json does not exist" in done.stderr
     assert not (tmp_path / "run").exists()  # nothing ran

@@ -28,6 +28,7 @@ from harness.launch.verdict import judge
 from harness.wire.rank_result import RankResult
 from harness.reports.report import Report, graph_totals
 from harness.wire.case_result import CaseResult
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "graph_scenarios"
@@ -38,9 +39,8 @@ def validate_graph_case(tmp_path: Path, env_extra: dict | None = None) -> tuple[
     """``harness validate`` of tiny_graph at worlds 1 and 2 on the cpu launcher; (process, JSON report)."""
     env = {k: v for k, v in os.environ.items() if k != PLANTED_SYSTEM_VAR} | (env_extra or {})
     cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny_graph",
-           "--world", "1", "2", "--scenario-root", str(SCENARIOS), "--run-dir", str(tmp_path), "--no-store",
-           "--startup", "90"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+           "--world", "1", "2", "--scenario-root", str(SCENARIOS), "--run-dir", str(tmp_path), "--no-store"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
     return proc, json.loads((tmp_path / "report.json").read_text())
 
 

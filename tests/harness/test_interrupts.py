@@ -28,7 +28,7 @@ import pytest
 from harness.launch import supervision as watchdog
 from harness.launch.supervision import Supervised, TreesEnded, end_every_tree, processes_with_token
 from harness.wire.processes import group_alive
-from test_cpu_launcher import SCENARIOS, STARTUP_S, processes_of
+from test_cpu_launcher import SCENARIOS, processes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 # From the first signal to the harness's exit: the grace period, the verification, the report.
@@ -216,7 +216,7 @@ MOMENTS = {"agent started": lambda tree, run_dir: agent_started(tree),
 ], ids=["agent-INT-INT", "workers-INT-INT", "hung-TERM-INT"])
 def test_two_signals_1ms_apart_end_the_whole_validate_tree(tmp_path, moment, first, second):
     cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny_hang",
-           "--scenario-root", str(SCENARIOS), "--run-dir", str(tmp_path), "--no-store", "--startup", str(STARTUP_S)]
+           "--scenario-root", str(SCENARIOS), "--run-dir", str(tmp_path), "--no-store"]
     with open(tmp_path / "harness.out", "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     seen: dict[int, int] = {}

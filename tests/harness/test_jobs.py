@@ -9,7 +9,6 @@ it was in, and the cases after it run in a fresh job.
 
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 from harness.families.catalog import Case
@@ -80,9 +79,8 @@ def fake_runner(tmp_path) -> tuple[JobRunner, list]:
 
 def test_recovery_after_abandon_and_hang(tmp_path):
     runner, verdicts = fake_runner(tmp_path)
-    started = time.monotonic()
+    # no speed bound: a hang the watchdog left alone would sleep out its 600 s and then pass, failing the verdicts
     runner.run([case(n) for n in ("a", "abandon", "c", "hang", "d")], 2)
-    assert time.monotonic() - started < 30
     got = {(v.scenario, v.status) for v in verdicts}
     assert got == {("a", "pass"), ("abandon", "error"), ("c", "pass"), ("hang", "timeout"), ("d", "pass")}, verdicts
     by_name = {v.scenario: v for v in verdicts}

@@ -21,6 +21,7 @@ from harness.launch.torchrun_options import Rendezvous
 from harness.reports.merge import run_merge
 from harness.reports.report import Report
 from harness.wire.case_result import STORED_BITS_LAUNCHER, CaseResult
+from hang_guard import HANG_GUARD_S
 
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,8 +103,8 @@ def test_a_real_runs_report_with_a_planted_crash_validates(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
          "--inject", "markov_sharded/tiny:crash:rank=1,launch=1", "--scenario-root", str(SCENARIOS),
-         "--run-dir", str(tmp_path), "--no-store", "--startup", "90"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=170)
+         "--run-dir", str(tmp_path), "--no-store"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     root = assert_valid(tmp_path / "report.xml")
     (case,) = root.find("testsuite").findall("testcase")

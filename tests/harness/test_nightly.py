@@ -36,7 +36,8 @@ from harness.validate import ValidateRequest, plan_worlds
 from harness.scale.measure import world_costs
 from harness.scale.nightly import free_ports, one_host_env, run_agents
 from harness.launch.supervision import Supervised
-from test_cpu_launcher import STARTUP_S, free_port, processes_of
+from test_cpu_launcher import free_port, processes_of
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 # Two cheap cpu scenarios of two families, both listing TP size 2.
@@ -277,7 +278,7 @@ def test_readme_nightly_job_on_two_agents_merges_into_one_green_report(tmp_path,
         argv += ["--scenario", *SCENARIOS, "--run-dir", str(tmp_path / f"run{node}")]
         logs.append(open(tmp_path / f"agent{node}.log", "w"))
         agents.append(Supervised(argv, cwd=str(ROOT), stdout=logs[-1], stderr=subprocess.STDOUT))
-        wait_for_torchrun(tmp_path / f"run{node}", deadline_s=STARTUP_S)
+        wait_for_torchrun(tmp_path / f"run{node}", deadline_s=HANG_GUARD_S)
     # both agents run meanwhile; each wait is bounded by the agent's own clock, started at about the same time
     outcomes = [tree.wait(AGENT_DEADLINE_S) for tree in agents]
     for log in logs:
@@ -290,7 +291,7 @@ def test_readme_nightly_job_on_two_agents_merges_into_one_green_report(tmp_path,
     assert not (tmp_path / "nightly.json").exists()  # no node wrote the job's name: each wrote its own
 
     merge = subprocess.run(as_here(merge_line, node=0, endpoint=endpoint, out_dir=tmp_path), cwd=ROOT,
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert merge.returncode == 0, merge.stdout + merge.stderr
     doc = json.loads((tmp_path / "nightly.json").read_text())
     cases = [r for r in doc["results"] if r["launcher"] == "cpu"]
@@ -346,7 +347,7 @@ def test_a_hang_in_one_group_of_the_nightly_is_named_there_and_the_other_groups_
     assert {node: "Traceback" in text for node, text in healthy.items()} == dict.fromkeys(healthy, False), healthy
 
     merge = subprocess.run(as_here(merge_line, node=0, **here), cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
+                           timeout=HANG_GUARD_S)
     assert merge.returncode == 1, merge.stdout + merge.stderr
     text = (tmp_path / "nightly.json").read_text()
     assert text.lstrip().startswith('{\n "diagnoses"')  # the bad group's diagnosis is on top of the file

@@ -23,6 +23,7 @@ from harness.wire.phases import PHASES, PhaseClock, slowest
 from harness.reports.report import Report, phase_summary
 from harness.wire.case_result import CaseResult
 from kernels.compile_clock import compile_seconds, compiling
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -30,9 +31,9 @@ SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 
 def test_a_cpu_run_reports_every_phase_per_rank_and_in_the_footer(tmp_path):
     cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
-           "--scenario-root", str(SCENARIOS), "--run-dir", str(tmp_path / "run"), "--no-store", "--startup", "90"]
+           "--scenario-root", str(SCENARIOS), "--run-dir", str(tmp_path / "run"), "--no-store"]
     env = dict(os.environ, RANKCHECK_CACHE_DIR=str(tmp_path / "cache"))
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=170, env=env)
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ranks = [json.loads(p.read_text()) for p in sorted((tmp_path / "run").glob("cases/*/w2/rank*.result.json"))]
     assert len(ranks) == 2

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.families.systems import PLANTED_SYSTEM_VAR, planted_system, substitution
 from harness.reports import provenance
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = """
@@ -30,7 +31,7 @@ def probe(pythonpath: list[Path], planted: str) -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([*map(str, pythonpath), str(ROOT)]),
                **{PLANTED_SYSTEM_VAR: planted})
     done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, cwd="/",
-                          timeout=120)
+                          timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

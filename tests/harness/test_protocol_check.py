@@ -20,6 +20,7 @@ import torch
 from harness.families.allreduce_mhc import protocol_problem
 from harness.launch.verdict import _bits_verdict
 from harness.wire.rank_result import RankResult
+from hang_guard import HANG_GUARD_S
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = {"hidden": 256, "hc": 4, "capacity": 160, "top_k": 8, "tp": 2, "eps": 1e-6, "quantize": False,
@@ -59,7 +60,7 @@ def test_a_system_running_the_wrong_protocol_fails_validation(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "allreduce_mhc/ll_bt_boundary",
          "--world", "2", "--no-cache", "--no-store", "--run-dir", str(tmp_path / "run")],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
     assert "FAIL" in out and "should run BT, but the kernels advanced LL" in out, out[-3000:]

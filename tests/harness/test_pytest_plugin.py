@@ -8,7 +8,10 @@ scenario files under ``tests/``. Runs: the NaN scenarios at world 2 through
 ``$RANKCHECK_TEST_PLANTED_SYSTEM``, wrong on a NaN at a shard edge in a
 call of 5 rows) in a scenario root of the test's own: ``validate`` and the
 plugin give the same verdict per case, the plugin's JUnit names each case
-once, and ``--lf -n 2`` reruns exactly the planted failure.
+once, and ``--lf -n 2`` reruns exactly the planted failure. ``-x``: two
+scenario roots of the test's own, the first holding one case that fails (it
+expects an error nothing raises); pytest stops after it with exit 1 and the
+second root's cases are never started.
 """
 
 import json
@@ -46,6 +49,21 @@ inject:
     positions:
       - {row: 0, step: 0, vocab: shard_edges}
 expect: {outcome: golden}
+"""
+
+
+# Expects an error that no rank raises (nothing is injected): the case runs and fails.
+WRONG_EXPECT = """\
+name: wrong_expect
+family: markov_sharded
+description: harness test - expects an error no rank raises (nothing is injected), so the case fails
+seed: 7005
+worlds: [1]
+size: cpu
+config: {vocab: 1024, steps: 2, max_rows: 8, max_reqs: 8}
+calls:
+  - {rows: 2}
+expect: {outcome: error, error: {type: RuntimeError, match: "an error nothing raises"}}
 """
 
 
@@ -163,3 +181,25 @@ def test_validate_and_the_plugin_agree_and_lf_reruns_exactly_the_planted_failure
     assert again_cases[("scn.markov_sharded.edge_nan.yaml", "world=2")][0] == "failure"
     assert "draft_tokens[row 0, step 0]" in again_cases[("scn.markov_sharded.edge_nan.yaml", "world=2")][1]
     assert case_statuses(tmp_path / "again" / "report.json") == {failed: "fail"}
+
+
+def test_x_stops_after_the_first_failure_with_exit_1_and_starts_nothing_more(tmp_path):
+    failing = tmp_path / "a_fail" / "markov_sharded"
+    rest = tmp_path / "b_rest" / "markov_sharded"
+    failing.mkdir(parents=True)
+    rest.mkdir(parents=True)
+    (failing / "wrong_expect.yaml").write_text(WRONG_EXPECT)
+    (rest / "tiny.yaml").write_text((TEST_SCENARIOS / "markov_sharded" / "tiny.yaml").read_text())
+    done = run(["-m", "pytest", "-x", "-p", "harness.pytest_plugin", "-p", "no:cacheprovider",
+                "--rankcheck-scenario-root", "a_fail", "--rankcheck-scenario-root", "b_rest", "a_fail", "b_rest",
+                "--rankcheck-launcher", "cpu", "--rankcheck-world", "1", "--rankcheck-world", "2",
+                "--rankcheck-run-dir", "run", "--junitxml", "x.xml"], tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "stopping after 1 failures" in output and "1 failed" in output and "passed" not in output, output
+    # one harness run per scenario root, in the order of the roots: the first fails, the second never starts
+    assert case_statuses(tmp_path / "run" / "cpu-0" / "report.json") == {
+        "markov_sharded/wrong_expect[world=1,launcher=cpu]": "fail"}
+    assert not (tmp_path / "run" / "cpu-1").exists(), sorted(p.name for p in (tmp_path / "run").iterdir())
+    assert {k: v[0] for k, v in junit_cases(tmp_path / "x.xml").items()} == {
+        ("a_fail.markov_sharded.wrong_expect.yaml", "world=1"): "failure"}

@@ -15,6 +15,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -25,8 +26,8 @@ def planted_run(run_dir: Path, fault: str) -> tuple[subprocess.CompletedProcess,
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
          "--inject", f"markov_sharded/tiny:{fault}", "--deadline", "3", "--scenario-root", str(SCENARIOS),
-         "--run-dir", str(run_dir), "--no-store", "--startup", "90"],
-        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=170)
+         "--run-dir", str(run_dir), "--no-store"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=HANG_GUARD_S)
     (result,) = json.loads((run_dir / "report.json").read_text())["results"]
     return proc, result
 

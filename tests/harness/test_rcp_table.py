@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from harness.calibration import rcp_table
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SM90_TABLE = rcp_table.table_path("sm_90")
@@ -29,6 +30,6 @@ def test_default_temperatures_cover_scenarios_and_table():
 def test_without_gpu_exits_2_and_leaves_the_table(tmp_path):
     before = SM90_TABLE.read_bytes()
     proc = subprocess.run([sys.executable, "-m", "harness", "golden", "--measure-rcp", "0.6"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
     assert SM90_TABLE.read_bytes() == before

@@ -12,6 +12,7 @@ import torch
 
 from harness.references import cache as refcache
 from harness.references.cache import ReferenceCache
+from hang_guard import HANG_GUARD_S
 
 
 def cache(tmp_path) -> ReferenceCache:
@@ -124,7 +125,7 @@ def test_shared_by_concurrent_rank_processes(tmp_path):
     outs = []
     for p in procs:
         try:
-            outs.append(p.communicate(timeout=120)[0].strip())
+            outs.append(p.communicate(timeout=HANG_GUARD_S)[0].strip())
         finally:
             p.kill()
     assert all(p.returncode == 0 for p in procs), outs

@@ -58,7 +58,7 @@ def test_the_bad_groups_diagnosis_leads_the_merged_json_and_junit(tmp_path):
     props = [(p.get("name"), p.get("value")) for p in suite.find("properties")]
     assert props[0] == ("result", "FAILED")
     assert props[1] == ("diagnosis.0", f"TIMEOUT {top['case_id']}: {top['text']}")
-    assert props[2][0] == "header"
+    assert props[2] == ("exit_code", "1") and props[3][0] == "header"
     classes = sorted({c.get("classname") for c in suite.findall("testcase")})
     assert classes == [f"group{g}.markov_sharded.{s}" for g in range(3) for s in ("basic", "other")]
 

@@ -17,6 +17,7 @@ import pytest
 
 from harness import cli
 from harness.wire.run_dir import LOCK_NAME, RunDirBusy, new_run_dir, run_dir_lock
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = str(ROOT / "tests" / "harness" / "scenarios")
@@ -60,7 +61,7 @@ def test_a_validate_on_a_held_run_dir_exits_2_naming_the_holder(holder):
     proc, run = holder
     done = subprocess.run([sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario-root",
                            SCENARIOS, "--scenario", "markov_sharded/tiny", "--world", "1", "--run-dir", str(run)],
-                          capture_output=True, text=True, env=env(), cwd=ROOT, timeout=300)
+                          capture_output=True, text=True, env=env(), cwd=ROOT, timeout=HANG_GUARD_S)
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"host {socket.gethostname()} pid {proc.pid}" in done.stderr and "Traceback" not in done.stderr
     assert sorted(p.name for p in run.iterdir()) == [LOCK_NAME]  # nothing of the refused run was written
@@ -82,7 +83,7 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
         with run_dir_lock(tmp_path / "run"):
             pass
         probe = subprocess.run([sys.executable, "-c", HOLDER, str(tmp_path / "run")], input="", capture_output=True,
-                               text=True, env=env(), cwd=ROOT, timeout=120)
+                               text=True, env=env(), cwd=ROOT, timeout=HANG_GUARD_S)
         assert probe.returncode != 0 and "RunDirBusy" in probe.stderr  # still held after the inner block
 
 

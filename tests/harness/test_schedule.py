@@ -2,7 +2,6 @@
 
 import json
 import threading
-import time
 from dataclasses import dataclass
 
 import pytest
@@ -74,33 +73,83 @@ def test_lanes_follow_the_cores_and_the_pool():
     assert default_lanes(nnodes=1, tp=None, cores=1, pool_busy=False) == 1
 
 
+class HeldUnits:
+    """Units that run until the test releases them: which are running, the peaks of timeout units at once (while
+    other units are unfinished, and after), every wait bounded so that a scheduler bug fails instead of hanging."""
+
+    def __init__(self, units) -> None:
+        self.cond = threading.Condition()
+        self.running: set[str] = set()
+        self.released: set[str] = set()
+        self.ran: list[str] = []
+        self.unfinished_others = {u.cases[0].key for u in units if not u.waits_for_deadline}
+        self.peak = {"t while others": 0, "t alone": 0, "f": 0}
+        self.kind = {u.cases[0].key: "t" if u.waits_for_deadline else "f" if u.isolated else "b" for u in units}
+
+    def count(self, kind: str) -> int:
+        """How many units of ``kind`` are running now (caller holds the condition)."""
+        return sum(self.kind[key] == kind for key in self.running)
+
+    def run_unit(self, _settings, u) -> None:
+        """Note the start and the peaks, then hold the lane until the test releases this unit."""
+        key = u.cases[0].key
+        with self.cond:
+            self.ran.append(key)
+            self.running.add(key)
+            if self.kind[key] == "f":
+                self.peak["f"] = max(self.peak["f"], self.count("f"))
+            if self.kind[key] == "t":
+                when = "t while others" if self.unfinished_others else "t alone"
+                self.peak[when] = max(self.peak[when], self.count("t"))
+            self.cond.notify_all()
+            assert self.cond.wait_for(lambda: key in self.released, timeout=60), f"{key} never released"
+            self.running.discard(key)
+            self.unfinished_others.discard(key)
+            self.cond.notify_all()
+
+    def wait_until(self, predicate, what: str) -> None:
+        """Block until ``predicate()`` holds (checked under the condition); fail after 60 s (a hang guard)."""
+        with self.cond:
+            assert self.cond.wait_for(predicate, timeout=60), f"never reached: {what}; running {sorted(self.running)}"
+
+    def release(self, keys) -> None:
+        """Let the units ``keys`` finish."""
+        with self.cond:
+            self.released.update(keys)
+            self.cond.notify_all()
+
+
 def test_no_more_units_waiting_for_a_deadline_at_once_than_the_cap_and_every_unit_runs():
     units = ([unit(f"t{i}", timeout=True) for i in range(20)] + [unit(f"f{i}", isolated=True) for i in range(6)] +
              [unit(f"b{i}") for i in range(6)])
-    unfinished_others = {u.cases[0].key for u in units if not u.waits_for_deadline}
-    lock, running, ran = threading.Lock(), {"t": 0, "f": 0}, []
-    peak = {"t while others": 0, "t alone": 0, "f": 0}
+    held = HeldUnits(units)
+    errors = []
 
-    def run_unit(_settings, u):
-        """Count the timeout units (while other units are unfinished, and after) and the other fault units."""
-        key = u.cases[0].key
-        kind = "t" if u.waits_for_deadline else "f" if u.isolated else ""
-        with lock:
-            ran.append(key)
-            if kind:
-                running[kind] += 1
-                when = "f" if kind == "f" else "t while others" if unfinished_others else "t alone"
-                peak[when] = max(peak[when], running[kind])
-        time.sleep(0.05)
-        with lock:
-            if kind:
-                running[kind] -= 1
-            unfinished_others.discard(key)
+    def schedule_all() -> None:
+        """The scheduler under test, in its own thread so that this one can hold and release units."""
+        try:
+            run_units(units, lambda world: None, held.run_unit, lanes=5, max_faults=2)
+        except BaseException as exc:  # noqa: BLE001 - re-raised by the test thread below
+            errors.append(exc)
 
-    run_units(units, lambda world: None, run_unit, lanes=5, max_faults=2)
-    assert peak["t while others"] == 2 and peak["f"] > 2  # the cap holds the spinners only, while others remain
-    assert peak["t alone"] > 2  # once only spinners are left they take every lane
-    assert sorted(ran) == sorted(u.cases[0].key for u in units)
+    scheduler = threading.Thread(target=schedule_all, daemon=True)
+    scheduler.start()
+    # nothing finishes yet: the five lanes fill with the two timeout units the cap allows and three fault units
+    held.wait_until(lambda: len(held.running) == 5, "five lanes busy")
+    with held.cond:
+        assert held.running == {"t0", "t1", "f0", "f1", "f2"}
+    # the other units finish one at a time; each freed lane takes the next unit that is not a timeout unit
+    others = [u.cases[0].key for u in units if not u.waits_for_deadline]
+    for key in others:
+        held.wait_until(lambda key=key: key in held.running, f"{key} started")
+        held.release([key])
+    held.wait_until(lambda: not held.unfinished_others and held.count("t") == 5, "timeout units on every lane")
+    held.release(u.cases[0].key for u in units)
+    scheduler.join(timeout=60)
+    assert not scheduler.is_alive() and not errors, errors
+    assert held.peak["t while others"] == 2 and held.peak["f"] == 3  # the cap holds the spinners only
+    assert held.peak["t alone"] == 5  # once only spinners are left they take every lane
+    assert sorted(held.ran) == sorted(u.cases[0].key for u in units)
 
 
 def test_an_error_in_one_lane_stops_the_others_starting_units_and_is_raised(monkeypatch):

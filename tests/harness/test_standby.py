@@ -17,6 +17,7 @@ from pathlib import Path
 from harness.launch.spares import StandbyPool
 from harness.wire.spare_handoff import PARENT_VAR
 from harness.scale.memory import processes_mentioning
+from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -27,7 +28,7 @@ def validate(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "harness", "validate", "--launcher", "virtual", "--impl", "golden",
            "--scenario", "tiny", "tiny_hang", "--world", "1", "2", "4", "--jobs", "1", "--no-store",
            "--scenario-root", str(SCENARIOS), "--run-dir", str(run_dir), *extra]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240)
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
 
 
 def test_virtual_jobs_run_in_spares_with_fresh_verdicts_and_nothing_left(tmp_path):

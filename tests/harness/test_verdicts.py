@@ -101,6 +101,25 @@ def test_some_unavailable_among_passes_is_ok_and_a_failure_is_1():
     assert failed.exit_code() == 1
 
 
+def test_a_refused_scenario_file_makes_a_passing_run_exit_2_and_every_file_says_so(tmp_path):
+    stream = io.StringIO()
+    refused = ["root/bad.yaml: not valid YAML: duplicate key 'expect'"]
+    with Report(header="h", stream=stream, live=False, refused_inputs=refused, json_path=tmp_path / "r.json",
+                junit_path=tmp_path / "r.xml") as report:
+        report.add(result("pass"))
+    assert report.exit_code() == 2
+    summary = json.loads((tmp_path / "r.json").read_text())["summary"]
+    assert summary["exit_code"] == 2 and summary["refused_inputs"] == refused
+    assert summary["result"].startswith("INPUT REFUSED (1 scenario file(s) refused, not run: root/bad.yaml")
+    props = {p.get("name"): p.get("value") for p in ET.parse(tmp_path / "r.xml").iter("property")}
+    assert props["exit_code"] == "2" and props["result"] == summary["result"]
+    footer = stream.getvalue().splitlines()[-1]
+    assert footer.startswith("# Result : INPUT REFUSED (") and "(exit 2, " in footer
+    with Report(header="h", stream=io.StringIO(), live=False, refused_inputs=refused) as failed:
+        failed.add(result("fail"))
+    assert failed.verdict() == ("FAILED", 1)  # a failure found among the files that loaded is still the verdict
+
+
 def test_an_interrupted_run_exits_130_and_says_how_far_it_got(monkeypatch, tmp_path, capsys):
     code, doc = validate(monkeypatch, tmp_path, "--launcher", "cpu", "--world", "1", "2", interrupt_after=1)
     out = capsys.readouterr().out

@@ -64,8 +64,16 @@ def test_validate_runs_the_good_scenarios_beside_a_bad_file_and_exits_2(tmp_path
     output = done.stdout + done.stderr
     assert done.returncode == 2, output
     assert re.search(r"scenario file refused, not run: \S+bad\.yaml: not valid YAML: aliases expand", output), output
-    results = json.loads((tmp_path / "run" / "report.json").read_text())["results"]
-    assert [(r["case_id"], r["status"]) for r in results] == [("markov_sharded/basic[world=1,launcher=cpu]", "pass")]
+    doc = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert [(r["case_id"], r["status"]) for r in doc["results"]] == [("markov_sharded/basic[world=1,launcher=cpu]",
+                                                                        "pass")]
+    # every file states the exit code the process returned and why
+    summary = doc["summary"]
+    assert summary["exit_code"] == 2 and re.match(r"INPUT REFUSED \(1 scenario file\(s\) refused, not run: \S+bad\.yaml",
+                                                  summary["result"]), summary
+    junit = (tmp_path / "run" / "report.xml").read_text()
+    assert '<property name="exit_code" value="2"' in junit and "INPUT REFUSED (1 scenario file" in junit
+    assert re.search(r"^# Result : INPUT REFUSED \(.*bad\.yaml.*\(exit 2, ", done.stdout, re.M), done.stdout
     assert "Traceback" not in output
 
 
