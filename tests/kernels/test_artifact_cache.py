@@ -193,6 +193,8 @@ def test_the_loaded_object_is_the_compiled_kernel(artifacts, monkeypatch):
     loaded = artifact_cache.load(root, key)
     assert loaded.load_from_binary and loaded.kernel_info == fresh.kernel_info
     assert loaded.execution_args.signature == fresh.execution_args.signature
+    assert loaded.has_gpu_module and loaded.capi_func is not None
+    assert all(loaded._get_cuda_init_and_load())  # what its to() calls to load the cubin into a context
     arguments = [Int64(0x7F0000001000), Int64(0x7F0000002000), Int64(0), Int64(0), Int32(8), Int32(32), Int32(132),
                  driver.CUstream(0x5EED)]
     widths = [8, 8, 8, 8, 4, 4, 4, 8]  # bytes of each argument as the launcher reads it
