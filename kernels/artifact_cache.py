@@ -31,8 +31,9 @@ the digest of every file under ``kernels/`` and ``contracts/``
 (``source_digest``: the kernel code and everything it may import from this
 project; any edit there is another key for every variant) and the
 toolchain (``toolchain``: CuTe DSL's own fingerprint of its Python sources
-and compiler library, the DSL settings that enter its own compile key, the
-target architecture among them, and the host machine). The object's symbol
+and compiler library, the versions of its wheels, the DSL settings that
+enter its own compile key, the target architecture among them, and the host
+machine). The object's symbol
 prefix is derived from the key, so an object stored under another key's
 name does not even have the function looked up.
 
@@ -59,6 +60,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import logging
 import os
@@ -75,6 +77,10 @@ HEX_DIGITS = 64
 SUFFIX = ".kernel"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SOURCE_ROOTS = (REPO_ROOT / "kernels", REPO_ROOT / "contracts")
+# The DSL's wheels: its Python sources and compiler library are fingerprinted by the DSL itself; the versions
+# also cover its runtime and backend libraries (ptxas among them), which that fingerprint does not read.
+DSL_DISTRIBUTIONS = ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-base", "nvidia-cutlass-dsl-libs-core",
+                     "nvidia-cutlass-dsl-libs-cu12", "nvidia-cutlass-dsl-libs-cu13")
 
 _LOG = logging.getLogger(__name__)
 _DISCARD_LOCK = threading.Lock()
@@ -105,14 +111,24 @@ def source_digest() -> str:
     return tree_digest(SOURCE_ROOTS)
 
 
+def _distribution_version(name: str) -> str | None:
+    """The installed version of the distribution ``name``, or None when it is not installed."""
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @functools.lru_cache(maxsize=1)
 def toolchain() -> str:
-    """CuTe DSL's fingerprint of itself, its compile-relevant settings (arch resolved) and the host, once a process."""
-    from cutlass.cutlass_dsl import CuTeDSL
+    """CuTe DSL's fingerprint of itself, its packages, its compile-relevant settings (arch resolved) and the host,
+    once a process."""
+    from cutlass.cutlass_dsl import CuTeDSL  # the DSL's fingerprint needs the DSL; importing this module must not
 
     dsl = CuTeDSL._get_dsl()
     arch = dsl.envar.arch  # resolved now (from CUTE_DSL_ARCH or the device), so that the settings name it
     return json.dumps({"dsl": dsl.get_version().hexdigest(), "arch": arch, "settings": dsl.envar.cache_key_str(),
+                       "packages": {name: _distribution_version(name) for name in DSL_DISTRIBUTIONS},
                        "host": [platform.system(), platform.machine()]}, sort_keys=True)
 
 
