@@ -12,16 +12,20 @@ variants are those a rank of the family gets at construction (``VARIANTS``),
 through the family's own compile function.
 
 In the process it times importing torch, CuTe DSL and the family's modules,
-then each variant, split by timing CuTe DSL 4.8.1's own stages (its private
-methods, wrapped for the measurement only): ``preprocess`` (the AST rewrite
-of the kernel's Python, once per function: ``run_preprocessor``), ``trace`` (running the Python
-kernel into MLIR and verifying it: ``generate_original_ir``), ``lower``
-(the MLIR pipeline, ptxas and the LLVM JIT engine of the host code:
-``_compile_or_jit_module``); ``compile`` and ``load`` are
-``kernels.compile_clock``'s seconds (compile: ``cute.compile`` plus the export
-of the object; load: the artifact key, the read and ``load_module``). Loading
-the code into a CUDA context (``kernels.loading.preload``) needs a GPU and is
-not part of this measurement.
+then each variant, split by timing the functions of ``STAGES`` (wrapped for
+the measurement only): CuTe DSL 4.8.1's own stages, ``preprocess`` (the AST
+rewrite of the kernel's Python, once per function: ``run_preprocessor``),
+``trace`` (running the Python kernel into MLIR and verifying it:
+``generate_original_ir``), ``lower`` (the MLIR pipeline, ptxas and the LLVM
+JIT engine of the host code: ``_compile_or_jit_module``, of which ``jit
+engine`` is the engine alone), and the artifact cache's, ``store`` (the
+export by ``dump_to_object`` and the write), ``key`` (``artifact_key``: the
+source digest and the toolchain fingerprint the first time) and
+``load_module`` (``load_object``). ``compile`` and ``load`` are
+``kernels.compile_clock``'s seconds (compile: ``cute.compile`` and the store;
+load: the key, the read, the check and ``load_module``). Loading the code
+into a CUDA context (``kernels.loading.preload``) needs a GPU and is not part
+of this measurement.
 
 Prints one JSON line per (family, case) and a table; ``--artifacts DIR``
 keeps the artifacts there (default: a temporary directory, removed), ``--family``
@@ -45,9 +49,14 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FAMILIES = ("allreduce", "fused", "sharded", "head")
 CASES = ("compile", "first", "later")
 ARTIFACTS_VAR = "RANKCHECK_KERNEL_ARTIFACTS"  # kernels.artifact_cache.ARTIFACTS_VAR, without importing the DSL here
-DSL_STAGES = {"preprocess": ("base_dsl.dsl", "BaseDSL", "run_preprocessor"),
-              "trace": ("base_dsl.dsl", "BaseDSL", "generate_original_ir"),
-              "lower": ("base_dsl.dsl", "BaseDSL", "_compile_or_jit_module")}
+# stage -> (module, class or None for a module-level function, function): each call's wall time is the stage's
+STAGES = {"preprocess": ("cutlass.base_dsl.dsl", "BaseDSL", "run_preprocessor"),
+          "trace": ("cutlass.base_dsl.dsl", "BaseDSL", "generate_original_ir"),
+          "lower": ("cutlass.base_dsl.dsl", "BaseDSL", "_compile_or_jit_module"),
+          "jit engine (in lower)": ("cutlass.base_dsl.compiler", "Compiler", "jit"),
+          "store": ("kernels.artifact_cache", None, "store"),
+          "key": ("kernels.artifact_cache", None, "artifact_key"),
+          "load_module": ("kernels.artifact_cache", None, "load_object")}
 
 
 def _allreduce_variants(arch: str) -> dict:
@@ -103,23 +112,24 @@ VARIANTS = {"allreduce": _allreduce_variants, "fused": _fused_variants, "sharded
             "head": _head_variants}
 
 
-def _time_dsl_stages(seconds: dict) -> None:
-    """Wrap CuTe DSL's stage methods (``DSL_STAGES``) so that each call adds its wall time to ``seconds``."""
+def _time_stages(seconds: dict) -> None:
+    """Wrap the functions of ``STAGES`` so that each call adds its wall time to ``seconds`` under its stage."""
     import importlib  # in the child only, which imports the DSL
 
-    for stage, (module, owner, method) in DSL_STAGES.items():
-        cls = getattr(importlib.import_module(f"cutlass.{module}"), owner)
-        original = getattr(cls, method)
+    for stage, (module, owner, name) in STAGES.items():
+        holder = importlib.import_module(module)
+        holder = getattr(holder, owner) if owner else holder
+        original = getattr(holder, name)
 
         def timed(*args, _original=original, _stage=stage, **kwargs):
-            """The DSL's method, timed."""
+            """The wrapped function, timed."""
             started = time.perf_counter()
             try:
                 return _original(*args, **kwargs)
             finally:
                 seconds[_stage] = seconds.get(_stage, 0.0) + time.perf_counter() - started
 
-        setattr(cls, method, timed)
+        setattr(holder, name, timed)
 
 
 def child(family: str) -> dict:
@@ -129,7 +139,7 @@ def child(family: str) -> dict:
         started = time.perf_counter()
         __import__(module)
         seconds[name] = time.perf_counter() - started
-    _time_dsl_stages(seconds)
+    _time_stages(seconds)
     from kernels.compile_clock import compile_seconds, load_seconds  # after the timed imports
 
     started = time.perf_counter()
@@ -164,7 +174,8 @@ def run_child(family: str, case: str, artifacts: Path) -> dict:
 def table(rows: list[dict]) -> str:
     """A markdown table of the measured seconds, one row per (family, case)."""
     columns = ["import torch", "import CuTe DSL", "import family", "preprocess", "trace", "lower",
-               "compile (clock)", "load (clock)", "variants total"]
+               "jit engine (in lower)", "store", "compile (clock)", "key", "load_module", "load (clock)",
+               "variants total"]
     lines = ["| family | case | variants | " + " | ".join(columns) + " | process |",
              "| --- | --- | ---: |" + " ---: |" * (len(columns) + 1)]
     for row in rows:
