@@ -27,7 +27,10 @@ memory usage" remark quoting it), so it is matched with whitespace
 collapsed; a variant without an entry's registers and frame is "NO REPORT"
 and fails. A variant name registered twice fails. No GPU is needed: the
 target comes from ``--gpu-arch`` (and ``CUTE_DSL_ARCH`` is set to the first
-arch when unset, so importing the DSL never looks for a device).
+arch when unset, so importing the DSL never looks for a device). Every
+variant really compiles: the gate ignores the artifact cache
+(``$RANKCHECK_KERNEL_ARTIFACTS``, ``kernels.artifact_cache``), whose loaded
+variants carry no ptxas report.
 
 ``--ptx-dir DIR`` keeps every variant's PTX (``DIR/<arch>/<variant>.ptx``),
 so a change that must not alter the code is checked by running the gate on
@@ -63,6 +66,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Iterable
 
 from harness.wire.command_line import command_parser
+from kernels.artifact_cache import ARTIFACTS_VAR
 
 ARCHES = ("sm_90a", "sm_100a")
 
@@ -337,6 +341,8 @@ def main(argv: list[str] | None = None, registry: Iterable[tuple[str, Callable]]
         return int(exc.code or 0) if exc.code in (0, None) else 2
     arches = args.arch or list(ARCHES)
     os.environ.setdefault("CUTE_DSL_ARCH", arches[0])
+    # ptxas's report comes only from a real compile: a variant loaded from the artifact cache has none.
+    os.environ.pop(ARTIFACTS_VAR, None)
     failures = []
     if registry is None:
         registry, failed = discover("kernels")

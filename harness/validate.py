@@ -424,7 +424,7 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         settings = settings_for(launcher, run_dir, world, gpus, **allowances, tp=req.tp, impl=req.impl, rendezvous=req.rendezvous, store=req.store)
         settings.cache_dir = cache_dir
         settings.stop = stop
-        settings.env.update(kernel_cache_env(root))
+        settings.env.update(kernel_cache_env(root, run_dir))
         if launcher == "virtual":
             settings.env["OMP_NUM_THREADS"] = threads
         return settings

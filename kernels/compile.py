@@ -24,7 +24,15 @@ holds launches, not the host work of a compile, so every variant a captured
 call launches must exist before capture): a variant that is not cached by
 then raises ``CaptureError``, which names the variant and says what compiles
 it ahead of capture (``remedy``).
-Every compile's wall time goes to ``kernels.compile_clock``.
+Below the process-wide cache, ``kernels.artifact_cache`` keeps compiled
+variants on disk where ``$RANKCHECK_KERNEL_ARTIFACTS`` names a directory (as
+``validate`` does for its jobs): a variant found there is loaded, not
+compiled (no tracing, no ptxas, no JIT engine); one that is not is compiled,
+stored, and the stored object loaded, so every process launches the same
+loaded object. Every compile's wall time (with the export of its object) goes
+to ``kernels.compile_clock``'s compile seconds, the time to compute the key
+and load an object to its load seconds, so a run can tell compiling from
+loading.
 
 ``preload`` (``kernels.loading``) loads a compiled function's code into the
 current CUDA context; the host classes whose grids spin on a peer call it at
@@ -40,7 +48,8 @@ import threading
 import typing
 from typing import Any
 
-from kernels.compile_clock import compiling
+from kernels import artifact_cache
+from kernels.compile_clock import compiling, loading
 from kernels.loading import preload
 
 _LOCK = threading.Lock()
@@ -104,14 +113,37 @@ def compiled(kernel: Any, options: str | None = None, *, remedy: str) -> Any:
                     f"{type(kernel).__name__}{kernel.key()} is not compiled and cannot compile under CUDA graph "
                     f"capture: {remedy} before capturing"
                 )
-            import cutlass.cute as cute
-
-            arguments = example_arguments(kernel)
-            with compiling():
-                function = cute.compile(kernel, *arguments, options=options) if options else cute.compile(
-                    kernel, *arguments)
-            entry = _COMPILED[key] = (kernel, function)
+            entry = _COMPILED[key] = (kernel, _loaded_or_compiled(kernel, options))
         return entry[1]
 
 
-__all__ = ["CaptureError", "argument_types", "capturing", "compiled", "example_arguments", "preload"]
+def compile_now(kernel: Any, options: str | None) -> Any:
+    """``cute.compile`` of ``kernel`` with its example arguments and ``options``, timed as compiling."""
+    import cutlass.cute as cute
+
+    arguments = example_arguments(kernel)
+    with compiling():
+        return cute.compile(kernel, *arguments, options=options) if options else cute.compile(kernel, *arguments)
+
+
+def _loaded_or_compiled(kernel: Any, options: str | None) -> Any:
+    """``kernel`` with ``options`` from the artifact directory, or compiled (and stored, then loaded from it)."""
+    root = artifact_cache.directory()
+    if root is None:
+        return compile_now(kernel, options)
+    with loading():
+        key = artifact_cache.artifact_key(kernel, options)
+        function = artifact_cache.load(root, key)
+    if function is not None:
+        return function
+    function = compile_now(kernel, options)
+    with compiling():
+        stored = artifact_cache.store(root, key, function)
+    if not stored:
+        return function
+    with loading():
+        loaded = artifact_cache.load(root, key)
+    return function if loaded is None else loaded
+
+
+__all__ = ["CaptureError", "argument_types", "capturing", "compile_now", "compiled", "example_arguments", "preload"]

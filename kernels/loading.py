@@ -19,12 +19,15 @@ call); every kernel
 is then enumerated (``cudaLibraryEnumerateKernels`` for libraries, the
 module list otherwise), mapped to its function in the current context
 (``cuKernelGetFunction``) and loaded (``cuFuncLoad``). Loading an already
-loaded function is a no-op, so calling it once per instance is cheap.
+loaded function is a no-op, so calling it once per instance is cheap. Its
+wall time counts as loading (``kernels.compile_clock.loading``).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from kernels.compile_clock import loading
 
 
 def _check(result: tuple, what: str) -> tuple:
@@ -68,13 +71,14 @@ def kernels_of(function: Any) -> list:
 
 
 def preload(function: Any) -> int:
-    """Load every kernel of a compiled function into the current CUDA context now; return how many."""
+    """Load every kernel of a compiled function into the current CUDA context now (timed as loading); say how many."""
     import cuda.bindings.driver as driver
 
-    kernels = kernels_of(function)
-    for kernel in kernels:
-        (handle,) = _check(driver.cuKernelGetFunction(kernel), "cuKernelGetFunction")
-        _check(driver.cuFuncLoad(handle), "cuFuncLoad")
+    with loading():
+        kernels = kernels_of(function)
+        for kernel in kernels:
+            (handle,) = _check(driver.cuKernelGetFunction(kernel), "cuKernelGetFunction")
+            _check(driver.cuFuncLoad(handle), "cuFuncLoad")
     return len(kernels)
 
 

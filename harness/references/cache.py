@@ -65,6 +65,7 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from harness.families.registry import ADAPTERS
+from kernels.artifact_cache import ARTIFACTS_VAR, SUFFIX as ARTIFACT_SUFFIX
 from harness.references.code_key import reference_sources
 from harness.wire.processes import process_alive, process_start_time
 
@@ -148,22 +149,37 @@ def claim_dead(claim: Path) -> bool:
     return age > CLAIM_STALE_S
 
 
-def kernel_cache_env(root: Path | None) -> dict:
-    """The job environment for CuTe DSL's own file cache of compiled kernels: ``<root>/cute-dsl``, or off without a root.
+def kernel_cache_env(root: Path | None, run_dir: Path | None = None) -> dict:
+    """The job environment for the caches of compiled kernels: this project's artifacts and CuTe DSL's file cache.
 
-    CuTe DSL writes its entries atomically and checks a CRC32 on reading, so
-    concurrent ranks and nodes may share it; a directory the user chose
-    (``CUTE_DSL_CACHE_DIR``) wins. The directory is trimmed like the
-    references (``trim``) each time a run starts.
+    ``$RANKCHECK_KERNEL_ARTIFACTS`` (``kernels.artifact_cache``: compiled
+    variants exported as objects, which a process loads instead of compiling)
+    is ``<root>/kernels``, or without a root (``--no-cache``) ``<run_dir>/kernels``,
+    so the ranks of that run still share what they compiled and no earlier
+    run's is read. ``CUTE_DSL_CACHE_DIR`` is ``<root>/cute-dsl``, off without a
+    root; ``cute.compile`` itself never uses it (CuTe DSL 4.8.1 compiles with
+    ``no_cache``), only the DSL's direct ``@cute.jit`` calls and its parse
+    caches do. A directory the user chose (either variable) wins where there
+    is a root. Both are trimmed like the references (``trim``) each time a run
+    starts.
     """
     if root is None:
-        return {"CUTE_DSL_DISABLE_FILE_CACHING": "1"}
-    if os.environ.get("CUTE_DSL_CACHE_DIR"):
-        return {}
-    directory = root / "cute-dsl"
-    directory.mkdir(parents=True, exist_ok=True)
-    trim(directory, int(os.environ.get(MAX_BYTES_VAR, DEFAULT_MAX_BYTES)), pattern="*")
-    return {"CUTE_DSL_CACHE_DIR": str(directory)}
+        env = {"CUTE_DSL_DISABLE_FILE_CACHING": "1"}
+        if run_dir is not None:
+            env[ARTIFACTS_VAR] = str(Path(run_dir) / "kernels")
+        return env
+    env = {}
+    max_bytes = int(os.environ.get(MAX_BYTES_VAR, DEFAULT_MAX_BYTES))
+    if not os.environ.get("CUTE_DSL_CACHE_DIR"):
+        directory = root / "cute-dsl"
+        directory.mkdir(parents=True, exist_ok=True)
+        trim(directory, max_bytes, pattern="*")
+        env["CUTE_DSL_CACHE_DIR"] = str(directory)
+    artifacts = Path(os.environ.get(ARTIFACTS_VAR) or root / "kernels").expanduser()
+    artifacts.mkdir(parents=True, exist_ok=True)
+    trim(artifacts, max_bytes, pattern="*" + ARTIFACT_SUFFIX)
+    env[ARTIFACTS_VAR] = str(artifacts)
+    return env
 
 
 def reference_path(directory: Path, key: str) -> Path:

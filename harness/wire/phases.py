@@ -7,14 +7,18 @@ or else from this module's import, to the case's start: the torchrun agent,
 the interpreter, torch, the process group), ``inputs`` (the scenario's plan
 and start state), ``construct`` (the family's module, the world handle, the
 system and its graphs), ``compile`` (kernel compilation, wherever it
-happened), ``kernel`` (the launches, the agreement exchange and the host
-copies of the outputs),
+happened: ``cute.compile`` and the export of the compiled object to the
+artifact cache), ``load`` (compiled kernels got without compiling: the
+artifact cache's key, reading and loading a stored object, and loading the
+code into the CUDA context), ``kernel`` (the launches, the agreement
+exchange and the host copies of the outputs),
 ``reference`` (the unsharded reference: its digest, then computed, waited
 for or loaded), ``compare`` (the bitwise comparison) and ``store`` (the
 golden store check). ``PhaseClock.phase`` times a block; the kernel compile
-seconds counted inside it (``kernels.compile_clock``, one process-wide
-counter) are moved from the block's phase to ``compile``, so the phases
-do not count a compile twice. Time outside every block (progress records,
+and load seconds counted inside it (``kernels.compile_clock``, two
+process-wide counters) are moved from the block's phase to ``compile`` and
+``load``, so the phases do not count them twice, and a warm run's
+``compile`` says how much was really compiled. Time outside every block (progress records,
 injected delays) belongs to no phase. The launcher keeps each phase's
 slowest rank (``slowest``): a case waits for its slowest rank.
 
@@ -37,9 +41,9 @@ import time
 from contextlib import contextmanager
 from typing import Iterable, Iterator, Mapping
 
-from kernels.compile_clock import compile_seconds
+from kernels.compile_clock import compile_seconds, load_seconds
 
-PHASES = ("start", "inputs", "construct", "compile", "kernel", "reference", "compare", "store")
+PHASES = ("start", "inputs", "construct", "compile", "load", "kernel", "reference", "compare", "store")
 
 # The worker imports this module as it is imported itself: until the worker names the
 # job's start (count_start_up_from), this stands for the process's.
@@ -93,18 +97,21 @@ class PhaseClock:
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        """Add the block's wall time to phase ``name``, less the kernel compile seconds inside it, which go to ``compile``."""
+        """Add the block's wall time to phase ``name``, less the kernel compile and load seconds inside it,
+        which go to ``compile`` and ``load``."""
         if name not in self.seconds:
             raise ValueError(f"phase must be one of {PHASES}, got {name!r}")
-        started, compiled_before = time.monotonic(), compile_seconds()
+        started, compiled_before, loaded_before = time.monotonic(), compile_seconds(), load_seconds()
         try:
             yield
         finally:
             elapsed = time.monotonic() - started
-            # Capped by the block: a peer thread's compile may overlap this block only in part.
+            # Capped by the block: a peer thread's compile or load may overlap this block only in part.
             compiling = min(elapsed, compile_seconds() - compiled_before)
+            loading = min(elapsed - compiling, load_seconds() - loaded_before)
             self.seconds["compile"] += compiling
-            self.seconds[name] += elapsed - compiling
+            self.seconds["load"] += loading
+            self.seconds[name] += elapsed - compiling - loading
 
 
 def slowest(per_rank: Iterable[Mapping[str, float] | None]) -> dict[str, float]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from harness.families.catalog import discover
 from harness.references.cache import kernel_cache_env
+from kernels.artifact_cache import ARTIFACTS_VAR
 from harness.launch.reference_pool import ReferencePool
 from harness.references.pool import queue_items
 from hang_guard import HANG_GUARD_S
@@ -54,11 +55,16 @@ def test_no_cache_bypasses_the_persistent_cache(tmp_path, monkeypatch):
     job = json.loads(next((tmp_path / "run" / "jobs").glob("job*.json")).read_text())
     assert job["cache_dir"] == str(tmp_path / "run" / "refcache")
     assert "off (--no-cache)" in proc.stdout
-    assert kernel_cache_env(None) == {"CUTE_DSL_DISABLE_FILE_CACHING": "1"}  # kernels compile afresh too
+    run = tmp_path / "run"
+    # kernels compiled afresh in this run, shared by its ranks only
+    assert kernel_cache_env(None, run) == {"CUTE_DSL_DISABLE_FILE_CACHING": "1", ARTIFACTS_VAR: str(run / "kernels")}
     monkeypatch.delenv("CUTE_DSL_CACHE_DIR", raising=False)
-    assert kernel_cache_env(cache) == {"CUTE_DSL_CACHE_DIR": str(cache / "cute-dsl")}  # the cache's own directory
+    monkeypatch.delenv(ARTIFACTS_VAR, raising=False)
+    assert kernel_cache_env(cache, run) == {"CUTE_DSL_CACHE_DIR": str(cache / "cute-dsl"),
+                                            ARTIFACTS_VAR: str(cache / "kernels")}  # the cache's own directories
     monkeypatch.setenv("CUTE_DSL_CACHE_DIR", str(tmp_path / "chosen"))
-    assert kernel_cache_env(cache) == {}  # a directory the user chose wins
+    monkeypatch.setenv(ARTIFACTS_VAR, str(tmp_path / "chosen-kernels"))
+    assert kernel_cache_env(cache, run) == {ARTIFACTS_VAR: str(tmp_path / "chosen-kernels")}  # the user's choice wins
 
 
 def test_the_pool_computes_the_references_the_ranks_then_load(tmp_path):

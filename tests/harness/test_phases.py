@@ -4,7 +4,7 @@ One real cpu-launcher run (torchrun + gloo, the tiny test scenario at world
 2) checks that every rank's result and the JSON report carry every phase,
 non-negative, that a rank's phases never add up to more than its case took,
 and that the footer names them; the rest are unit tests of the clock (a
-compile inside a phase is moved to ``compile``), of the first-case start-up,
+compile inside a phase is moved to ``compile``, a load to ``load``), of the first-case start-up,
 of the slowest-rank merge and of the footer's summary.
 """
 
@@ -22,7 +22,7 @@ from harness.wire import phases
 from harness.wire.phases import PHASES, PhaseClock, slowest
 from harness.reports.report import Report, phase_summary
 from harness.wire.case_result import CaseResult
-from kernels.compile_clock import compile_seconds, compiling
+from kernels.compile_clock import compile_seconds, compiling, load_seconds, loading
 from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,6 +91,21 @@ def test_a_compile_inside_a_phase_is_counted_as_compile_not_twice(fake_clock):
     assert compile_seconds() - before == pytest.approx(3.0)
     assert clock.seconds["compile"] == pytest.approx(3.0)
     assert clock.seconds["construct"] == pytest.approx(0.25)
+
+
+def test_a_load_inside_a_phase_is_counted_as_load_apart_from_compile(fake_clock):
+    clock = PhaseClock(("test", "load", 1, None))
+    before = load_seconds()
+    with clock.phase("construct"):
+        fake_clock.advance(0.5)
+        with loading():
+            fake_clock.advance(0.25)
+        with compiling():
+            fake_clock.advance(2.0)
+    assert load_seconds() - before == pytest.approx(0.25)
+    assert clock.seconds["load"] == pytest.approx(0.25)
+    assert clock.seconds["compile"] == pytest.approx(2.0)
+    assert clock.seconds["construct"] == pytest.approx(0.5)
 
 
 KERNEL_FAMILIES = ("kernels.allreduce.variants", "kernels.markov.fused", "kernels.markov.sharded")

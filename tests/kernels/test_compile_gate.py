@@ -212,6 +212,26 @@ def test_gate_fails_on_a_variant_name_registered_twice(capsys):
     assert status == 1 and "registered twice (again by kernels.two)" in text and "1 of 2 variants passed" in text
 
 
+def test_gate_compiles_even_where_an_artifact_directory_is_set(capsys, monkeypatch, tmp_path):
+    """A variant loaded from the artifact cache has no ptxas report: the gate's variants compile regardless."""
+    from kernels.artifact_cache import ARTIFACTS_VAR
+
+    clean = REPORT.split("ptxas info    : Compiling entry function 'kernel_b'")[0]
+    seen = []
+    report_clean = _fake_thunk(clean)
+
+    def thunk(options):
+        """Record the artifact directory the variant's compile would see, then report cleanly."""
+        seen.append(os.environ.get(ARTIFACTS_VAR))
+        return report_clean(options)
+
+    monkeypatch.setenv(ARTIFACTS_VAR, str(tmp_path / "kernels"))
+    registry = [("fake", lambda arch: [("fake.k", thunk, True)])]
+    status = compile_gate.main(["--arch", "sm_90a", "--quiet"], registry=registry)
+    assert status == 0, capsys.readouterr().out
+    assert seen == [None]
+
+
 def test_allreduce_registry_defers_compiling_and_passes_options_through(monkeypatch):
     """kernels.allreduce.variants follows the convention: yielding compiles nothing; a thunk compiles its
     variant once with exactly the gate's options (the compile itself is stubbed: no DSL work here)."""
