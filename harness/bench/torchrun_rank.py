@@ -17,8 +17,10 @@ happens:
   or, for a single-GPU baseline, on rank 0 alone while the others wait.
   Rank 0 measures the machine figures alone first and writes the entries
   (``runner.case_result``): ``{"status": "measured", "device", "machine",
-  "entries", "unavailable"}``; a peer whose setup failed on any rank is
-  listed in ``unavailable`` with why, on every rank alike (they agree first).
+  "entries", "unavailable"}``; a peer whose setup or timing failed on any
+  rank, or that said it cannot run here (``NotAvailable``, e.g. NCCL where
+  ranks share a GPU), is listed in ``unavailable`` with why (the exception's
+  text) and its params, on every rank alike (they agree first).
 - an error: ``{"status": "failed", "error", "traceback"}``, exit 1.
 
 Every wait has a deadline: the process group's and the fabric's timeouts,
@@ -65,8 +67,9 @@ class RankContext:
 class RankImpl:
     """One implementation a torchrun case times: its entry name, params, description and prepared calls.
 
-    ``prepare`` builds it (collective when ``all_ranks``); an exception there
-    makes it unavailable (for a peer, ``optional``) rather than failing the case.
+    ``prepare`` builds it (collective when ``all_ranks``) and may record what
+    its check found in ``params``; an exception there or while timing makes
+    it unavailable (for a peer, ``optional``) rather than failing the case.
     """
 
     name: str
@@ -75,6 +78,10 @@ class RankImpl:
     prepare: Callable[[], Any]
     all_ranks: bool = True
     optional: bool = False
+
+
+class NotAvailable(RuntimeError):
+    """An implementation that cannot run on this machine; its message says why (the summary prints it as is)."""
 
 
 def write_json(path: Path, payload: dict) -> None:
@@ -90,24 +97,57 @@ def _agree(fabric: Any, ok: bool) -> bool:
     return bool(flags.min().item() == 1)
 
 
+def why_not(exc: BaseException) -> str:
+    """The reason an implementation did not run: a ``NotAvailable``'s message, else the exception's type and text."""
+    return str(exc) if isinstance(exc, NotAvailable) else f"{type(exc).__name__}: {exc}"
+
+
+def unavailable_record(impl: RankImpl, why: str) -> dict:
+    """What the results say of an implementation that did not run: its name, params, whether optional, and why."""
+    return {"name": impl.name, "params": dict(impl.params), "optional": impl.optional,
+            "why": why or "it failed on another rank (that rank's result says why)"}
+
+
+def _attempt(impl: RankImpl, action: Callable[[], Any]) -> tuple[Any, str]:
+    """``(action(), "")``, or for an optional impl ``(None, why)`` when it raises; a required impl's error propagates."""
+    try:
+        return action(), ""
+    except Exception as exc:  # noqa: BLE001 - a peer that does not run here is reported, not fatal
+        if not impl.optional:
+            raise
+        return None, why_not(exc)
+
+
 def _prepare_all(impls: Sequence[RankImpl], fabric: Any, rank: int) -> tuple[list, list]:
     """``(prepared rows, unavailable records)``: each impl built, agreed over the ranks, dropped with why if any failed."""
     ready, unavailable = [], []
     for impl in impls:
-        prepared, why = None, ""
-        if impl.all_ranks or rank == 0:
-            try:
-                prepared = impl.prepare()
-            except Exception as exc:  # noqa: BLE001 - a peer that does not run here is reported, not fatal
-                if not impl.optional:
-                    raise
-                why = f"{type(exc).__name__}: {exc}"
+        prepared, why = _attempt(impl, impl.prepare) if impl.all_ranks or rank == 0 else (None, "")
         if _agree(fabric, not why):
             ready.append((impl, prepared))
         else:
-            unavailable.append({"name": impl.name, "optional": impl.optional,
-                                "why": why or "it failed on another rank (that rank's result says why)"})
+            unavailable.append(unavailable_record(impl, why))
     return ready, unavailable
+
+
+def _time_all(ready: Sequence, fabric: Any, rank: int, time_one: Callable) -> tuple[list, list]:
+    """``[(impl, prepared, timing)]`` measured here and the unavailable records of impls whose timing failed.
+
+    Every rank reaches the same collectives: a barrier before each impl, and
+    for an impl timed on every rank an agreement after it (a peer that failed
+    on one rank is dropped on all); an impl timed on rank 0 alone is judged there.
+    """
+    timed, unavailable = [], []
+    for impl, prepared in ready:
+        fabric.barrier()
+        timing, why = _attempt(impl, lambda: time_one(prepared)) if impl.all_ranks or rank == 0 else (None, "")
+        if impl.all_ranks and not _agree(fabric, not why):
+            unavailable.append(unavailable_record(impl, why))
+        elif why:
+            unavailable.append(unavailable_record(impl, why))
+        elif timing is not None:
+            timed.append((impl, prepared, timing))
+    return timed, unavailable
 
 
 def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict:
@@ -125,21 +165,20 @@ def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict
     fabric.barrier()
     ctx = RankContext(fabric, device, backend, sharing, info["sm_count"], info["l2_bytes"])
     ready, unavailable = _prepare_all(case.setup(ctx), fabric, rank)
+    timed, failed_timing = _time_all(
+        ready, fabric, rank,
+        lambda prepared: time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps))
     entries = []
-    for impl, prepared in ready:
-        fabric.barrier()
-        if not (impl.all_ranks or rank == 0):
-            continue
-        timing = time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps)
+    for impl, prepared, timing in timed if rank == 0 else ():
         params = {"world": fabric.world, **impl.params, "launcher": "torchrun", "backend": backend,
                   "ranks_per_gpu": sharing}
         if "graph_mode" in timing:
             params["note"] = "; ".join(filter(None, [params.get("note"), f"{impl.name}: {timing['graph_mode']}"]))
         named = BenchCase(case.family, impl.name, case.setup, params, impl.description, case.references)
-        if rank == 0:
-            entries.append(case_result(named, prepared, timing, machine))
+        entries.append(case_result(named, prepared, timing, machine))
     fabric.barrier()
-    return {"device": info, "machine": machine, "entries": entries, "unavailable": unavailable}
+    return {"device": info, "machine": machine, "entries": entries,
+            "unavailable": unavailable + failed_timing}
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -98,7 +98,9 @@ def test_stored_run_tables_match_its_json():
         p = case["params"]
         if case["family"] == "allreduce_mhc" and p["source"] == "plain":
             column = {"ll": "LL", "bt": "BT", "unfused": "unfused"}[p["impl"]]
-            assert cells[(str(p["tp"]), str(p["hidden"]), str(p["rows"]))][column] == _cell(case["graph"]["median_us"])
+            # A time whose inputs did not reach twice the L2 carries the mark saying so.
+            expected = _cell(case["graph"]["median_us"]) + ("" if case["l2_cold"] else "w")
+            assert cells[(str(p["tp"]), str(p["hidden"]), str(p["rows"]))][column] == expected
     [sharded] = markdown_tables(section(text, "markov_sharded"))
     assert [r["ranks"] for r in sharded] == ["1", "8"]
     assert sharded[0]["kernel"] == _cell(_case(document, "markov_sharded", "r8_s8_v129280_w1")["graph"]["median_us"])
