@@ -167,7 +167,7 @@ def test_report_command_rebuilds_summary_and_plots(document_path, tmp_path, caps
 
 def test_report_command_exit_codes(document_path, tmp_path, capsys):
     assert report.main([]) == 2
-    assert "give either RESULT.json or --compare" in capsys.readouterr().err
+    assert "give either RESULT.json [--previous DIR] or --compare" in capsys.readouterr().err
     assert report.main([str(tmp_path / "missing.json")]) == 2
     assert "missing.json" in capsys.readouterr().err
     bad = tmp_path / "bad.json"

@@ -115,7 +115,8 @@ def _allreduce_prepared(ctx: RankContext, *, rows: int, case: str, call, params:
     gen = torch.Generator(device=device).manual_seed(1000 * tp + rows)  # the same inputs on every rank
     check = ar.make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden)
     out = call(check, weight)
-    torch.cuda.synchronize(device)
+    if device.type == "cuda":  # the CPU tests run the check of the eager implementations on the CPU
+        torch.cuda.synchronize(device)
     params.update(_judge(case, out, check, weight, ar.golden_outputs(check, weight, tp=tp, hidden=hidden), held))
     terms = ar.floor_terms(tp=tp, rows=rows, hidden=hidden, ranks=ctx.sharing)
     return Prepared(
