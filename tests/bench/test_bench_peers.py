@@ -64,7 +64,7 @@ def gloo_world_of_one(tmp_path):
 def test_peer_cases_registered_at_tp_2_and_4():
     discover()
     for tp in (2, 4):
-        for rows in (1, 8, 32):
+        for rows in (1, 8, 32, 128):
             (case,) = REGISTRY.cases(family="allreduce_mhc", name=f"torchrun_tp{tp}_h5120_m{rows}")
             assert (case.launcher, case.world, case.default) == ("torchrun", tp, False)
             assert "symm_mem one-shot and two-shot, NCCL" in case.description
@@ -143,6 +143,7 @@ def test_judge_holds_the_kernel_to_the_bits_and_reports_a_peer():
     golden = ar.golden_outputs(check, weight, tp=tp, hidden=hidden)
     exact = spawned._judge("c", golden, check, weight, golden, "bits")
     assert exact["golden_ulp"]["layer_input"] == {"max_ulp": 0, "differing": 0, "nan_mismatches": 0}
+    assert exact["held_to"] == "the golden bits, every one" and "plausible" not in exact
     nudged = {name: value.clone() for name, value in golden.items()}
     flat = nudged["layer_input"].view(-1).view(torch.int16)
     flat[3] += 1  # the next representable BF16 value: one ulp
@@ -193,9 +194,12 @@ def peer_document() -> dict:
     document = small_document()
     ulp = {"residual_out": {"max_ulp": 1, "differing": 3, "nan_mismatches": 0},
            "layer_input": {"max_ulp": 2, "differing": 5, "nan_mismatches": 0}}
-    one_shot = _torchrun_entry(2, 8, "symm_one_shot", 40.40, 3.03, peer=True, golden_ulp=ulp, plausible=True)
+    held = spawned.HELD_TO["report"]
+    one_shot = _torchrun_entry(2, 8, "symm_one_shot", 40.40, 3.03, peer=True, golden_ulp=ulp, plausible=True,
+                               held_to=held)
     one_shot["l2_cold"] = False
-    two_shot = _torchrun_entry(2, 8, "symm_two_shot", 50.50, 3.03, peer=True, golden_ulp=ulp, plausible=False)
+    two_shot = _torchrun_entry(2, 8, "symm_two_shot", 50.50, 3.03, peer=True, golden_ulp=ulp, plausible=False,
+                               held_to=held)
     two_shot["graph_mode"] = "eager launches: not capturable in a CUDA graph, the graph columns repeat them"
     document["cases"] += [
         _torchrun_entry(2, 8, "ll", 20.20, 3.03, baseline="torchrun_tp2_h5120_m8_unfused"),
@@ -220,7 +224,10 @@ def test_summary_puts_peers_ratios_and_reasons_side_by_side():
     assert "best peer / best" not in plain[0]  # the virtual-rank source has no peer, and says so
     assert "No peer at this source (best peer / best: none)" in text
     assert "- NCCL n/a (tp 2 M 8): not available: needs a GPU per rank (2 ranks share one GPU here" in text
-    assert "- symm-mem two-shot against the golden bits" in text and "tp 2 M 8: 1/2 (BEYOND the sanity tolerance)" in text
+    assert ("- symm-mem two-shot against the golden bits, largest BF16 ulp distance residual_out/layer_input (held to "
+            "nothing (a peer summing in its own order); within 4 BF16 ulps of the operands' magnitude is plausible): "
+            "tp 2 M 8: 1/2 (BEYOND the sanity tolerance)") in text
+    assert "- symm-mem one-shot against the golden bits" in text and "tp 2 M 8: 1/2\n" in text
     assert f"- floor: {ar.FLOOR_RULE}" in text
     head = text.split("\n## ")[0]
     assert "a time marked `w` did not reach that" in head and "(marked `e`) is timed the same way with eager" in head
