@@ -252,3 +252,16 @@ def test_report_compares_with_the_previous_result_in_a_folder(tmp_path, capsys):
     assert report.main([str(kept / "bench-20261130T100000Z.json"), "--out", str(out), "--previous", str(kept)]) == 2
     assert "no bench-<stamp>.json in" in capsys.readouterr().err
     assert (out / "bench-20261130T100000Z.md").exists()
+
+
+def test_case_patterns_select_the_peer_comparison():
+    from harness.bench import select
+
+    discover()
+    chosen, _ = select(None, "allreduce_mhc/torchrun_tp*", everything=False)
+    assert sorted(c.name for c in chosen) == sorted(f"torchrun_tp{tp}_h5120_m{rows}"
+                                                   for tp in (2, 4) for rows in (1, 8, 32, 128))
+    both, _ = select(None, "allreduce_mhc/torchrun_tp2_*, allreduce_mhc/tp2_h5120_m[18]_ll", everything=False)
+    assert [c.name for c in both][-2:] == ["tp2_h5120_m1_ll", "tp2_h5120_m8_ll"] and len(both) == 6
+    none, why = select(None, "allreduce_mhc/torchrun_tp2_*,allreduce_mhc/torchrun_tp8_*", everything=False)
+    assert none == [] and "no case 'torchrun_tp8_*' in allreduce_mhc" in why
