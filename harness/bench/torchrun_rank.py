@@ -17,10 +17,13 @@ happens:
   or, for a single-GPU baseline, on rank 0 alone while the others wait.
   Rank 0 measures the machine figures alone first and writes the entries
   (``runner.case_result``): ``{"status": "measured", "device", "machine",
-  "entries", "unavailable"}``; a peer whose setup or timing failed on any
-  rank, or that said it cannot run here (``NotAvailable``, e.g. NCCL where
-  ranks share a GPU), is listed in ``unavailable`` with why (the exception's
-  text) and its params, on every rank alike (they agree first).
+  "entries", "unavailable", "failed"}``. An implementation whose setup or
+  timing raised on any rank is dropped on every rank alike (they agree
+  first) and the others go on: a peer (``optional``; e.g. one that said
+  ``NotAvailable``, NCCL where ranks share a GPU) is listed in
+  ``unavailable`` with why (the exception's text) and its params, a required
+  one (the kernel, the baseline) in ``failed`` with its traceback; the
+  parent turns the latter into the case's failures.
 - an error: ``{"status": "failed", "error", "traceback"}``, exit 1.
 
 Every wait has a deadline: the process group's and the fabric's timeouts,
@@ -68,8 +71,8 @@ class RankImpl:
     """One implementation a torchrun case times: its entry name, params, description and prepared calls.
 
     ``prepare`` builds it (collective when ``all_ranks``) and may record what
-    its check found in ``params``; an exception there or while timing makes
-    it unavailable (for a peer, ``optional``) rather than failing the case.
+    its check found in ``params``; an exception there or while timing drops
+    it alone: not available for a peer (``optional``), failed otherwise.
     """
 
     name: str
@@ -102,52 +105,53 @@ def why_not(exc: BaseException) -> str:
     return str(exc) if isinstance(exc, NotAvailable) else f"{type(exc).__name__}: {exc}"
 
 
-def unavailable_record(impl: RankImpl, why: str) -> dict:
-    """What the results say of an implementation that did not run: its name, params, whether optional, and why."""
-    return {"name": impl.name, "params": dict(impl.params), "optional": impl.optional,
-            "why": why or "it failed on another rank (that rank's result says why)"}
+def unavailable_record(impl: RankImpl, why: str, trace: str = "") -> dict:
+    """What the results say of an implementation that did not run: its name, params, whether optional, and why
+    (a required one's traceback too)."""
+    record = {"name": impl.name, "params": dict(impl.params), "optional": impl.optional,
+              "why": why or "it failed on another rank (that rank's result says why)"}
+    if trace and not impl.optional:
+        record["traceback"] = trace[-4000:]
+    return record
 
 
-def _attempt(impl: RankImpl, action: Callable[[], Any]) -> tuple[Any, str]:
-    """``(action(), "")``, or for an optional impl ``(None, why)`` when it raises; a required impl's error propagates."""
+def _attempt(action: Callable[[], Any]) -> tuple[Any, str, str]:
+    """``(action(), "", "")``, or ``(None, why, traceback)`` when it raises."""
     try:
-        return action(), ""
-    except Exception as exc:  # noqa: BLE001 - a peer that does not run here is reported, not fatal
-        if not impl.optional:
-            raise
-        return None, why_not(exc)
+        return action(), "", ""
+    except Exception as exc:  # noqa: BLE001 - judged by the caller: a peer is not available, a kernel failed
+        return None, why_not(exc), traceback.format_exc()
 
 
 def _prepare_all(impls: Sequence[RankImpl], fabric: Any, rank: int) -> tuple[list, list]:
-    """``(prepared rows, unavailable records)``: each impl built, agreed over the ranks, dropped with why if any failed."""
-    ready, unavailable = [], []
+    """``(prepared rows, records of what did not run)``: each impl built, agreed over the ranks, dropped with why
+    if it failed on any (one implementation's failure never stops the others)."""
+    ready, dropped = [], []
     for impl in impls:
-        prepared, why = _attempt(impl, impl.prepare) if impl.all_ranks or rank == 0 else (None, "")
+        prepared, why, trace = _attempt(impl.prepare) if impl.all_ranks or rank == 0 else (None, "", "")
         if _agree(fabric, not why):
             ready.append((impl, prepared))
         else:
-            unavailable.append(unavailable_record(impl, why))
-    return ready, unavailable
+            dropped.append(unavailable_record(impl, why, trace))
+    return ready, dropped
 
 
 def _time_all(ready: Sequence, fabric: Any, rank: int, time_one: Callable) -> tuple[list, list]:
-    """``[(impl, prepared, timing)]`` measured here and the unavailable records of impls whose timing failed.
+    """``[(impl, prepared, timing)]`` measured here and the records of impls whose timing failed.
 
     Every rank reaches the same collectives: a barrier before each impl, and
-    for an impl timed on every rank an agreement after it (a peer that failed
+    for an impl timed on every rank an agreement after it (an impl that failed
     on one rank is dropped on all); an impl timed on rank 0 alone is judged there.
     """
-    timed, unavailable = [], []
+    timed, dropped = [], []
     for impl, prepared in ready:
         fabric.barrier()
-        timing, why = _attempt(impl, lambda: time_one(prepared)) if impl.all_ranks or rank == 0 else (None, "")
-        if impl.all_ranks and not _agree(fabric, not why):
-            unavailable.append(unavailable_record(impl, why))
-        elif why:
-            unavailable.append(unavailable_record(impl, why))
+        timing, why, trace = _attempt(lambda: time_one(prepared)) if impl.all_ranks or rank == 0 else (None, "", "")
+        if (impl.all_ranks and not _agree(fabric, not why)) or why:
+            dropped.append(unavailable_record(impl, why, trace))
         elif timing is not None:
             timed.append((impl, prepared, timing))
-    return timed, unavailable
+    return timed, dropped
 
 
 def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict:
@@ -164,8 +168,8 @@ def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict
     machine = measure_machine(device, stream, copy_bytes=1 << 30, launches=256, reps=args.reps) if rank == 0 else None
     fabric.barrier()
     ctx = RankContext(fabric, device, backend, sharing, info["sm_count"], info["l2_bytes"])
-    ready, unavailable = _prepare_all(case.setup(ctx), fabric, rank)
-    timed, failed_timing = _time_all(
+    ready, not_built = _prepare_all(case.setup(ctx), fabric, rank)
+    timed, not_timed = _time_all(
         ready, fabric, rank,
         lambda prepared: time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps))
     entries = []
@@ -177,8 +181,10 @@ def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict
         named = BenchCase(case.family, impl.name, case.setup, params, impl.description, case.references)
         entries.append(case_result(named, prepared, timing, machine))
     fabric.barrier()
+    dropped = not_built + not_timed
     return {"device": info, "machine": machine, "entries": entries,
-            "unavailable": unavailable + failed_timing}
+            "unavailable": [record for record in dropped if record["optional"]],
+            "failed": [record for record in dropped if not record["optional"]]}
 
 
 def _parser() -> argparse.ArgumentParser:

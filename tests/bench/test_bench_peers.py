@@ -109,12 +109,23 @@ def test_prepare_all_keeps_the_baseline_and_lists_the_peers_not_available(gloo_w
     assert prepared.bytes_moved == ar.floor_bytes(tp=2, rows=1, hidden=5120)  # both ranks on this GPU
 
 
-def test_a_required_implementation_that_fails_fails_the_rank():
+def test_a_required_implementation_that_fails_is_dropped_alone_and_named_failed():
     ctx = _ctx(2, sharing=2)
-    kernel = _impls(ctx)["ll"]
-    kernel.prepare = lambda: (_ for _ in ()).throw(BenchSanityError("ll differs"))
-    with pytest.raises(BenchSanityError, match="ll differs"):
-        _prepare_all([kernel], ctx.fabric, rank=0)
+    impls = _impls(ctx)
+    impls["ll"].prepare = lambda: (_ for _ in ()).throw(BenchSanityError("ll differs"))
+    impls["unfused"].prepare = lambda: "baseline ready"
+    ready, dropped = _prepare_all([impls["ll"], impls["unfused"]], ctx.fabric, rank=0)
+    assert [(impl.name, prepared) for impl, prepared in ready] == [("torchrun_tp2_h5120_m1_unfused", "baseline ready")]
+    (record,) = dropped
+    assert (record["optional"], record["why"]) == (False, "BenchSanityError: ll differs")
+    assert "BenchSanityError: ll differs" in record["traceback"]
+    # The parent makes it a failure of the case (rank 1 says the other rank failed), not a missing peer.
+    rank0 = {"status": "measured", "entries": [], "device": {}, "machine": {}, "unavailable": [], "failed": [record]}
+    rank1 = {"status": "measured", "failed": [record | {"why": "it failed on another rank (that rank's result says why)"}]}
+    out = verdict("allreduce_mhc/torchrun_tp2_h5120_m1", {0: rank0, 1: rank1}, 2, rc=0, timed_out=False, deadline_s=1)
+    assert [f["error"] for f in out.failed] == ["rank 0: BenchSanityError: ll differs",
+                                                "rank 1: it failed on another rank (that rank's result says why)"]
+    assert out.unavailable == [] and all(f["case"].endswith(": torchrun_tp2_h5120_m1_ll") for f in out.failed)
 
 
 def test_timing_failure_of_a_peer_is_reported_not_fatal():
@@ -132,8 +143,8 @@ def test_timing_failure_of_a_peer_is_reported_not_fatal():
     assert [(impl.name, timing) for impl, _, timing in timed] == [("torchrun_tp2_h5120_m1_unfused", {"timing": "unfused"})]
     assert [(r["name"], r["why"]) for r in unavailable] == [("torchrun_tp2_h5120_m1_symm_two_shot",
                                                              "RuntimeError: capture refused")]
-    with pytest.raises(RuntimeError, match="capture refused"):
-        _time_all([(impls["ll"], "peer")], ctx.fabric, 0, time_one)
+    timed, dropped = _time_all([(impls["ll"], "peer")], ctx.fabric, 0, time_one)
+    assert timed == [] and [(r["optional"], r["why"]) for r in dropped] == [(False, "RuntimeError: capture refused")]
 
 
 def test_judge_holds_the_kernel_to_the_bits_and_reports_a_peer():

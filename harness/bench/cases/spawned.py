@@ -70,24 +70,23 @@ NEEDS_OWN_GPU = "needs a GPU per rank ({sharing} ranks share one GPU here; NCCL 
 TORCHRUN_TP = (2, 4)
 TORCHRUN_ROWS = (1, 8, 32, 128)  # through 128 (the capacity): the LL/BT crossover recorded spans every M
 TORCHRUN_HIDDEN = 5120
-# Peers: entry suffix, the summary's column, and the description of its all-reduce.
+# Peers: entry suffix -> the all-reduce it runs before the eager tail.
 PEERS = {
     "symm_one_shot": "torch symm_mem one_shot_all_reduce_copy",
     "symm_two_shot": "torch symm_mem two_shot_all_reduce_",
     "nccl": "torch.distributed.all_reduce (NCCL)",
+}
+# What each kind of implementation is held to in its check (``_judge``), as the summary states it.
+HELD_TO = {
+    "bits": "the golden bits, every one",
+    "tolerance": "4 BF16 ulps of the operands' magnitude of a float64 recomputation (the baseline's sanity check)",
+    "report": "nothing (a peer summing in its own order); within 4 BF16 ulps of the operands' magnitude is plausible",
 }
 
 
 def _note(ctx: RankContext) -> dict:
     """The note of entries whose ranks share a GPU (none where each rank has its own)."""
     return {"note": SHARED_NOTE} if ctx.sharing > 1 else {}
-
-
-HELD_TO = {
-    "bits": "the golden bits, every one",
-    "tolerance": "4 BF16 ulps of the operands' magnitude of a float64 recomputation (the baseline's sanity check)",
-    "report": "nothing (a peer summing in its own order); within 4 BF16 ulps of the operands' magnitude is plausible",
-}
 
 
 def _judge(case: str, outputs: dict, check: dict, weight: torch.Tensor, golden: dict, held: str) -> dict:
@@ -113,8 +112,7 @@ def _judge(case: str, outputs: dict, check: dict, weight: torch.Tensor, golden: 
     return found
 
 
-def _allreduce_prepared(ctx: RankContext, *, rows: int, case: str, call, params: dict, held: str,
-                        capturable: bool = True) -> Prepared:
+def _allreduce_prepared(ctx: RankContext, *, rows: int, case: str, call, params: dict, held: str) -> Prepared:
     """A checked ``call(inputs, weight) -> outputs`` of one all-reduce implementation at ``rows`` on this rank; what
     the check found goes into ``params``."""
     tp, device, hidden = ctx.fabric.world, ctx.device, TORCHRUN_HIDDEN
@@ -133,7 +131,6 @@ def _allreduce_prepared(ctx: RankContext, *, rows: int, case: str, call, params:
         new_input_set=lambda: ar.make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden),
         launch=lambda inputs: call(inputs, weight),
         kernels_per_call=ar.chain_launches("ll"),
-        capturable=capturable,
     )
 
 
@@ -148,18 +145,14 @@ def _symm_call(ctx: RankContext, rows: int, op: str):
     buffer = symm.empty((rows, TORCHRUN_HIDDEN), dtype=torch.bfloat16, device=ctx.device)
     symm.rendezvous(buffer, group)
     if op == "one_shot":
-        reduce_copy = reduce_op
-
         def call(inputs: dict, weight: torch.Tensor) -> dict:
             """One kernel: this rank's rows into its buffer, then every buffer summed into a new tensor."""
-            return ar.mix_and_norm(reduce_copy(buffer, inputs["x"][rank], "sum", group), inputs, weight)
+            return ar.mix_and_norm(reduce_op(buffer, inputs["x"][rank], "sum", group), inputs, weight)
     else:
-        reduce_in_place = reduce_op
-
         def call(inputs: dict, weight: torch.Tensor) -> dict:
             """This rank's rows copied into its buffer, reduced there in place (each rank its slice, then gathered)."""
             buffer.copy_(inputs["x"][rank])
-            return ar.mix_and_norm(reduce_in_place(buffer, "sum", group), inputs, weight)
+            return ar.mix_and_norm(reduce_op(buffer, "sum", group), inputs, weight)
     return call
 
 
@@ -205,20 +198,20 @@ def _allreduce_impls(ctx: RankContext, *, rows: int) -> list[RankImpl]:
         return RankImpl(f"{base}_{name}", params, description, optional=optional, prepare=lambda: _allreduce_prepared(
             ctx, rows=rows, case=f"allreduce_mhc/{base}_{name}", params=params, held=held, call=make_call()))
 
-    rows_of = [
+    impls = [
         RankImpl(f"{base}_{protocol}", params, f"AllReduceMHC {protocol.upper()}, {tp} torchrun processes",
                  lambda protocol=protocol, params=params: kernel(protocol, params))
         for protocol in ("ll", "bt")
         for params in [{**common, "impl": protocol, "protocol": protocol, "baseline": f"{base}_unfused"}]
     ]
-    rows_of.append(impl("unfused", "unfused: local x.sum(0) stand-in + eager mHC + RMSNorm",
-                        lambda: lambda inputs, weight: ar.unfused(inputs, weight), "tolerance", False,
-                        protocol="unfused", note="; ".join(filter(None, [common.get("note"), ar.STAND_IN_NOTE]))))
+    impls.append(impl("unfused", "unfused: local x.sum(0) stand-in + eager mHC + RMSNorm",
+                      lambda: lambda inputs, weight: ar.unfused(inputs, weight), "tolerance", False,
+                      protocol="unfused", note="; ".join(filter(None, [common.get("note"), ar.STAND_IN_NOTE]))))
     makers = {"symm_one_shot": lambda: _symm_call(ctx, rows, "one_shot"),
               "symm_two_shot": lambda: _symm_call(ctx, rows, "two_shot"), "nccl": lambda: _nccl_call(ctx)}
-    rows_of += [impl(name, f"peer: {PEERS[name]} + eager mHC + RMSNorm", makers[name], "report", True, peer=True)
-                for name in PEERS]
-    return rows_of
+    impls += [impl(name, f"peer: {PEERS[name]} + eager mHC + RMSNorm", makers[name], "report", True, peer=True)
+              for name in PEERS]
+    return impls
 
 
 def _sampler_impls(ctx: RankContext) -> list[RankImpl]:
