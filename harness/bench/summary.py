@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from harness.bench import tables
+from harness.bench.floor import MAX_SETS, SHARED_MAX_SETS
 
 DASH = "-"
 NOT_AVAILABLE = "n/a"
@@ -80,7 +81,7 @@ def method_lines(settings: Mapping, torchrun: bool) -> list[str]:
     factor = settings.get("rotation_factor", ROTATION_FACTOR)
     lines = [
         f"- method, every figure: a case's calls walk distinct input sets in turn, as many as make their footprint "
-        f"at least {factor:g} x the L2 (at most 512 sets and 8 GiB; a time marked `{tables.L2_MARK}` did not reach "
+        f"at least {factor:g} x the L2 (at most {MAX_SETS} sets and 8 GiB; a time marked `{tables.L2_MARK}` did not reach "
         "that and may have read its inputs from the L2); the L2 is never flushed, and buffers internal to an "
         "implementation (mailboxes, symmetric buffers, workspaces) are not rotated. One CUDA graph captures a "
         f"sequence of at least 16 calls; after {settings.get('warmup')} warm-up replays, {settings.get('reps')} "
@@ -95,7 +96,9 @@ def method_lines(settings: Mapping, torchrun: bool) -> list[str]:
     ]
     if torchrun:
         lines.append("- torchrun cases: every rank captures and replays its own graph, the ranks in lockstep (a "
-                     "barrier before each implementation); the figure is rank 0's")
+                     "barrier before each implementation); the figure is rank 0's. Where ranks share one GPU they "
+                     "take turns on it, each call waiting for the peers' turns, and at most "
+                     f"{SHARED_MAX_SETS} input sets rotate (marked `w` where that stays under the target)")
     return lines
 
 

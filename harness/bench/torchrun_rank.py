@@ -13,7 +13,8 @@ happens:
   ``kernels.fabric.SymmetricFabric``, and runs the case's setup on every
   rank (``RankContext``). The setup returns ``RankImpl`` rows: each
   implementation is timed by ``harness.bench.runner.time_prepared`` (CUDA
-  events around graph replays and eager loops), on every rank in lockstep
+  events around graph replays and eager loops; at most ``SHARED_MAX_SETS``
+  input sets where ranks share a GPU), on every rank in lockstep
   or, for a single-GPU baseline, on rank 0 alone while the others wait.
   Rank 0 measures the machine figures alone first and writes the entries
   (``runner.case_result``): ``{"status": "measured", "device", "machine",
@@ -46,6 +47,7 @@ import torch
 import torch.distributed as dist
 
 from harness.bench.registry import REGISTRY, BenchCase, discover
+from harness.bench.floor import MAX_SETS, SHARED_MAX_SETS
 from harness.bench.runner import case_result, device_info, measure_machine, time_prepared
 from kernels.fabric import SymmetricFabric
 
@@ -171,7 +173,8 @@ def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict
     ready, not_built = _prepare_all(case.setup(ctx), fabric, rank)
     timed, not_timed = _time_all(
         ready, fabric, rank,
-        lambda prepared: time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps))
+        lambda prepared: time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps,
+                                       max_sets=SHARED_MAX_SETS if sharing > 1 else MAX_SETS))
     entries = []
     for impl, prepared, timing in timed if rank == 0 else ():
         params = {"world": fabric.world, **impl.params, "launcher": "torchrun", "backend": backend,
