@@ -195,7 +195,8 @@ def test_verdict_keeps_what_the_summary_needs_of_an_unavailable_peer():
 def _torchrun_entry(tp: int, rows: int, impl: str, graph: float, floor: float, **params) -> dict:
     """An all-reduce entry as the torchrun rank writes it."""
     base = {"tp": tp, "hidden": 5120, "rows": rows, "impl": impl, "protocol": impl, "source": "plain (torchrun)",
-            "provider": "symmetric-shared", "launcher": "torchrun", "floor_rule": ar.FLOOR_RULE, **params}
+            "provider": "symmetric-shared", "launcher": "torchrun", "floor_rule": ar.FLOOR_RULE,
+            "peer_group": f"torchrun_tp{tp}_h5120_m{rows}", **params}
     return entry("allreduce_mhc", f"torchrun_tp{tp}_h5120_m{rows}_{impl}", base, graph, graph + 50.0, floor)
 
 
@@ -276,3 +277,18 @@ def test_case_patterns_select_the_peer_comparison():
     assert [c.name for c in both][-2:] == ["tp2_h5120_m1_ll", "tp2_h5120_m8_ll"] and len(both) == 6
     none, why = select(None, "allreduce_mhc/torchrun_tp2_*,allreduce_mhc/torchrun_tp8_*", everything=False)
     assert none == [] and "no case 'torchrun_tp8_*' in allreduce_mhc" in why
+
+
+def test_ratios_json_names_the_fastest_peer_beside_each_kernel(tmp_path):
+    from harness.bench.cases.ratios import pair_ratios, write_ratios
+
+    document = peer_document()
+    rows = {row["case"]: row for row in pair_ratios(document)}
+    ll, bt = rows["torchrun_tp2_h5120_m8_ll"], rows["torchrun_tp2_h5120_m8_bt"]
+    assert (ll["best_peer"], ll["best_peer_graph_us"]) == ("torchrun_tp2_h5120_m8_symm_one_shot", 40.40)
+    assert ll["vs_best_peer"] == pytest.approx(40.40 / 20.20) and bt["vs_best_peer"] == pytest.approx(40.40 / 25.25)
+    assert ll["speedup"] == pytest.approx(80.80 / 20.20) and ll["floor_ratio"] == pytest.approx(20.20 / 3.03)
+    assert "best_peer" not in rows["tp2_h5120_m8_ll"]  # virtual ranks: no peer measured beside them
+    write_ratios(document, str(tmp_path / "r.json"), "r")
+    stored = {row["case"]: row for row in json.loads((tmp_path / "r.json").read_text())["pairs"]}
+    assert stored["torchrun_tp2_h5120_m8_ll"]["vs_best_peer"] == pytest.approx(2.0)

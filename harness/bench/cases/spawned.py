@@ -179,7 +179,7 @@ def _allreduce_impls(ctx: RankContext, *, rows: int) -> list[RankImpl]:
     base = f"torchrun_tp{tp}_h{hidden}_m{rows}"
     common = {"tp": tp, "hidden": hidden, "rows": rows, "hc": ar.HC, "source": "plain (torchrun)",
               "floor_rule": ar.FLOOR_RULE, "provider": "symmetric" if ctx.sharing == 1 else "symmetric-shared",
-              "virtual_ranks": False, **_note(ctx)}
+              "virtual_ranks": False, "peer_group": base, **_note(ctx)}
     systems: list = []
 
     def kernel(protocol: str, params: dict) -> Prepared:
