@@ -46,8 +46,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
-from harness.bench.registry import REGISTRY, BenchCase, discover
 from harness.bench.floor import MAX_SETS, SHARED_MAX_SETS
+from harness.bench.registry import REGISTRY, BenchCase, discover
 from harness.bench.runner import case_result, device_info, measure_machine, time_prepared
 from kernels.fabric import SymmetricFabric
 

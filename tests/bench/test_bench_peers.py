@@ -17,13 +17,11 @@ from harness.bench import report
 from harness.bench.cases import allreduce_mhc as ar, spawned
 from harness.bench.cases.checks import BenchSanityError, max_ulp_distance
 from harness.bench.registry import REGISTRY, discover
-from harness.bench.runner import case_result
 from harness.bench.summary import summary_markdown
 from harness.bench.torchrun import verdict
 from harness.bench.torchrun_rank import NotAvailable, RankContext, _prepare_all, _time_all
 
 PEER_NAMES = ("symm_one_shot", "symm_two_shot", "nccl")
-MACHINE = {"copy_bandwidth_bytes_per_s": 4.0e12, "graph_launch_us": 0.5, "eager_launch_us": 5.0}
 
 
 @dataclass
