@@ -97,8 +97,8 @@ def test_prepare_all_keeps_the_baseline_and_lists_the_peers_not_available(gloo_w
     assert [impl.name for impl, _ in ready] == ["torchrun_tp2_h5120_m1_unfused"]
     why = {record["name"].rsplit("_m1_", 1)[1]: record["why"] for record in unavailable}
     assert why["nccl"].startswith("needs a GPU per rank (2 ranks share one GPU here")
-    for name in ("symm_one_shot", "symm_two_shot"):
-        assert why[name] == "RuntimeError: SymmetricMemory does not support device type cpu"
+    for name in ("symm_one_shot", "symm_two_shot"):  # torch's own refusal, its exception's type and text
+        assert why[name].startswith("RuntimeError: ") and "device type cpu" in why[name], why[name]
     assert all(record["optional"] and record["params"]["rows"] == 1 for record in unavailable)
     # The baseline ran its check for real: plausible, with its distance from the golden bits.
     (_, prepared), = ready
