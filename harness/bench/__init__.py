@@ -1,6 +1,6 @@
 """``python -m harness bench``: time the registered benchmark cases on this GPU.
 
-``main(argv)`` parses ``[--family F] [--case NAME | --case F/NAME] [--all]
+``main(argv)`` parses ``[--family F] [--case NAME | --case F/NAME[,F/PATTERN...]] [--all]
 [--out DIR] [--warmup N] [--reps N] [--thresholds-into PATH] [--list]``, discovers the cases
 (``harness/bench/cases/*.py``; see ``harness.bench.registry`` for how a
 kernel helper declares one) and runs them (``harness.bench.runner``).
@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import fnmatch
 import importlib
 import os
 import signal
@@ -80,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "beside the JSON; rankcheck bench report rebuilds them from a stored JSON."),
     )
     parser.add_argument("--family", help="only this family's cases (default: every family)")
-    parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not")
+    parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not; several separated "
+                                       "by commas, each may be a pattern (allreduce_mhc/torchrun_tp*)")
     parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
     parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default: runs/bench/, git-ignored)")
     parser.add_argument("--warmup", type=number_type(int, "a whole number", 0), default=DEFAULT_WARMUP,
@@ -98,14 +100,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def select(family: str | None, case: str | None, everything: bool) -> tuple[list[BenchCase], str]:
-    """The cases a selection names, and (when there are none) why: what matched nothing and what exists."""
+    """The cases a selection names, and (when there are none) why: what matched nothing and what exists.
+
+    ``case`` is a name or ``family/name``, or several separated by commas, each
+    possibly a shell-style pattern (``allreduce_mhc/torchrun_tp*``); a pattern
+    reaches cases outside the default set as a name does."""
+    if case and "," in case:
+        found: dict[str, BenchCase] = {}
+        for part in filter(None, (p.strip() for p in case.split(","))):
+            chosen, why = select(family, part, everything)
+            if not chosen:
+                return [], why
+            found.update((c.key, c) for c in chosen)
+        return list(found.values()), ""
     name = case
     if case and "/" in case:
         case_family, name = case.split("/", 1)
         if family and family != case_family:
             return [], f"bench: --family {family} and --case {case} name different families"
         family = case_family
-    chosen = REGISTRY.cases(family=family, name=name, defaults_only=not (everything or case))
+    if name and any(mark in name for mark in "*?["):
+        chosen = [c for c in REGISTRY.cases(family=family) if fnmatch.fnmatchcase(c.name, name)]
+    else:
+        chosen = REGISTRY.cases(family=family, name=name, defaults_only=not (everything or case))
     if chosen:
         return chosen, ""
     known = REGISTRY.families()

@@ -17,8 +17,9 @@ Rotation: a timed loop that reuses one set of inputs measures the L2, not
 DRAM. Inputs are spread over ``input_sets`` distinct allocations, used in
 turn, so that their total footprint is at least ``factor`` times the L2
 (60 MB on H200): by the time a set comes round again it has been evicted.
-The count is capped (graph size, memory); where the cap keeps the footprint
-below that, the result says the inputs may have been L2-resident.
+The count is capped (graph size, memory; ``SHARED_MAX_SETS`` for torchrun
+ranks sharing a GPU); where the cap keeps the footprint below that, the
+result says the inputs may have been L2-resident.
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ from dataclasses import asdict, dataclass
 from typing import Mapping, Sequence
 
 H200_L2_BYTES = 60 * 1024 * 1024
+# Processes sharing a GPU take turns on it: a call whose kernel waits for a peer lasts until the peer's turn, so
+# its time is the turns', not DRAM's, and 512 input sets per replay would take minutes. Their entries say when the
+# footprint stays under the rotation's target (``l2_cold`` False).
+SHARED_MAX_SETS = 16
+MAX_SETS = 512  # otherwise: a graph of at most this many calls per replay
 
 
 @dataclass(frozen=True)
@@ -79,7 +85,7 @@ def rotation_sets(
     l2_bytes: int,
     *,
     factor: float = 2.0,
-    max_sets: int = 512,
+    max_sets: int = MAX_SETS,
     memory_budget_bytes: int = 8 << 30,
 ) -> tuple[int, bool]:
     """How many input sets to rotate over, and whether their footprint reaches ``factor`` x L2."""

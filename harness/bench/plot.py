@@ -30,6 +30,7 @@ LINES = (  # (row field, label, colour, marker, line style)
     ("ll", "LL", "tab:blue", "o", "-"),
     ("bt", "BT", "tab:orange", "s", "-"),
     ("unfused", "unfused (torch)", "tab:green", "^", "-"),
+    ("best_peer", "fastest peer (torch symm-mem, NCCL)", "tab:brown", "D", "-."),
     ("floor", "floor", "tab:gray", None, "--"),
 )
 BARS = (("kernel", "kernel", "tab:blue"), ("eager", "eager torch loop", "tab:orange"), ("floor", "floor", "tab:gray"))

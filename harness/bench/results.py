@@ -28,8 +28,8 @@ measure), ``not_run`` (selected keys never reached), ``wall_s`` (the run's
 wall seconds, machine figures included, written at its end), and per case
 ``setup_s`` and ``timed_s`` (wall seconds of setup, and of everything the
 runner did after it); ``not_available`` (``{"case", "why", "optional"}``:
-a torchrun case that could not run here, or a peer implementation that did
-not), and per case ``floor_terms`` and ``floor_formula`` (what the floor
+a torchrun case that could not run here, or an implementation of one that
+did not, then also with its ``family``, ``name`` and ``params``), and per case ``floor_terms`` and ``floor_formula`` (what the floor
 counts), ``graph_mode`` (timed eagerly: not capturable).
 """
 

@@ -46,7 +46,7 @@ from typing import Callable, Protocol, Sequence
 import torch
 
 from harness.bench.budget import DEFAULT_REPS, DEFAULT_WARMUP
-from harness.bench.floor import H200_L2_BYTES, floor_formula, floor_us, rotation_sets, terms_json
+from harness.bench.floor import H200_L2_BYTES, MAX_SETS, floor_formula, floor_us, rotation_sets, terms_json
 from harness.bench.registry import BenchCase, BenchContext, Prepared
 from harness.bench.results import SCHEMA, utc_now, versions
 from harness.bench.stats import summarize
@@ -144,9 +144,11 @@ def time_prepared(
     warmup: int,
     reps: int,
     min_calls: int = 16,
+    max_sets: int = MAX_SETS,
 ) -> dict:
-    """Graph and eager per-call timings of one prepared case, with its rotation figures."""
-    sets_count, l2_cold = rotation_sets(prepared.input_bytes, l2_bytes, factor=ROTATION_FACTOR)
+    """Graph and eager per-call timings of one prepared case, with its rotation figures (at most ``max_sets``
+    input sets)."""
+    sets_count, l2_cold = rotation_sets(prepared.input_bytes, l2_bytes, factor=ROTATION_FACTOR, max_sets=max_sets)
     sets = [prepared.new_input_set() for _ in range(sets_count)]
     calls = max(min_calls, sets_count)
     sequence = [sets[i % sets_count] for i in range(calls)]

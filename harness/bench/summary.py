@@ -1,18 +1,27 @@
 """The benchmark summary: one Markdown page per run, written beside its JSON (``bench-<stamp>.md``).
 
-On top, what the numbers depend on: the command, device, versions, the copy
-bandwidth and launch times measured in the run, the repetition counts and
-how far the run got. Then one section per family, one table line per size
-in the nccl-tests spirit, from the rows of ``harness.bench.tables`` (the
-plots draw the same rows): all-reduce per source, tp, H and M; the decode
-loops per rows, steps and ranks against their eager torch loop; the copy
-baselines against their floor. Under each table, what its numbers are not
-(virtual ranks, stand-ins) and the published figures it cites. Failures and
-cases the run never reached close the page.
+On top, what the numbers depend on and how every one of them was taken,
+stated once: the command, device, versions, the copy bandwidth and launch
+times measured in the run, the timing method exactly as the runner applies
+it (``method_lines``: input rotation against the L2, CUDA-graph replays,
+the median), the floor's definition and the ratios' definitions, and how
+far the run got. Then one section per family, one table line per size in
+the nccl-tests spirit, from the rows of ``harness.bench.tables`` (the plots
+draw the same rows), each line with its figures and its ratios side by
+side: all-reduce per source, tp, H and M (LL, BT, the unfused baseline,
+the peers, the floor, eager / best, best peer / best, best / floor);
+the decode loops per rows, steps and ranks against their eager torch loop
+and floor; the copy baselines against their floor. Under each table the
+family's floor formula, what its numbers are not (virtual ranks,
+stand-ins), the peers' distance from the golden bits, why a cell reads
+``n/a``, and the published figures it cites. Failures and cases the run
+never reached close the page.
 
 Times are per-call medians in microseconds, two decimals; a dash is a size
-that was not measured. The same text is printed to the terminal at the end
-of a run.
+that was not measured, ``n/a`` one that could not run here (the reason is
+under the table); a letter after a time marks a figure measured otherwise
+than the header says (``tables.EAGER_MARK``, ``tables.L2_MARK``). The same
+text is printed to the terminal at the end of a run.
 """
 
 from __future__ import annotations
@@ -20,8 +29,13 @@ from __future__ import annotations
 from typing import Callable, Mapping, Sequence
 
 from harness.bench import tables
+from harness.bench.floor import MAX_SETS, SHARED_MAX_SETS
 
 DASH = "-"
+NOT_AVAILABLE = "n/a"
+ROTATION_FACTOR = 2.0  # harness.bench.runner's, for documents whose settings do not state it
+PEER_LABELS = {"symm_one_shot": "symm-mem one-shot", "symm_two_shot": "symm-mem two-shot", "nccl": "NCCL"}
+IMPL_LABELS = {"ll": "LL", "bt": "BT", "unfused": "unfused", **PEER_LABELS}
 GOAL_WORDS = {"speedup_vs_eager": "speedup >= {}", "floor_ratio": "x floor <= {}"}
 
 
@@ -36,9 +50,9 @@ def _ratio(value: float | None) -> str:
 
 
 def _is_number(text: str) -> bool:
-    """Whether a table cell reads as a number (thousands separators allowed)."""
+    """Whether a table cell reads as a number (thousands separators and a trailing method mark allowed)."""
     try:
-        float(text.replace(",", ""))
+        float(text.replace(",", "").rstrip(tables.EAGER_MARK + tables.L2_MARK))
     except ValueError:
         return False
     return True
@@ -47,7 +61,7 @@ def _is_number(text: str) -> bool:
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     """Lines of a Markdown table, numbers right-aligned; a column that is a dash in every row is left out."""
     keep = [i for i in range(len(header)) if not rows or any(row[i] != DASH for row in rows)]
-    numeric = {i: all(_is_number(row[i]) for row in rows if row[i] != DASH) for i in keep}
+    numeric = {i: all(_is_number(row[i]) for row in rows if row[i] not in (DASH, NOT_AVAILABLE)) for i in keep}
     lines = ["| " + " | ".join(header[i] for i in keep) + " |",
              "|" + "|".join(" ---: " if numeric[i] else " --- " for i in keep) + "|"]
     lines += ["| " + " | ".join(row[i] for i in keep) + " |" for row in rows]
@@ -62,14 +76,41 @@ def _short_git(revision: str | None) -> str:
     return head[:7] + plus + rest
 
 
+def method_lines(settings: Mapping, torchrun: bool) -> list[str]:
+    """The method every figure of the page follows, as the runner applies it (``harness.bench.runner``)."""
+    factor = settings.get("rotation_factor", ROTATION_FACTOR)
+    lines = [
+        f"- method, every figure: a case's calls walk distinct input sets in turn, as many as make their footprint "
+        f"at least {factor:g} x the L2 (at most {MAX_SETS} sets and 8 GiB; a time marked `{tables.L2_MARK}` did not reach "
+        "that and may have read its inputs from the L2); the L2 is never flushed, and buffers internal to an "
+        "implementation (mailboxes, symmetric buffers, workspaces) are not rotated. One CUDA graph captures a "
+        f"sequence of at least 16 calls; after {settings.get('warmup')} warm-up replays, {settings.get('reps')} "
+        "replays are timed each between two CUDA events; a figure is the median over the replays of replay time / "
+        f"calls per replay, in us. A case that cannot be captured (marked `{tables.EAGER_MARK}`) is timed the same "
+        "way with eager launches.",
+        "- floor = bytes the call must move (each family's terms under its table) / the copy bandwidth above + "
+        "kernels per call x the empty launch in a CUDA graph",
+        "- ratios: unfused / best and eager / kernel: the eager torch baseline over ours (speedup); best peer / "
+        "best: the fastest peer over ours; best / floor and x floor: ours over the floor (1.00 = at the floor); "
+        "best: the faster of LL and BT at that size",
+    ]
+    if torchrun:
+        lines.append("- torchrun cases: every rank captures and replays its own graph, the ranks in lockstep (a "
+                     "barrier before each implementation); the figure is rank 0's. Where ranks share one GPU they "
+                     "take turns on it, each call waiting for the peers' turns, and at most "
+                     f"{SHARED_MAX_SETS} input sets rotate (marked `w` where that stays under the target)")
+    return lines
+
+
 def header_lines(document: Mapping) -> list[str]:
-    """The page title and the provenance list: command, device, versions, machine figures, settings, status."""
+    """The page title and the provenance list: command, device, versions, machine figures, method, status."""
     device, machine, settings = document["device"], document["machine"], document["settings"]
     version = document["versions"]
     selected = document.get("selected")
     status = document.get("status", "complete")
     progress = f"{len(document['cases'])} cases measured" + (f" of {len(selected)} selected" if selected else "")
     memory = device.get("memory_bytes")
+    torchrun = any(case["params"].get("launcher") == "torchrun" for case in document["cases"])
     return [
         f"# Benchmarks on {device.get('name', '?')}, {document['date']}",
         "",
@@ -81,8 +122,7 @@ def header_lines(document: Mapping) -> list[str]:
         f"python {version.get('python')}, git {_short_git(version.get('git'))}",
         f"- measured in this run: copy bandwidth {machine['copy_bandwidth_bytes_per_s'] / 1e9:.0f} GB/s (read + write), "
         f"empty launch {machine['graph_launch_us']:.2f} us in a CUDA graph, {machine['eager_launch_us']:.2f} us eagerly",
-        f"- method: warm-up {settings.get('warmup')}, {settings.get('reps')} timed replays per mode; per-call medians of "
-        "CUDA-graph replays, inputs rotated beyond the L2; floor = bytes that must move / copy bandwidth + launches",
+        *method_lines(settings, torchrun),
         f"- status: {status}, {progress}, {len(document['failed'])} failed"
         + (f", {len(document['not_run'])} not reached" if document.get("not_run") else "")
         + (f", {document['wall_s']:.0f} s of wall time" if "wall_s" in document else ""),
@@ -90,24 +130,58 @@ def header_lines(document: Mapping) -> list[str]:
     ]
 
 
+def _cell(row: Mapping, impl: str) -> str:
+    """An all-reduce implementation's time in ``row`` with its method marks, ``n/a`` where it could not run, or a dash."""
+    if row[impl] is not None:
+        return _us(row[impl]) + row["marks"].get(impl, "")
+    return NOT_AVAILABLE if impl in row["unavailable"] else DASH
+
+
 def allreduce_section(document: Mapping, family: str) -> list[str]:
-    """The all-reduce tables (one per source), crossovers, notes and published figures."""
+    """The all-reduce tables (one per source), crossovers, floor rule, peers' bits, what is n/a, notes, published."""
     rows = tables.allreduce_rows(document)
     lines = []
     for source in dict.fromkeys(row["source"] for row in rows):
         body = [
-            [str(r["tp"]), str(r["hidden"]), str(r["rows"]), _us(r["ll"]), _us(r["bt"]), _us(r["unfused"]),
-             _us(r["symm_mem"]), _us(r["floor"]), _ratio(r["speedup"]), _us(r["flashinfer"])]
+            [str(r["tp"]), str(r["hidden"]), str(r["rows"]), *(_cell(r, impl) for impl in tables.ALLREDUCE_IMPLS),
+             _us(r["floor"]), _ratio(r["speedup"]), _ratio(r["vs_peer"]), _ratio(r["x_floor"]), _us(r["flashinfer"])]
             for r in rows if r["source"] == source
         ]
-        lines += [f"{source} source, CUDA-graph median per call (us):", ""]
-        lines += markdown_table(["tp", "H", "M", "LL", "BT", "unfused", "torch symm-mem", "floor", "unfused / best",
-                                 "FlashInfer"], body)
+        lines += [f"{source} source, median per call (us), ratios of the faster protocol:", ""]
+        lines += markdown_table(["tp", "H", "M", *(IMPL_LABELS[impl] for impl in tables.ALLREDUCE_IMPLS), "floor",
+                                 "unfused / best", "best peer / best", "best / floor", "FlashInfer"], body)
+        if not any(r[peer] is not None or peer in r["unavailable"] for r in rows if r["source"] == source
+                   for peer in tables.PEERS):
+            lines.append("\nNo peer at this source (best peer / best: none): the peers run in the torchrun cases.")
         lines.append("")
     for (tp, hidden, source), found in sorted(tables.crossovers(document).items(), key=lambda kv: kv[0][2] != "plain"):
         verdict = f"BT ahead from M = {found} on" if found is not None else "BT never stays ahead: LL only"
         lines.append(f"- LL/BT crossover, tp {tp}, H {hidden}, {source}: {verdict}")
-    return lines + _notes_and_published(document, family)
+    lines += [f"- floor: {rule}" for rule in tables.floor_rules(document, family)]
+    return lines + _golden_lines(document) + _unavailable_lines(rows) + _notes_and_published(document, family)
+
+
+def _golden_lines(document: Mapping) -> list[str]:
+    """Per implementation that recorded it, its largest distance from the golden bits at each shape."""
+    lines = []
+    for impl, checks in tables.peer_checks(document).items():
+        shapes = ", ".join(f"tp {c['tp']} M {c['rows']}: " + "/".join(str(v) for v in c["ulp"].values())
+                           + ("" if c["plausible"] in (True, None) else " (BEYOND the sanity tolerance)")
+                           for c in checks)
+        held = checks[0]["held_to"] or "not stated"
+        lines.append(f"- {IMPL_LABELS.get(impl, impl)} against the golden bits, largest BF16 ulp distance "
+                     f"residual_out/layer_input (held to {held}): {shapes}")
+    return lines
+
+
+def _unavailable_lines(rows: list[dict]) -> list[str]:
+    """Why a cell reads ``n/a``: per implementation and reason, the shapes it applies to."""
+    reasons: dict[tuple, list[str]] = {}
+    for row in rows:
+        for impl, why in row["unavailable"].items():
+            reasons.setdefault((impl, why), []).append(f"tp {row['tp']} M {row['rows']}")
+    return [f"- {IMPL_LABELS.get(impl, impl)} {NOT_AVAILABLE} ({', '.join(shapes)}): not available: {why}"
+            for (impl, why), shapes in reasons.items()]
 
 
 def loop_section(document: Mapping, family: str) -> list[str]:
@@ -116,12 +190,14 @@ def loop_section(document: Mapping, family: str) -> list[str]:
     for r in tables.loop_rows(document, family):
         goals = "; ".join(f"{GOAL_WORDS.get(name, name + ' {}').format(r['goal'][name])}: {'met' if met else 'MISSED'}"
                           for name, met in r["goal_met"].items())
-        body.append([str(r["rows"]), str(r["steps"]), str(r["ranks"]), _us(r["kernel"]), _us(r["eager"]),
+        body.append([str(r["rows"]), str(r["steps"]), str(r["ranks"]), _us(r["kernel"]) + r["marks"]["kernel"],
+                     _us(r["eager"]) + r["marks"]["eager"],
                      _ratio(r["speedup"]), _us(r["floor"]), _ratio(r["x_floor"]), goals or DASH])
-    lines = ["kernel and eager (the torch loop): CUDA-graph median per call (us); speedup = eager / kernel; "
+    lines = ["kernel and eager (the torch loop): median per call (us); speedup = eager / kernel; "
              "x floor = kernel / floor:", ""]
     lines += markdown_table(["rows", "steps", "ranks", "kernel", "eager", "speedup", "floor", "x floor", "goals"], body)
-    lines += [""] + [f"- not paired: {error}" for error in tables.unpaired_loop_errors(document, family)]
+    lines += ["", "- no peer is measured for this family: its eager torch loop is the comparison"]
+    lines += [f"- not paired: {error}" for error in tables.unpaired_loop_errors(document, family)]
     lines += [f"- {', '.join(names)}: {formula}" for formula, names in tables.floor_formulas(document, family).items()]
     virtual = sorted({r["ranks"] for r in tables.loop_rows(document, family) if r["virtual"]})
     if virtual:

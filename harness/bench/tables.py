@@ -4,14 +4,21 @@ The summary (``harness.bench.summary``) and the plots (``harness.bench.plot``)
 read the same rows from here, so a table and its figure cannot disagree.
 Each family has a layout (``LAYOUTS``; any other family gets ``generic``):
 
-- ``allreduce``: one row per source (plain, finalize), tp, H and M, in the
-  nccl-tests spirit: the CUDA-graph medians of LL, BT and the unfused path
-  at that size (and PyTorch's symmetric-memory one-shot all-reduce, a peer
-  of the torchrun cases), the floor, and FlashInfer's published figure where one was
-  published at exactly that tp, H and M, and the speedup of the faster
-  protocol over the unfused path. ``crossovers`` gives the LL/BT
-  crossover of each (tp, H, source) by the rule that sets the kernels'
-  thresholds (``harness.bench.thresholds.crossover``).
+- ``allreduce``: one row per source (plain, finalize, plain through
+  torchrun), tp, H and M, in the nccl-tests spirit: the CUDA-graph medians
+  of LL, BT, the unfused path (the eager baseline) and the peers of the
+  torchrun cases (``PEERS``: PyTorch's symmetric-memory one-shot and
+  two-shot all-reduce, NCCL; each followed by the same eager tail) at that
+  size, the floor, FlashInfer's published figure where one was published
+  at exactly that tp, H and M, and three ratios of the faster protocol
+  (``best``): ``speedup`` = unfused / best, ``vs_peer`` = fastest peer /
+  best, ``x_floor`` = best / floor. A cell's ``marks`` say how it was
+  measured where that differs from the rest (``EAGER_MARK``: eager launches,
+  not capturable; ``L2_MARK``: inputs that may have stayed in the L2); an
+  implementation the document lists as not available at that shape is in
+  the row's ``unavailable`` (the summary writes ``n/a`` there). ``crossovers``
+  gives the LL/BT crossover of each (tp, H, source) by the rule that sets
+  the kernels' thresholds (``harness.bench.thresholds.crossover``).
 - ``loop``: one row per kernel case that names a baseline (the eager torch
   loop), from ``harness.bench.cases.ratios.pair_ratios``: rows, steps, ranks,
   the kernel's and the loop's CUDA-graph medians, the speedup, the kernel's
@@ -34,7 +41,10 @@ from harness.bench.thresholds import FAMILY as ALLREDUCE_FAMILY
 from harness.bench.thresholds import crossover, measurements
 
 LAYOUTS = {ALLREDUCE_FAMILY: "allreduce", "markov_fused": "loop", "markov_sharded": "loop", "baseline": "copy"}
-ALLREDUCE_IMPLS = ("ll", "bt", "unfused", "symm_mem")
+PEERS = ("symm_one_shot", "symm_two_shot", "nccl")
+ALLREDUCE_IMPLS = ("ll", "bt", "unfused", *PEERS)
+EAGER_MARK = "e"  # timed with eager launches: not capturable in a CUDA graph
+L2_MARK = "w"  # input footprint below the rotation's target: may have been L2-resident
 # Documents written before references carried tp/hidden/rows said so only in their note.
 _NOTE_SHAPE = re.compile(r"H=(?P<hidden>\d+), M=(?P<rows>\d+), TP(?P<tp>\d+)")
 
@@ -70,26 +80,65 @@ def _published_at(case: Mapping, shape: tuple) -> float | None:
     return None
 
 
+def _impl_of(params: Mapping) -> str | None:
+    """Which column an all-reduce entry fills: ``unfused``, a protocol or a peer; None for any other entry."""
+    impl = "unfused" if params.get("impl") == "unfused" else params.get("protocol")
+    return impl if impl in ALLREDUCE_IMPLS else None
+
+
+def marks(case: Mapping) -> str:
+    """How an entry's median was measured where that differs from the method: ``EAGER_MARK``, ``L2_MARK``."""
+    return (EAGER_MARK if "graph_mode" in case else "") + ("" if case.get("l2_cold", True) else L2_MARK)
+
+
+def _new_row(key: tuple) -> dict:
+    """An empty all-reduce row for ``(source, tp, hidden, rows)``."""
+    return {"source": key[0], "tp": key[1], "hidden": key[2], "rows": key[3], **{name: None for name in ALLREDUCE_IMPLS},
+            "floor": None, "flashinfer": None, "marks": {}, "unavailable": {}}
+
+
 def allreduce_rows(document: Mapping) -> list[dict]:
-    """One row per (source, tp, hidden, rows) of the all-reduce cases, sorted, with LL/BT/unfused/floor/FlashInfer."""
+    """One row per (source, tp, hidden, rows) of the all-reduce cases, sorted: medians, floor, FlashInfer, ratios."""
     rows: dict[tuple, dict] = {}
     for case in family_cases(document, ALLREDUCE_FAMILY):
         params = case["params"]
-        impl = params.get("protocol") if params.get("impl") != "unfused" else "unfused"
-        if impl not in ALLREDUCE_IMPLS:
+        impl = _impl_of(params)
+        if impl is None:
             continue
         shape = (params["tp"], params["hidden"], params["rows"])
         key = (params.get("source", "plain"), *shape)
-        row = rows.setdefault(key, {"source": key[0], "tp": shape[0], "hidden": shape[1], "rows": shape[2],
-                                    **{name: None for name in ALLREDUCE_IMPLS}, "floor": None, "flashinfer": None})
+        row = rows.setdefault(key, _new_row(key))
         row[impl] = case["graph"]["median_us"]
+        row["marks"][impl] = marks(case)
         row["floor"] = row["floor"] if row["floor"] is not None else case["floor_us"]["graph"]
-        if impl != "unfused" and row["flashinfer"] is None:
+        if impl in ("ll", "bt") and row["flashinfer"] is None:
             row["flashinfer"] = _published_at(case, shape)
+    for item in document.get("not_available", []):
+        params = item.get("params") or {}
+        impl = _impl_of(params) if item.get("family") == ALLREDUCE_FAMILY else None
+        if impl is not None:
+            key = (params.get("source", "plain"), params["tp"], params["hidden"], params["rows"])
+            rows.setdefault(key, _new_row(key))["unavailable"][impl] = item["why"]
     for row in rows.values():
-        kernels = [row[name] for name in ("ll", "bt") if row[name] is not None]
-        row["speedup"] = row["unfused"] / min(kernels) if row["unfused"] is not None and kernels else None
+        row.update(_ratios(row))
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0] != "plain", k[0], k[1], k[2], k[3]))]
+
+
+def _ratios(row: Mapping) -> dict:
+    """The row's best protocol, fastest peer and the ratios between them, the baseline and the floor (None where a
+    side is missing)."""
+    kernels = [row[name] for name in ("ll", "bt") if row[name] is not None]
+    peers = {name: row[name] for name in PEERS if row[name] is not None}
+    best = min(kernels) if kernels else None
+    best_peer = min(peers, key=peers.get) if peers else None
+    return {
+        "best": best,
+        "best_peer": peers[best_peer] if best_peer else None,
+        "best_peer_name": best_peer,
+        "speedup": row["unfused"] / best if best and row["unfused"] is not None else None,
+        "vs_peer": peers[best_peer] / best if best and best_peer else None,
+        "x_floor": best / row["floor"] if best and row["floor"] else None,
+    }
 
 
 def crossovers(document: Mapping) -> dict[tuple, int | None]:
@@ -104,7 +153,8 @@ def crossovers(document: Mapping) -> dict[tuple, int | None]:
 
 def loop_rows(document: Mapping, family: str) -> list[dict]:
     """One row per kernel case of ``family`` paired with its eager loop: rows, steps, ranks, medians, ratios, goals."""
-    params = {case["name"]: case["params"] for case in family_cases(document, family)}
+    by_name = {case["name"]: case for case in family_cases(document, family)}
+    params = {name: case["params"] for name, case in by_name.items()}
     table = []
     for pair in pair_ratios(document):
         if pair["family"] != family or "error" in pair:
@@ -121,6 +171,7 @@ def loop_rows(document: Mapping, family: str) -> list[dict]:
             "speedup": pair["speedup"],
             "floor": pair["floor_us"],
             "x_floor": pair["floor_ratio"],
+            "marks": {"kernel": marks(by_name[pair["case"]]), "eager": marks(by_name[pair["baseline"]])},
             "goal": pair.get("goal", {}),
             "goal_met": pair.get("goal_met", {}),
         })
@@ -159,6 +210,27 @@ def published(document: Mapping, family: str) -> list[dict]:
         for reference in case["references"]:
             seen.setdefault((reference.get("source"), reference.get("note"), reference.get("value_us")), reference)
     return list(seen.values())
+
+
+def floor_rules(document: Mapping, family: str) -> list[str]:
+    """The distinct symbolic floor rules (``params["floor_rule"]``) that ``family``'s cases state."""
+    return list(dict.fromkeys(case["params"]["floor_rule"] for case in family_cases(document, family)
+                              if case["params"].get("floor_rule")))
+
+
+def peer_checks(document: Mapping) -> dict[str, list[dict]]:
+    """Per all-reduce implementation that records its distance from the golden bits (``golden_ulp``): one row per
+    shape with the largest BF16 ulp distance per output and whether it was within the sanity tolerance."""
+    found: dict[str, list[dict]] = {}
+    for case in family_cases(document, ALLREDUCE_FAMILY):
+        params = case["params"]
+        if not params.get("golden_ulp") or _impl_of(params) is None:
+            continue
+        found.setdefault(_impl_of(params), []).append({
+            "tp": params["tp"], "rows": params["rows"], "hidden": params["hidden"],
+            "ulp": {name: value["max_ulp"] for name, value in params["golden_ulp"].items()},
+            "plausible": params.get("plausible"), "held_to": params.get("held_to")})
+    return found
 
 
 def floor_formulas(document: Mapping, family: str) -> dict[str, list[str]]:

@@ -17,8 +17,12 @@ verdict (``Spawned``) is read from them and the exit status of the tree:
   the bench document as cases of their own (with rank 0's device and machine
   figures when the run had no in-process case);
 - ``unavailable``: why it could not run here (every rank said not available,
-  e.g. no GPU), or a peer implementation that did not run (``optional``);
-- ``failed``: a rank's error, a rank without a result, or the deadline.
+  e.g. no GPU), or an implementation that did not run (a peer is
+  ``optional``), with its ``family``, ``name`` and ``params`` so that the
+  summary puts the reason in the cell it would have filled;
+- ``failed``: a rank's error, a rank without a result, the deadline, or a
+  required implementation (the kernel, the baseline) that failed on a rank
+  while the others were measured.
 """
 
 from __future__ import annotations
@@ -115,8 +119,14 @@ def verdict(key: str, ranks: dict[int, dict], world: int, *, rc: int | None, tim
     first = ranks.get(0, {})
     if first.get("status") == "measured":
         out.entries, out.device, out.machine = first["entries"], first["device"], first["machine"]
-        out.unavailable += [{"case": f"{key}: {item['name']}", "optional": item["optional"], "why": item["why"]}
+        family = key.split("/", 1)[0]
+        out.unavailable += [{"case": f"{key}: {item['name']}", "optional": item["optional"], "why": item["why"],
+                             "family": family, "name": item["name"], "params": item.get("params", {})}
                             for item in first.get("unavailable", [])]
+    for rank, result in sorted(ranks.items()):
+        out.failed += [{"case": f"{key}: {item['name']}", "error": f"rank {rank}: {item['why']}",
+                        "traceback": item.get("traceback", "")}
+                       for item in result.get("failed", []) if result.get("status") == "measured"]
     if not out.failed and rc not in (0, None):
         out.failed.append({"case": key, "error": f"torchrun exited {rc} though every rank wrote a result"})
     return out

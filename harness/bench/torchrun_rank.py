@@ -13,12 +13,18 @@ happens:
   ``kernels.fabric.SymmetricFabric``, and runs the case's setup on every
   rank (``RankContext``). The setup returns ``RankImpl`` rows: each
   implementation is timed by ``harness.bench.runner.time_prepared`` (CUDA
-  events around graph replays and eager loops), on every rank in lockstep
+  events around graph replays and eager loops; at most ``SHARED_MAX_SETS``
+  input sets where ranks share a GPU), on every rank in lockstep
   or, for a single-GPU baseline, on rank 0 alone while the others wait.
   Rank 0 measures the machine figures alone first and writes the entries
   (``runner.case_result``): ``{"status": "measured", "device", "machine",
-  "entries", "unavailable"}``; a peer whose setup failed on any rank is
-  listed in ``unavailable`` with why, on every rank alike (they agree first).
+  "entries", "unavailable", "failed"}``. An implementation whose setup or
+  timing raised on any rank is dropped on every rank alike (they agree
+  first) and the others go on: a peer (``optional``; e.g. one that said
+  ``NotAvailable``, NCCL where ranks share a GPU) is listed in
+  ``unavailable`` with why (the exception's text) and its params, a required
+  one (the kernel, the baseline) in ``failed`` with its traceback; the
+  parent turns the latter into the case's failures.
 - an error: ``{"status": "failed", "error", "traceback"}``, exit 1.
 
 Every wait has a deadline: the process group's and the fabric's timeouts,
@@ -40,6 +46,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 
+from harness.bench.floor import MAX_SETS, SHARED_MAX_SETS
 from harness.bench.registry import REGISTRY, BenchCase, discover
 from harness.bench.runner import case_result, device_info, measure_machine, time_prepared
 from kernels.fabric import SymmetricFabric
@@ -65,8 +72,9 @@ class RankContext:
 class RankImpl:
     """One implementation a torchrun case times: its entry name, params, description and prepared calls.
 
-    ``prepare`` builds it (collective when ``all_ranks``); an exception there
-    makes it unavailable (for a peer, ``optional``) rather than failing the case.
+    ``prepare`` builds it (collective when ``all_ranks``) and may record what
+    its check found in ``params``; an exception there or while timing drops
+    it alone: not available for a peer (``optional``), failed otherwise.
     """
 
     name: str
@@ -75,6 +83,10 @@ class RankImpl:
     prepare: Callable[[], Any]
     all_ranks: bool = True
     optional: bool = False
+
+
+class NotAvailable(RuntimeError):
+    """An implementation that cannot run on this machine; its message says why (the summary prints it as is)."""
 
 
 def write_json(path: Path, payload: dict) -> None:
@@ -90,24 +102,58 @@ def _agree(fabric: Any, ok: bool) -> bool:
     return bool(flags.min().item() == 1)
 
 
+def why_not(exc: BaseException) -> str:
+    """The reason an implementation did not run: a ``NotAvailable``'s message, else the exception's type and text."""
+    return str(exc) if isinstance(exc, NotAvailable) else f"{type(exc).__name__}: {exc}"
+
+
+def unavailable_record(impl: RankImpl, why: str, trace: str = "") -> dict:
+    """What the results say of an implementation that did not run: its name, params, whether optional, and why
+    (a required one's traceback too)."""
+    record = {"name": impl.name, "params": dict(impl.params), "optional": impl.optional,
+              "why": why or "it failed on another rank (that rank's result says why)"}
+    if trace and not impl.optional:
+        record["traceback"] = trace[-4000:]
+    return record
+
+
+def _attempt(action: Callable[[], Any]) -> tuple[Any, str, str]:
+    """``(action(), "", "")``, or ``(None, why, traceback)`` when it raises."""
+    try:
+        return action(), "", ""
+    except Exception as exc:  # noqa: BLE001 - judged by the caller: a peer is not available, a kernel failed
+        return None, why_not(exc), traceback.format_exc()
+
+
 def _prepare_all(impls: Sequence[RankImpl], fabric: Any, rank: int) -> tuple[list, list]:
-    """``(prepared rows, unavailable records)``: each impl built, agreed over the ranks, dropped with why if any failed."""
-    ready, unavailable = [], []
+    """``(prepared rows, records of what did not run)``: each impl built, agreed over the ranks, dropped with why
+    if it failed on any (one implementation's failure never stops the others)."""
+    ready, dropped = [], []
     for impl in impls:
-        prepared, why = None, ""
-        if impl.all_ranks or rank == 0:
-            try:
-                prepared = impl.prepare()
-            except Exception as exc:  # noqa: BLE001 - a peer that does not run here is reported, not fatal
-                if not impl.optional:
-                    raise
-                why = f"{type(exc).__name__}: {exc}"
+        prepared, why, trace = _attempt(impl.prepare) if impl.all_ranks or rank == 0 else (None, "", "")
         if _agree(fabric, not why):
             ready.append((impl, prepared))
         else:
-            unavailable.append({"name": impl.name, "optional": impl.optional,
-                                "why": why or "it failed on another rank (that rank's result says why)"})
-    return ready, unavailable
+            dropped.append(unavailable_record(impl, why, trace))
+    return ready, dropped
+
+
+def _time_all(ready: Sequence, fabric: Any, rank: int, time_one: Callable) -> tuple[list, list]:
+    """``[(impl, prepared, timing)]`` measured here and the records of impls whose timing failed.
+
+    Every rank reaches the same collectives: a barrier before each impl, and
+    for an impl timed on every rank an agreement after it (an impl that failed
+    on one rank is dropped on all); an impl timed on rank 0 alone is judged there.
+    """
+    timed, dropped = [], []
+    for impl, prepared in ready:
+        fabric.barrier()
+        timing, why, trace = _attempt(lambda: time_one(prepared)) if impl.all_ranks or rank == 0 else (None, "", "")
+        if (impl.all_ranks and not _agree(fabric, not why)) or why:
+            dropped.append(unavailable_record(impl, why, trace))
+        elif timing is not None:
+            timed.append((impl, prepared, timing))
+    return timed, dropped
 
 
 def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict:
@@ -124,22 +170,24 @@ def _measure(case, args: argparse.Namespace, rank: int, local_rank: int) -> dict
     machine = measure_machine(device, stream, copy_bytes=1 << 30, launches=256, reps=args.reps) if rank == 0 else None
     fabric.barrier()
     ctx = RankContext(fabric, device, backend, sharing, info["sm_count"], info["l2_bytes"])
-    ready, unavailable = _prepare_all(case.setup(ctx), fabric, rank)
+    ready, not_built = _prepare_all(case.setup(ctx), fabric, rank)
+    timed, not_timed = _time_all(
+        ready, fabric, rank,
+        lambda prepared: time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps,
+                                       max_sets=SHARED_MAX_SETS if sharing > 1 else MAX_SETS))
     entries = []
-    for impl, prepared in ready:
-        fabric.barrier()
-        if not (impl.all_ranks or rank == 0):
-            continue
-        timing = time_prepared(prepared, stream, l2_bytes=info["l2_bytes"], warmup=args.warmup, reps=args.reps)
+    for impl, prepared, timing in timed if rank == 0 else ():
         params = {"world": fabric.world, **impl.params, "launcher": "torchrun", "backend": backend,
                   "ranks_per_gpu": sharing}
         if "graph_mode" in timing:
             params["note"] = "; ".join(filter(None, [params.get("note"), f"{impl.name}: {timing['graph_mode']}"]))
         named = BenchCase(case.family, impl.name, case.setup, params, impl.description, case.references)
-        if rank == 0:
-            entries.append(case_result(named, prepared, timing, machine))
+        entries.append(case_result(named, prepared, timing, machine))
     fabric.barrier()
-    return {"device": info, "machine": machine, "entries": entries, "unavailable": unavailable}
+    dropped = not_built + not_timed
+    return {"device": info, "machine": machine, "entries": entries,
+            "unavailable": [record for record in dropped if record["optional"]],
+            "failed": [record for record in dropped if not record["optional"]]}
 
 
 def _parser() -> argparse.ArgumentParser:

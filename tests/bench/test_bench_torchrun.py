@@ -25,7 +25,10 @@ def test_torchrun_cases_are_listed_and_not_default():
     discover()
     spawned = [c for c in REGISTRY.cases() if c.launcher == "torchrun"]
     assert {c.key for c in spawned} >= {KEY, "markov_sharded/torchrun_r8_s8_v129280_w2"}
-    assert all(not c.default and c.world == 2 for c in spawned)
+    assert all(not c.default for c in spawned)
+    # Each case runs as many processes as it has ranks: the all-reduce at tp 2 and 4, the sampler at 2.
+    assert all(c.world == c.params.get("tp", 2) for c in spawned)
+    assert {c.world for c in spawned} == {2, 4}
 
 
 def test_ranks_without_gpu_report_not_available(monkeypatch):

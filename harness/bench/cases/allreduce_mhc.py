@@ -23,10 +23,11 @@ over the ranks' contributions in one process (``x.sum(0)``: in a real run
 this would be NCCL; its published time is a reference row), then mHC post
 and collapse and RMSNorm in eager torch (FP32 math, BF16 results).
 
-Floor (all three of one shape): the bytes every rank must move once, its
-contribution, residual and the small FP32 mixing inputs read, residual_out
-and layer_input written, its contribution written to and read from each
-peer, over the copy bandwidth measured in the run, plus the launches on one
+Floor (all three of one shape; ``floor_terms``, stated as ``FLOOR_RULE``
+in every entry): the bytes every rank must move once, its contribution,
+residual and the small FP32 mixing inputs read, residual_out and
+layer_input written, its contribution written to and read from each peer,
+over the copy bandwidth measured in the run, plus the launches on one
 rank's chain (publish, consumer; ranks run side by side), LL's count for
 all three so the floors are equal.
 
@@ -53,8 +54,10 @@ from __future__ import annotations
 
 import torch
 
-from harness.bench.cases.checks import check_close, check_equal, tensor_bytes
+from golden import allreduce as golden_allreduce
+from harness.bench.cases.checks import check_close, check_equal, max_ulp_distance, tensor_bytes
 from harness.bench.cases.virtual import build_ranks, launch_ranks
+from harness.bench.floor import FloorTerm, terms_bytes
 from harness.bench.registry import BenchContext, Prepared, bench_case
 
 HC, TOP_K, CAPACITY, EPS = 4, 8, 128, 1e-6
@@ -84,21 +87,49 @@ NCCL_PUBLISHED = (
     {"source": _NCCL, "value_us": 20.8, "note": "NCCL all-reduce 8xH200, 512 KB message", "published": True},
 )
 DEFAULT_ROWS = (1, 8, 32, 128)
+FLOOR_RULE = ("bytes per rank: contribution M x H x 2 B read + residual M x hc x H x 2 B read + residual_out "
+              "M x hc x H x 2 B written + layer_input M x H x 2 B written + post, comb, pre M x (2 hc + hc^2) x 4 B "
+              "read + 2 x (tp - 1) x M x H x 2 B to and from the peers (finalize: the contribution read is "
+              "M x H x 2 B x (top_k + 1) + M x top_k x 8 B); times the ranks the GPU holds (tp for virtual ranks, "
+              "the ranks per GPU under torchrun); plus 2 launches (LL's publish and consumer) for every implementation")
 _SYSTEMS: dict[tuple, list] = {}
 
 
-def floor_bytes(*, tp: int, rows: int, hidden: int, hc: int = HC, finalize: bool = False) -> int:
-    """Bytes all ``tp`` ranks must move once for one call (see the module docstring).
+def floor_terms(*, tp: int, rows: int, hidden: int, hc: int = HC, finalize: bool = False,
+                ranks: int | None = None) -> tuple[FloorTerm, ...]:
+    """What ``ranks`` of the ``tp`` ranks (all of them by default) must move once for one call, term by term.
 
-    With ``finalize`` a rank's contribution is read as its ``top_k`` routed
-    rows plus its shared output, with the weights and routes; every route is
-    counted, dropped ones too, so the routed bytes are overstated by about
-    the dropped third.
+    Per rank: its contribution read, residual read, residual_out and
+    layer_input written, the FP32 mixing inputs read, and its contribution
+    written to and read from each peer. With ``finalize`` a rank's
+    contribution is read as its ``top_k`` routed rows plus its shared output,
+    with the weights and routes; every route is counted, dropped ones too, so
+    the routed bytes are overstated by about the dropped third.
     """
+    ranks = tp if ranks is None else ranks
     row = rows * hidden * 2
-    contribution = row * (TOP_K + 1) + rows * TOP_K * 8 if finalize else row
-    per_rank = contribution + row * (hc + hc + 1) + rows * (hc + hc * hc + hc) * 4 + 2 * (tp - 1) * row
-    return tp * per_rank
+    each = f"{ranks} rank(s) x "
+    if finalize:
+        contribution = FloorTerm("routed rows, shared output, weights and routes read",
+                                 each + f"({rows} x {hidden} x 2 B x ({TOP_K} + 1) + {rows} x {TOP_K} x 8 B)",
+                                 ranks * (row * (TOP_K + 1) + rows * TOP_K * 8))
+    else:
+        contribution = FloorTerm("contribution x read", each + f"{rows} x {hidden} x 2 B", ranks * row)
+    return (
+        contribution,
+        FloorTerm("residual read", each + f"{rows} x {hc} x {hidden} x 2 B", ranks * hc * row),
+        FloorTerm("residual_out written", each + f"{rows} x {hc} x {hidden} x 2 B", ranks * hc * row),
+        FloorTerm("layer_input written", each + f"{rows} x {hidden} x 2 B", ranks * row),
+        FloorTerm("post, comb, pre (FP32) read", each + f"{rows} x ({hc} + {hc}^2 + {hc}) x 4 B",
+                  ranks * rows * (hc + hc * hc + hc) * 4),
+        FloorTerm("contribution to and from each peer", each + f"2 x ({tp} - 1) x {rows} x {hidden} x 2 B",
+                  ranks * 2 * (tp - 1) * row),
+    )
+
+
+def floor_bytes(*, tp: int, rows: int, hidden: int, hc: int = HC, finalize: bool = False) -> int:
+    """Bytes all ``tp`` ranks must move once for one call: the sum of ``floor_terms``."""
+    return terms_bytes(floor_terms(tp=tp, rows=rows, hidden=hidden, hc=hc, finalize=finalize))
 
 
 def chain_launches(protocol: str) -> int:
@@ -186,6 +217,21 @@ def check_outputs(case: str, outputs: list[dict], inputs: dict, weight: torch.Te
         check_close(case, name, outputs[0][name], value, magnitude, ulps=4)
 
 
+OUTPUTS = ("residual_out", "layer_input")
+
+
+def golden_outputs(inputs: dict, weight: torch.Tensor, *, tp: int, hidden: int) -> dict:
+    """The golden loop's outputs of one plain call (``golden.allreduce.reference``, run on the CPU)."""
+    static = {"norm_weight": weight.cpu()}
+    call = {name: value.cpu() for name, value in inputs.items()}
+    return golden_allreduce.reference(static, make_config(tp=tp, hidden=hidden, bt=False), call, {"protocol": "ll"})
+
+
+def golden_distance(outputs: dict, golden: dict) -> dict:
+    """Per output, how far ``outputs`` lie from the golden bits (``checks.max_ulp_distance``)."""
+    return {name: max_ulp_distance(outputs[name], golden[name]) for name in OUTPUTS}
+
+
 def _ranks(device: torch.device, tp: int, hidden: int, bt: bool, flight: bool = True) -> list:
     """The cached virtual ranks of one (tp, H, flight recorder or not) instance (built, compiled and loaded once
     per process)."""
@@ -227,8 +273,10 @@ def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protoco
         torch.cuda.synchronize(device)
         for name in ("residual_out", "layer_input"):
             check_equal(case, f"{name} (LL vs BT)", other[0][name], outputs[0][name])
+    terms = floor_terms(tp=tp, rows=rows, hidden=hidden, finalize=finalize)
     return Prepared(
-        bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden, finalize=finalize),
+        bytes_moved=terms_bytes(terms),
+        floor_terms=terms,
         input_bytes=tensor_bytes(check),
         new_input_set=lambda: make(device, gen, tp=tp, rows=rows, hidden=hidden),
         launch=lambda inputs: run(inputs, protocol),
@@ -258,8 +306,10 @@ def _unfused_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int) -> Pre
     outputs = launch(check)
     torch.cuda.synchronize(device)
     check_outputs(f"allreduce_mhc/tp{tp}_h{hidden}_m{rows}_unfused", outputs, check, weight)
+    terms = floor_terms(tp=tp, rows=rows, hidden=hidden)
     return Prepared(
-        bytes_moved=floor_bytes(tp=tp, rows=rows, hidden=hidden),
+        bytes_moved=terms_bytes(terms),
+        floor_terms=terms,
         input_bytes=tensor_bytes(check),
         new_input_set=lambda: make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden),
         launch=launch,
@@ -275,7 +325,7 @@ def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool, flight: bool
     protocol = impl.removeprefix("finalize_")
     params = {"tp": tp, "hidden": hidden, "rows": rows, "hc": HC, "impl": impl, "virtual_ranks": True,
               "provider": "virtual", "source": "finalize" if finalize else "plain", "protocol": protocol,
-              "note": VIRTUAL_NOTE}
+              "note": VIRTUAL_NOTE, "floor_rule": FLOOR_RULE}
     references: tuple = PUBLISHED.get(rows, ()) if hidden == 5120 and impl in ("ll", "bt") else ()
     if impl == "unfused":
         params["note"] = f"{VIRTUAL_NOTE}; {STAND_IN_NOTE}"

@@ -19,6 +19,10 @@ comparison of ``python -m harness run``):
   tolerance given in BF16 ulps of its operands' magnitude (robust to
   cancellation, where a relative tolerance of the result is not).
 - ``check_equal``: two outputs that must carry the same bits.
+- ``max_ulp_distance``: how far apart two BF16 outputs are, in BF16 ulps
+  (steps between adjacent representable values; +0 and -0 are one value),
+  for an implementation that is not held to the bits (a peer that sums in
+  another order): reported, never a failure.
 """
 
 from __future__ import annotations
@@ -144,3 +148,25 @@ def check_equal(case: str, name: str, got: torch.Tensor, expected: torch.Tensor)
     if bool(differ.any()):
         raise BenchSanityError(f"{case}: {name} differs in {int(differ.sum())} of {a.numel()} elements")
 
+
+
+def _ordered_bf16(values: torch.Tensor) -> torch.Tensor:
+    """BF16 bits as int32 on a line where adjacent representable values differ by 1 (-0 and +0 both 0)."""
+    bits = values.contiguous().view(torch.int16).to(torch.int32)
+    return torch.where(bits < 0, -(bits & 0x7FFF), bits)
+
+
+def max_ulp_distance(got: torch.Tensor, expected: torch.Tensor) -> dict:
+    """``{"max_ulp", "differing", "nan_mismatches"}`` of two BF16 tensors of one shape: the largest distance in
+    BF16 ulps over the elements both hold as numbers, how many elements differ in bits, and how many are NaN in
+    one only."""
+    if got.shape != expected.shape or got.dtype != torch.bfloat16 or expected.dtype != torch.bfloat16:
+        raise ValueError(f"max_ulp_distance needs two bfloat16 tensors of one shape, got {got.dtype}"
+                         f"{tuple(got.shape)} and {expected.dtype}{tuple(expected.shape)}")
+    got, expected = got.cpu(), expected.cpu()
+    nan_got, nan_expected = torch.isnan(got), torch.isnan(expected)
+    numbers = ~(nan_got | nan_expected)
+    distance = (_ordered_bf16(got) - _ordered_bf16(expected)).abs()[numbers]
+    return {"max_ulp": int(distance.max()) if distance.numel() else 0,
+            "differing": int((distance != 0).sum()),
+            "nan_mismatches": int((nan_got != nan_expected).sum())}

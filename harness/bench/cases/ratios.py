@@ -10,7 +10,11 @@ floor). For each such case, from the CUDA-graph medians:
 - ``floor_ratio`` = kernel median / kernel floor (1.0 = at the floor),
 - ``eager_speedup`` = the same ratio from the runner's eager launches,
 - ``goal_met`` per stated goal (absent goals are not judged),
-- ``floor_formula``, where the case gave its floor terms: what the floor counts.
+- ``floor_formula``, where the case gave its floor terms: what the floor counts;
+- where peers were measured beside it (cases with ``params["peer"]`` and the
+  kernel's ``params["peer_group"]``: the other implementations a user could
+  pick at that shape), ``best_peer`` (its name), ``best_peer_graph_us`` and
+  ``vs_best_peer`` = fastest peer median / kernel median.
 
 ``python -m harness.bench.cases.ratios RESULT.json...`` prints a table per
 document (each floor's formula under its row) and writes
@@ -54,6 +58,7 @@ def pair_ratios(document: Mapping) -> list[dict]:
         )
         if case.get("floor_formula"):
             row["floor_formula"] = case["floor_formula"]
+        row.update(_best_peer(document, case))
         goal = case["params"].get("goal") or {}
         met = {}
         if "speedup_vs_eager" in goal:
@@ -64,6 +69,18 @@ def pair_ratios(document: Mapping) -> list[dict]:
             row["goal"], row["goal_met"] = dict(goal), met
         rows.append(row)
     return rows
+
+
+def _best_peer(document: Mapping, case: Mapping) -> dict:
+    """The fastest peer measured in ``case``'s peer group and its ratio to ``case`` (empty when there is none)."""
+    group = case["params"].get("peer_group")
+    peers = [c for c in document["cases"] if group is not None and c["family"] == case["family"]
+             and c["params"].get("peer") and c["params"].get("peer_group") == group]
+    if not peers:
+        return {}
+    best = min(peers, key=lambda c: c["graph"]["median_us"])
+    return {"best_peer": best["name"], "best_peer_graph_us": best["graph"]["median_us"],
+            "vs_best_peer": best["graph"]["median_us"] / case["graph"]["median_us"]}
 
 
 def reference_rows(document: Mapping) -> list[dict]:
@@ -85,6 +102,8 @@ def format_rows(rows: Sequence[Mapping]) -> list[str]:
             lines.append(f"{label:44s} {row['error']}")
             continue
         goals = " ".join(f"{k}={'met' if v else 'MISSED'}" for k, v in row.get("goal_met", {}).items())
+        if "vs_best_peer" in row:
+            goals = f"best peer {row['best_peer']} {row['vs_best_peer']:.2f}x" + (f"; {goals}" if goals else "")
         lines.append(
             f"{label:44s} {row['kernel_graph_us']:10.2f} {row['baseline_graph_us']:10.2f} "
             f"{row['speedup']:8.2f} {row['floor_ratio']:8.2f}  {goals}"

@@ -3,26 +3,54 @@
 Each case runs in ``world`` processes (``harness.bench.torchrun``), every
 rank on a ``kernels.fabric.SymmetricFabric``; with fewer GPUs than ranks
 the processes share one GPU (gloo, overlapping devices), which proves the
-path and is not an NVLink time; unchanged on a node with a GPU per rank
-(NCCL). None is in the default set: they are run explicitly
+path and is not an NVLink time: kernels of different processes on one GPU
+take turns rather than run side by side, so a grid that spins for a peer
+waits for the peer's turn. Unchanged on a node with a GPU per rank (NCCL).
+None is in the default set: they are run explicitly
 (``--case allreduce_mhc/torchrun_tp2_h5120_m8``).
 
-- ``allreduce_mhc/torchrun_tp2_h5120_m{1,8,128}``: per shape three entries,
-  ``..._ll`` (the kernel, LL), ``..._unfused`` (``torch.distributed.all_reduce``
-  over the process group, NCCL or gloo, then eager mHC and RMSNorm:
-  ``allreduce_mhc.mix_and_norm``; the LL entry's baseline) and the peer
-  ``..._symm_mem`` (PyTorch's symmetric-memory one-shot all-reduce,
-  ``torch.ops.symm_mem.one_shot_all_reduce``, then the same eager tail),
-  where it runs. A gloo all-reduce cannot be captured in a CUDA graph: that
-  entry is timed eagerly and says so.
+- ``allreduce_mhc/torchrun_tp{2,4}_h5120_m{1,8,32,128}``: per shape, each an
+  entry of its own, side by side in the summary's table:
+
+  - ``..._ll`` and ``..._bt``: the kernel (one instance with both
+    protocols, the protocol forced per call), held to the golden bits
+    (``golden.allreduce.reference`` on the CPU, every bit);
+  - ``..._unfused``, their baseline, the same eager form as the in-process
+    cases: the ranks' sum taken locally (``x.sum(0)``, an all-reduce
+    stand-in with no communication), then eager mHC and RMSNorm
+    (``allreduce_mhc.mix_and_norm``);
+  - the peers a user would pick instead, each followed by that same eager
+    tail: ``..._symm_one_shot`` (PyTorch's symmetric-memory
+    ``torch.ops.symm_mem.one_shot_all_reduce_copy``: one kernel copies this
+    rank's contribution into its symmetric buffer, then every rank sums
+    every peer's buffer), ``..._symm_two_shot`` (``two_shot_all_reduce_``,
+    in place: a copy into the buffer, then each rank reduces its slice and
+    writes it to every peer), and ``..._nccl`` (``torch.distributed.all_reduce``
+    over NCCL). NCCL needs a GPU per rank: where ranks share one, the
+    entry is not available and says so. A peer that is missing from torch,
+    refuses the shape or fails is not available with its exception's text;
+    none of them fails the case.
+
+  A peer sums in its own order (symmetric memory: from the rank's own
+  buffer, rounding to BF16 after each add; NCCL: its ring), not the
+  contract's FP32 sum from rank 0, so it is not held to the bits: its entry
+  records, per output, the largest distance from the golden bits in BF16
+  ulps (``golden_ulp``) and whether it lies within 4 BF16 ulps of the
+  operands' magnitude of a float64 recomputation (``plausible``), the
+  bound the kernels' own sanity check uses. The unfused baseline is held
+  to that bound (it fails otherwise) and records its distance too.
 - ``markov_sharded/torchrun_r8_s8_v129280_w2``: ``..._kernel`` (the sampler,
   each rank its own launch; grids sized to share the GPU where they must)
   and ``..._eager`` (the torch loop on rank 0 alone, its baseline).
 
-Floors: the all-reduce's is ``allreduce_mhc.floor_bytes`` for the ranks
+Floors: the all-reduce's is ``allreduce_mhc.floor_terms`` for the ranks
 this GPU holds; the sampler's ``markov_sharded.floor_terms`` for the ranks
 this GPU holds (its formula in the results). Every implementation's
-outputs are checked before timing, as the in-process cases do.
+outputs are checked before timing, as the in-process cases do. The
+crossover of LL and BT measured here is keyed by the provider
+``symmetric`` only where each rank has its own GPU, ``symmetric-shared``
+otherwise, so that ranks taking turns on one GPU never set the thresholds
+of ranks on NVLink.
 """
 
 from __future__ import annotations
@@ -31,13 +59,29 @@ import torch
 import torch.distributed as dist
 
 from harness.bench.cases import allreduce_mhc as ar, markov_sharded as ms
-from harness.bench.cases.checks import tensor_bytes
+from harness.bench.cases.checks import BenchSanityError, check_equal, tensor_bytes
 from harness.bench.floor import terms_bytes
 from harness.bench.registry import Prepared, bench_case
-from harness.bench.torchrun_rank import RankContext, RankImpl
+from harness.bench.torchrun_rank import NotAvailable, RankContext, RankImpl
 
 SHARED_NOTE = "torchrun processes sharing one GPU: proves the path, not an NVLink time"
 CASE_NOTE = "one process per rank; where they share one GPU, not a latency measurement of NVLink"
+NEEDS_OWN_GPU = "needs a GPU per rank ({sharing} ranks share one GPU here; NCCL refuses two ranks on one device)"
+TORCHRUN_TP = (2, 4)
+TORCHRUN_ROWS = (1, 8, 32, 128)  # through 128 (the capacity): the LL/BT crossover recorded spans every M
+TORCHRUN_HIDDEN = 5120
+# Peers: entry suffix -> the all-reduce it runs before the eager tail.
+PEERS = {
+    "symm_one_shot": "torch symm_mem one_shot_all_reduce_copy",
+    "symm_two_shot": "torch symm_mem two_shot_all_reduce_",
+    "nccl": "torch.distributed.all_reduce (NCCL)",
+}
+# What each kind of implementation is held to in its check (``_judge``), as the summary states it.
+HELD_TO = {
+    "bits": "the golden bits, every one",
+    "tolerance": "4 BF16 ulps of the operands' magnitude of a float64 recomputation (the baseline's sanity check)",
+    "report": "nothing (a peer summing in its own order); within 4 BF16 ulps of the operands' magnitude is plausible",
+}
 
 
 def _note(ctx: RankContext) -> dict:
@@ -45,75 +89,129 @@ def _note(ctx: RankContext) -> dict:
     return {"note": SHARED_NOTE} if ctx.sharing > 1 else {}
 
 
-def _allreduce_prepared(ctx: RankContext, *, rows: int, hidden: int, case: str, call, capturable: bool = True) -> Prepared:
-    """A checked ``call(inputs) -> outputs`` of one all-reduce implementation at (rows, hidden) on this rank."""
-    tp, device = ctx.fabric.world, ctx.device
+def _judge(case: str, outputs: dict, check: dict, weight: torch.Tensor, golden: dict, held: str) -> dict:
+    """Check one implementation's outputs of the check call; return what it found.
+
+    ``held`` is ``bits`` (every bit equal to the golden's, else
+    ``BenchSanityError``), ``tolerance`` (within 4 BF16 ulps of the operands'
+    magnitude of the float64 recomputation, else the error) or ``report``
+    (a peer: both measured, nothing raised).
+    """
+    found = {"golden_ulp": ar.golden_distance(outputs, golden), "held_to": HELD_TO[held]}
+    if held == "bits":
+        for name in ar.OUTPUTS:  # the golden ran on the CPU
+            check_equal(case, f"{name} (against the golden bits)", outputs[name].cpu(), golden[name])
+        return found
+    try:
+        ar.check_outputs(case, [outputs], check, weight)
+        found["plausible"] = True
+    except BenchSanityError as exc:
+        if held == "tolerance":
+            raise
+        found.update(plausible=False, plausibility_error=str(exc))
+    return found
+
+
+def _allreduce_prepared(ctx: RankContext, *, rows: int, case: str, call, params: dict, held: str) -> Prepared:
+    """A checked ``call(inputs, weight) -> outputs`` of one all-reduce implementation at ``rows`` on this rank; what
+    the check found goes into ``params``."""
+    tp, device, hidden = ctx.fabric.world, ctx.device, TORCHRUN_HIDDEN
     weight = ar.make_weight(device, hidden)
     gen = torch.Generator(device=device).manual_seed(1000 * tp + rows)  # the same inputs on every rank
     check = ar.make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden)
     out = call(check, weight)
-    torch.cuda.synchronize(device)
-    ar.check_outputs(case, [out], check, weight)
+    if device.type == "cuda":  # the CPU tests run the check of the eager implementations on the CPU
+        torch.cuda.synchronize(device)
+    params.update(_judge(case, out, check, weight, ar.golden_outputs(check, weight, tp=tp, hidden=hidden), held))
+    terms = ar.floor_terms(tp=tp, rows=rows, hidden=hidden, ranks=ctx.sharing)
     return Prepared(
-        bytes_moved=ar.floor_bytes(tp=tp, rows=rows, hidden=hidden) * ctx.sharing // tp,
+        bytes_moved=terms_bytes(terms),
+        floor_terms=terms,
         input_bytes=tensor_bytes(check),
         new_input_set=lambda: ar.make_inputs(device, gen, tp=tp, rows=rows, hidden=hidden),
         launch=lambda inputs: call(inputs, weight),
         kernels_per_call=ar.chain_launches("ll"),
-        capturable=capturable,
     )
 
 
-def _allreduce_impls(ctx: RankContext, *, rows: int, hidden: int) -> list[RankImpl]:
-    """The kernel (LL), the unfused baseline and the symmetric-memory peer at one shape."""
-    tp, rank = ctx.fabric.world, ctx.fabric.rank
-    base = f"torchrun_tp{tp}_h{hidden}_m{rows}"
-    params = {"tp": tp, "hidden": hidden, "rows": rows, "hc": ar.HC, "provider": "symmetric",
-              "source": "plain (torchrun)", "virtual_ranks": False, **_note(ctx)}
+def _symm_call(ctx: RankContext, rows: int, op: str):
+    """``call(inputs, weight)``: the symmetric-memory all-reduce ``op`` of this rank's contribution, then the eager
+    tail; the op and the rendezvous are looked up first, so that a torch without them says so here."""
+    import torch.distributed._symmetric_memory as symm  # noqa: PLC0415 - a private torch module only these peers use
 
-    def kernel() -> Prepared:
-        """The public kernel over this rank's fabric, LL forced."""
-        from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
-
-        weight = ar.make_weight(ctx.device, hidden)
-        system = AllReduceMHCSystem(ctx.fabric, {"norm_weight": weight}, ar.make_config(tp=tp, hidden=hidden, bt=False),
-                                    timeout_ms=ar.TIMEOUT_MS)
-        return _allreduce_prepared(ctx, rows=rows, hidden=hidden, case=f"allreduce_mhc/{base}_ll",
-                                   call=lambda inputs, _w: system.launch(inputs, {"protocol": "ll"}))
-
-    def unfused() -> Prepared:
-        """``torch.distributed.all_reduce`` of this rank's contribution, then eager mHC and RMSNorm."""
+    # The op first: a torch without it fails alike on every rank, before the collective rendezvous.
+    reduce_op = getattr(torch.ops.symm_mem, "one_shot_all_reduce_copy" if op == "one_shot" else "two_shot_all_reduce_")
+    rank, group = ctx.fabric.rank, dist.group.WORLD.group_name
+    buffer = symm.empty((rows, TORCHRUN_HIDDEN), dtype=torch.bfloat16, device=ctx.device)
+    symm.rendezvous(buffer, group)
+    if op == "one_shot":
         def call(inputs: dict, weight: torch.Tensor) -> dict:
-            reduced = inputs["x"][rank].clone()
-            dist.all_reduce(reduced)
-            return ar.mix_and_norm(reduced, inputs, weight)
-
-        return _allreduce_prepared(ctx, rows=rows, hidden=hidden, case=f"allreduce_mhc/{base}_unfused", call=call,
-                                   capturable=ctx.backend == "nccl")
-
-    def symm_mem() -> Prepared:
-        """PyTorch's symmetric-memory one-shot all-reduce, then the same eager tail."""
-        import torch.distributed._symmetric_memory as symm  # noqa: PLC0415 - a private torch module only this case uses
-
-        group = dist.group.WORLD.group_name
-        buffer = symm.empty((rows, hidden), dtype=torch.bfloat16, device=ctx.device)
-        symm.rendezvous(buffer, group)
-
+            """One kernel: this rank's rows into its buffer, then every buffer summed into a new tensor."""
+            return ar.mix_and_norm(reduce_op(buffer, inputs["x"][rank], "sum", group), inputs, weight)
+    else:
         def call(inputs: dict, weight: torch.Tensor) -> dict:
+            """This rank's rows copied into its buffer, reduced there in place (each rank its slice, then gathered)."""
             buffer.copy_(inputs["x"][rank])
-            return ar.mix_and_norm(torch.ops.symm_mem.one_shot_all_reduce(buffer, "sum", group), inputs, weight)
+            return ar.mix_and_norm(reduce_op(buffer, "sum", group), inputs, weight)
+    return call
 
-        return _allreduce_prepared(ctx, rows=rows, hidden=hidden, case=f"allreduce_mhc/{base}_symm_mem", call=call)
 
-    backend = f"torch.distributed.all_reduce ({ctx.backend})"
-    return [
-        RankImpl(f"{base}_ll", {**params, "impl": "ll", "protocol": "ll", "baseline": f"{base}_unfused"},
-                 f"AllReduceMHC LL, {tp} torchrun processes", kernel),
-        RankImpl(f"{base}_unfused", {**params, "impl": "unfused", "protocol": "unfused"},
-                 f"unfused: {backend} + eager mHC + RMSNorm", unfused),
-        RankImpl(f"{base}_symm_mem", {**params, "impl": "symm_mem", "protocol": "symm_mem", "peer": True},
-                 "peer: torch symm_mem one_shot_all_reduce + eager mHC + RMSNorm", symm_mem, optional=True),
+def _nccl_call(ctx: RankContext):
+    """``call(inputs, weight)``: NCCL all-reduce of a copy of this rank's contribution, then the eager tail;
+    ``NotAvailable`` where ranks share a GPU or the group is not NCCL's."""
+    if ctx.sharing > 1:
+        raise NotAvailable(NEEDS_OWN_GPU.format(sharing=ctx.sharing))
+    if ctx.backend != "nccl":
+        raise NotAvailable(f"needs the NCCL backend (the process group runs {ctx.backend})")
+    rank = ctx.fabric.rank
+
+    def call(inputs: dict, weight: torch.Tensor) -> dict:
+        """``dist.all_reduce`` over the world group, on the current stream (capturable with NCCL)."""
+        reduced = inputs["x"][rank].clone()
+        dist.all_reduce(reduced)
+        return ar.mix_and_norm(reduced, inputs, weight)
+    return call
+
+
+def _allreduce_impls(ctx: RankContext, *, rows: int) -> list[RankImpl]:
+    """The kernel (LL and BT), the unfused baseline and the peers at one shape, in that order."""
+    tp, hidden = ctx.fabric.world, TORCHRUN_HIDDEN
+    base = f"torchrun_tp{tp}_h{hidden}_m{rows}"
+    common = {"tp": tp, "hidden": hidden, "rows": rows, "hc": ar.HC, "source": "plain (torchrun)",
+              "floor_rule": ar.FLOOR_RULE, "provider": "symmetric" if ctx.sharing == 1 else "symmetric-shared",
+              "virtual_ranks": False, "peer_group": base, **_note(ctx)}
+    systems: list = []
+
+    def kernel(protocol: str, params: dict) -> Prepared:
+        """The public kernel over this rank's fabric (built once for both protocols), ``protocol`` forced."""
+        if not systems:
+            from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+
+            systems.append(AllReduceMHCSystem(ctx.fabric, {"norm_weight": ar.make_weight(ctx.device, hidden)},
+                                              ar.make_config(tp=tp, hidden=hidden, bt=True), timeout_ms=ar.TIMEOUT_MS))
+        return _allreduce_prepared(ctx, rows=rows, case=f"allreduce_mhc/{base}_{protocol}", params=params,
+                                   held="bits", call=lambda inputs, _w: systems[0].launch(inputs, {"protocol": protocol}))
+
+    def impl(name: str, description: str, make_call, held: str, optional: bool, **extra) -> RankImpl:
+        """A RankImpl whose prepare checks ``make_call()``'s outputs into its own params."""
+        params = {**common, "impl": name, "protocol": name, **extra}
+        return RankImpl(f"{base}_{name}", params, description, optional=optional, prepare=lambda: _allreduce_prepared(
+            ctx, rows=rows, case=f"allreduce_mhc/{base}_{name}", params=params, held=held, call=make_call()))
+
+    impls = [
+        RankImpl(f"{base}_{protocol}", params, f"AllReduceMHC {protocol.upper()}, {tp} torchrun processes",
+                 lambda protocol=protocol, params=params: kernel(protocol, params))
+        for protocol in ("ll", "bt")
+        for params in [{**common, "impl": protocol, "protocol": protocol, "baseline": f"{base}_unfused"}]
     ]
+    impls.append(impl("unfused", "unfused: local x.sum(0) stand-in + eager mHC + RMSNorm",
+                      lambda: lambda inputs, weight: ar.unfused(inputs, weight), "tolerance", False,
+                      protocol="unfused", note="; ".join(filter(None, [common.get("note"), ar.STAND_IN_NOTE]))))
+    makers = {"symm_one_shot": lambda: _symm_call(ctx, rows, "one_shot"),
+              "symm_two_shot": lambda: _symm_call(ctx, rows, "two_shot"), "nccl": lambda: _nccl_call(ctx)}
+    impls += [impl(name, f"peer: {PEERS[name]} + eager mHC + RMSNorm", makers[name], "report", True, peer=True)
+              for name in PEERS]
+    return impls
 
 
 def _sampler_impls(ctx: RankContext) -> list[RankImpl]:
@@ -158,12 +256,13 @@ def _sampler_impls(ctx: RankContext) -> list[RankImpl]:
 
 def _register() -> None:
     """Register the torchrun cases (none in the default set)."""
-    for rows in (1, 8, 128):
-        bench_case("allreduce_mhc", f"torchrun_tp2_h5120_m{rows}", launcher="torchrun", world=2, default=False,
-                   params={"tp": 2, "hidden": 5120, "rows": rows, "note": CASE_NOTE},
-                   description="torchrun, 2 processes: LL, unfused (torch.distributed.all_reduce + eager), "
-                               "torch symm_mem one-shot peer")(
-            lambda ctx, rows=rows: _allreduce_impls(ctx, rows=rows, hidden=5120))
+    for tp in TORCHRUN_TP:
+        for rows in TORCHRUN_ROWS:
+            bench_case("allreduce_mhc", f"torchrun_tp{tp}_h{TORCHRUN_HIDDEN}_m{rows}", launcher="torchrun", world=tp,
+                       default=False, params={"tp": tp, "hidden": TORCHRUN_HIDDEN, "rows": rows, "note": CASE_NOTE},
+                       description=f"torchrun, {tp} processes: LL, BT, unfused (x.sum(0) + eager), peers: "
+                                   "torch symm_mem one-shot and two-shot, NCCL (a GPU per rank)")(
+                lambda ctx, rows=rows: _allreduce_impls(ctx, rows=rows))
     bench_case("markov_sharded", f"torchrun_r{ms.ROWS}_s{ms.STEPS}_v{ms.VOCAB}_w2", launcher="torchrun", world=2,
                default=False, params={"world": 2, "note": CASE_NOTE},
                description="torchrun, 2 processes: the sampler kernel, and the torch loop on rank 0")(_sampler_impls)
