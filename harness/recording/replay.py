@@ -65,6 +65,7 @@ from harness.launch.supervision import Supervised
 from harness.rank.compare import Comparison, Mismatch, compare_outputs
 from harness.recording.rebuild import check_available, replay_rank, run_world
 from harness.recording.recorder import RETURN, STATE_PREFIX
+from harness.recording.targets import scratch
 from harness.recording.world import WorldRecording, divergences, first_line, load_world
 from harness.recording.values import decode_plain
 from harness.recording.writer import WORLD_MANIFEST
@@ -132,9 +133,17 @@ def expected_outputs(record: Any, index: int) -> dict:
 
 
 def compare_call(record: Any, index: int, produced: dict, with_counters: bool) -> Comparison:
-    """Call ``index``'s replayed outputs against the recording, bit for bit (counters when ``with_counters``)."""
+    """Call ``index``'s replayed outputs against the recording, bit for bit (counters when ``with_counters``).
+
+    A public method's scratch arguments (``targets.scratch``) are not compared.
+    """
     expected = expected_outputs(record, index)
-    names = [k for k in sorted(expected) if with_counters or not k.startswith(STATE_PREFIX)]
+    call = record.call(index)
+    spec = record.spec(call["object"])
+    unmodelled = scratch(spec["class"], call["method"]) if spec["kind"] == "public" else ()
+    names = [k for k in sorted(expected) if (with_counters or not k.startswith(STATE_PREFIX))
+             and k.split(".")[0] not in unmodelled]
+    produced = {k: v for k, v in produced.items() if k.split(".")[0] not in unmodelled}
     total = compare_outputs(produced, expected, rank=record.rank, names=names, launch=index)
     for extra in sorted(set(produced) - set(expected) - {k for k in produced if k.startswith(STATE_PREFIX)}):
         total.merge(Comparison(1, 0, [Mismatch(record.rank, extra, {"structure": "not recorded"}, -1, "present",
@@ -142,9 +151,9 @@ def compare_call(record: Any, index: int, produced: dict, with_counters: bool) -
     return total
 
 
-def compare_with_recording(world: WorldRecording, results: list[dict]) -> list[str]:
-    """Lines naming each rank and call whose replay differs from the recording (empty: identical)."""
-    lines = []
+def compare_with_recording(world: WorldRecording, results: list[dict]) -> tuple[list[str], int]:
+    """(lines naming each rank and call whose replay differs from the recording, elements compared)."""
+    lines, elements = [], 0
     for record, result in zip(world.ranks, results):
         for index, produced in sorted(result["produced"].items()):
             where = f"rank {record.rank} {record.where(index)}"
@@ -154,13 +163,15 @@ def compare_with_recording(world: WorldRecording, results: list[dict]) -> list[s
                 continue
             call = record.call(index)
             counters = result["counters"].get(call["object"], True)
-            lines += mismatch_line("the recording", where, compare_call(record, index, produced, counters))
+            comparison = compare_call(record, index, produced, counters)
+            elements += comparison.elements
+            lines += mismatch_line("the recording", where, comparison)
             flight, used = call.get("flight"), result["flight"].get(index)
             if counters and flight is not None and None not in flight and used is not None \
                     and used != flight[1] - flight[0]:
                 lines.append(f"MISMATCH: {where}: the replay used {used} flight launches, the recording "
                              f"{flight[1] - flight[0]}")
-    return lines
+    return lines, elements
 
 
 def compare_with_golden(world: WorldRecording, results: list[dict]) -> tuple[list[str], int]:
@@ -221,16 +232,18 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
             exc = result["error"]
             findings.append(f"REPLAY FAILED: rank {record.rank} at {record.where(result['at'])}: {type(exc).__name__}: "
                             f"{first_line(exc)[:400]}{kernel_record_text(result.get('failed_object'))}")
-    compared = 0
+    compared = elements = 0
     try:
-        findings += compare_with_recording(world, results)
+        lines, elements = compare_with_recording(world, results)
+        findings += lines
         golden, compared = compare_with_golden(world, results)
         findings += golden
     except Exception as exc:  # noqa: BLE001 - after a kernel trap the device is gone; the findings so far stand
         findings.append(f"COMPARE FAILED: {type(exc).__name__}: {first_line(exc)[:300]}")
     replayed = sum(len(r["produced"]) for r in results)
     notes.append(f"replayed from call {start} with impl {impl}: {replayed} calls completed over "
-                 f"{world.world} ranks; {compared} compared with the golden reference")
+                 f"{world.world} ranks, {elements} elements compared with the recording; "
+                 f"{compared} compared with the golden reference")
     return report | {"impl": impl}
 
 

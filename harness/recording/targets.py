@@ -4,7 +4,7 @@
 (docs/interfaces.md, "The kernels' public API"): per class, the modules of
 its two implementations (the kernel class in ``kernels/``, its golden
 stand-in with the same name, constructor keywords and method signatures in
-``golden.public_api``) and per recorded method what the world analysis
+``golden.public``) and per recorded method what the world analysis
 compares across ranks: ``agreed``, the tensor arguments every rank passes
 with the same bits (the replicated request state; a rank's own
 contribution, logits or noise differ by rank and are compared by shape and
@@ -28,7 +28,7 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-GOLDEN_MODULE = "golden.public_api"
+GOLDEN_MODULE = "golden.public"
 
 
 @dataclass(frozen=True)
@@ -96,6 +96,18 @@ def method_facts(class_name: str, method: str) -> MethodFacts:
     return known.methods.get(method, MethodFacts()) if known is not None else MethodFacts()
 
 
+def scratch(class_name: str, method: str) -> tuple[str, ...]:
+    """The arguments ``class_name.method`` writes with values the golden stand-in does not model (its ``SCRATCH``).
+
+    A replay does not compare them: a kernel recording replayed on the
+    golden would differ there by design (the fused step's per-CTA partials).
+    """
+    if class_name not in PUBLIC_CLASSES:
+        return ()
+    stand_in = getattr(importlib.import_module(PUBLIC_CLASSES[class_name].golden_module), class_name, None)
+    return tuple(getattr(stand_in, "SCRATCH", {}).get(method, ()))
+
+
 def public_args_of(obj: Any, label: str) -> Mapping[str, Any]:
     """``obj.public_args``, checked to be a mapping by argument name."""
     args = getattr(obj, "public_args", None)
@@ -118,4 +130,4 @@ def build_public(class_name: str, impl: str, arguments: Mapping[str, Any], group
 
 
 __all__ = ["PUBLIC_CLASSES", "MethodFacts", "PublicClass", "build_public", "flight_launches_of", "method_facts",
-           "public_args_of", "public_class", "public_class_of"]
+           "public_args_of", "public_class", "public_class_of", "scratch"]
