@@ -63,7 +63,7 @@ from harness.wire.command_line import HelpFormatter, command_parser, version
 
 # Commands handed to another module's ``main(argv)`` (imported only when used): command -> (module, help).
 DISPATCHED = {
-    "record": ("harness.recording.capture", "record a user's job's ranks into a bundle, or replay one (rankcheck.recording)"),
+    "record": ("harness.recording.capture", "record a scenario's ranks as rankcheck.recording records a job, or replay a recording"),
     "bench": ("harness.bench", "benchmark the kernels on this GPU; `bench report` and `bench breakdown` read results"),
     "compile": ("harness.compile_gate", "compile gate: build every kernel variant for an architecture, no GPU needed"),
     "fuzz": ("harness.fuzz", "random valid scenarios through validation; the first failure shrunk to a minimal file"),

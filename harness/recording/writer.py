@@ -129,11 +129,12 @@ def versions() -> dict[str, str]:
 
 
 def group_rank_world(obj: Any) -> tuple[int, int] | None:
-    """(rank, world) from the object's ``group``, ``comm`` or ``fabric``, else itself, when one has int ``rank`` and ``world``."""
+    """(rank, world) from the object's ``group``, ``comm`` or ``fabric``, else itself: the first with int ``rank`` and ``world`` (or ``tp``)."""
     for handle in [getattr(obj, attribute, None) for attribute in ("group", "comm", "fabric")] + [obj]:
-        found = (getattr(handle, "rank", None), getattr(handle, "world", None))
-        if all(isinstance(v, int) and not isinstance(v, bool) for v in found):
-            return found
+        for size in ("world", "tp"):
+            found = (getattr(handle, "rank", None), getattr(handle, size, None))
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in found):
+                return found
     return None
 
 
