@@ -138,10 +138,13 @@ class RankBundle:
         return {k[len(prefix):]: e["sha256"] for k, e in self.manifest["tensors"].items() if k.startswith(prefix)}
 
 
+KIND_WORDS = {dict: "mapping", list: "list", int: "whole number", str: "string", bool: "true or false"}
+
+
 def _require(value: Any, kind: type, shown: str) -> Any:
     """``value`` when it is a ``kind`` (an int is never a bool), else a ``BundleError`` naming ``shown``."""
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise BundleError(f"{shown}: expected a {kind.__name__}, got {describe(value)}")
+        raise BundleError(f"{shown}: expected a {KIND_WORDS[kind]}, got {describe(value)}")
     return value
 
 
