@@ -241,6 +241,9 @@ def replay_one(directory: Path, impl: str, deadline_s: float) -> dict:
     except Exception as exc:  # noqa: BLE001 - after a kernel trap the device is gone; the findings so far stand
         findings.append(f"COMPARE FAILED: {type(exc).__name__}: {first_line(exc)[:300]}")
     replayed = sum(len(r["produced"]) for r in results)
+    if replayed == 0 and not any(r["error"] for r in results):
+        findings.append("NOTHING REPLAYED: every recorded call was captured into a CUDA graph (no data recorded); "
+                        "the flight recorder's rings hold what the graphs ran")
     notes.append(f"replayed from call {start} with impl {impl}: {replayed} calls completed over "
                  f"{world.world} ranks, {elements} elements compared with the recording; "
                  f"{compared} compared with the golden reference")

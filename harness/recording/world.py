@@ -326,6 +326,33 @@ def _relation(record: RankRecord, reference: RankRecord, index: int, mine: dict)
     return ""
 
 
+def _field_text(record: RankRecord, ref_rank: int, mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> str:
+    """The fields where ``record``'s call differs from rank ``ref_rank``'s (the first ``SHOWN_FIELDS``)."""
+    differing = _differences(mine, theirs)
+    shown = "; ".join(f"{k}: rank {record.rank} {mine.get(k, 'absent')}, rank {ref_rank} {theirs.get(k, 'absent')}"
+                      for k in differing[:SHOWN_FIELDS])
+    return shown + (f" (and {len(differing) - SHOWN_FIELDS} more fields)" if len(differing) > SHOWN_FIELDS else "")
+
+
+def _deviation(record: RankRecord, reference: RankRecord, index: int, mine: dict, theirs: dict) -> Divergence:
+    """How ``record``'s call ``index`` deviates from ``reference``'s.
+
+    Another object or method: the rank did not make the reference's call
+    (the finding names that call's object and launch); the same method with
+    other arguments: the fields that differ (named by the rank's own call).
+    A skipped or repeated call is said when the neighbouring calls show it.
+    """
+    relation = _relation(record, reference, index, mine)
+    other_call = (mine["object"], mine["method"]) != (theirs["object"], theirs["method"])
+    if other_call:
+        what = f"deviates at {record.where(index)} where rank {reference.rank} made its {reference.where(index)}"
+    else:
+        what = f"deviates at {record.where(index)}: {_field_text(record, reference.rank, mine, theirs)}"
+    # a call the rank did not make is named by that call: the reference rank's object and launch
+    source = reference if other_call or relation.startswith("skipped") else record
+    return _divergence(record, index, what + (f"; rank {record.rank} {relation}" if relation else ""), source)
+
+
 def _content_divergences(world: WorldRecording) -> list[Divergence]:
     """The ranks whose call differs from the majority's at the first call where the ranks' calls differ."""
     with_calls = [r for r in world.ranks if r.bundle is not None]
@@ -333,17 +360,8 @@ def _content_divergences(world: WorldRecording) -> list[Divergence]:
     for index in common:
         descriptions = {r.rank: r.describe(index) for r in with_calls}
         ref_rank = _majority(descriptions)
-        reference = world.ranks[ref_rank]
-        found = []
-        for record in (r for r in with_calls if descriptions[r.rank] != descriptions[ref_rank]):
-            mine, theirs = descriptions[record.rank], descriptions[ref_rank]
-            differing = _differences(mine, theirs)
-            fields = "; ".join(f"{k}: rank {record.rank} {mine.get(k)}, rank {ref_rank} {theirs.get(k)}"
-                               for k in differing[:SHOWN_FIELDS])
-            fields += f" (and {len(differing) - SHOWN_FIELDS} more fields)" if len(differing) > SHOWN_FIELDS else ""
-            relation = _relation(record, reference, index, mine)
-            found.append(_divergence(record, index, f"deviates at {record.where(index)}: {fields}"
-                                     + (f"; rank {record.rank} {relation}" if relation else "")))
+        found = [_deviation(record, world.ranks[ref_rank], index, descriptions[record.rank], descriptions[ref_rank])
+                 for record in with_calls if descriptions[record.rank] != descriptions[ref_rank]]
         if found:
             return found  # after the first divergence the ranks' calls are no longer paired
     return []

@@ -23,6 +23,7 @@ import yaml
 import rankcheck
 from golden.comm import run_ranks
 from harness.cli import main as cli_main
+from harness.recording.replay import replay_one
 from harness.recording.targets import PUBLIC_CLASSES
 from harness.recording.world import load_world
 
@@ -157,3 +158,60 @@ def test_an_edited_manifest_and_older_formats_are_refused(tmp_path, capsys):
     (single / "manifest.yaml").write_text("format: 1\n")
     code, out = _replay(single, capsys)
     assert code == 2 and "an older `harness record capture`" in out, out
+
+
+def test_a_call_under_graph_capture_is_marked_not_copied_and_not_replayed(tmp_path, capsys, monkeypatch):
+    """The recorder sees capture through ``stream_capturing`` (no CUDA here: the test says when it captures)."""
+    from harness.recording import recorder
+
+    capturing = iter([False, True])  # call 0 eager, call 1 under capture
+    monkeypatch.setattr(recorder, "stream_capturing", lambda: next(capturing))
+    run_ranks(1, sampler_job(tmp_path, [0, 1], 1), timeout_s=60)
+    rank = load_world(tmp_path).ranks[0]
+    eager, captured = rank.bundle.calls
+    assert not eager["captured"] and captured["captured"] and captured["outputs"] == []
+    assert rank.bundle.inputs(0) and not rank.bundle.inputs(1), "nothing is copied under capture"
+    assert rank.describe(1)["argument base_logits shape"] == [8, 4, 4096], "a captured call is still described"
+    code, out = _replay(tmp_path, capsys)
+    assert code == 0, out
+    assert "sampler: calls from 1 on not replayed (call 1 was captured into a CUDA graph" in out, out
+    assert "1 calls completed over 1 ranks" in out, out
+
+
+def layers_and_sampler_job(directory: Path, skip: tuple[int, int] | None = None):
+    """A rank's job: two ``AllReduceMHC`` layers and a sampler in one recording, three decode steps in the order
+    layer0, layer1, sampler; ``skip`` = (rank, step): that rank leaves out that step's sampler call."""
+    ar_static, ar_config, ar_calls = drivers.scenario_calls("allreduce_mhc", "basic_ll", WORLD)
+    sm_static, sm_config, sm_calls = drivers.scenario_calls("markov_sharded", "basic", WORLD)
+
+    def job(comm):
+        objects = {"layer0": drivers.allreduce_stand_in(ar_config, comm),
+                   "layer1": drivers.allreduce_stand_in(ar_config, comm),
+                   "sampler": drivers.sharded_stand_in(sm_static, sm_config, comm)}
+        with rankcheck.recording(objects, directory) as recorded:
+            for step in range(3):
+                for layer in ("layer0", "layer1"):
+                    drivers.allreduce_public_call(recorded[layer], ar_config, ar_static, *ar_calls[step], comm.rank)
+                if (comm.rank, step) != skip:
+                    drivers.sharded_public_call(recorded["sampler"], *sm_calls[step], local=False, rank=comm.rank)
+
+    return job
+
+
+def test_several_objects_of_one_job_replay_and_a_skipped_call_is_named(tmp_path, capsys):
+    run_ranks(WORLD, layers_and_sampler_job(tmp_path / "ok"), timeout_s=120)
+    assert [o["name"] for o in load_world(tmp_path / "ok").objects] == ["layer0", "layer1", "sampler"]
+    code, out = _replay(tmp_path / "ok", capsys, "--deadline", "60")
+    assert code == 0 and "18 calls completed over 2 ranks" in out, out
+
+    try:  # the ranks meet in a mismatched exchange (rank 1's layer0 against rank 0's sampler)
+        run_ranks(WORLD, layers_and_sampler_job(tmp_path / "skip", skip=(1, 1)), timeout_s=20)
+    except RuntimeError:
+        pass
+    code, out = _replay(tmp_path / "skip", capsys, "--deadline", "10")
+    assert code == 1, out
+    assert "DIVERGENCE: rank 1 deviates at call 5 (layer0.__call__, flight launch 4) where rank 0 made its call 5 " \
+           "(sampler.__call__, flight launch 1)" in out, out
+    report = replay_one(tmp_path / "skip", "golden", 10)
+    assert report["first"] == {"rank": 1, "call": 5, "object": "sampler", "method": "__call__", "launch": 1,
+                               "what": report["first"]["what"]}, report["first"]
