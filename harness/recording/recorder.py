@@ -234,6 +234,7 @@ class RecordedObject:
     def __getattr__(self, attribute: str) -> Any:
         if attribute in self._methods and attribute != "__call__":
             def recorded(*args: Any, **kwargs: Any) -> Any:
+                """The object's method, called through the recorder."""
                 return self._call(attribute, *args, **kwargs)
 
             recorded.__doc__ = getattr(getattr(self._target, attribute), "__doc__", None)
