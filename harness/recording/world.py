@@ -105,12 +105,14 @@ class RankRecord:
                 describe_value(name, value, digests, name in known.agreed, out)
         return out
 
+    def made(self, index: int) -> str:
+        """``(<object>.<method>, flight launch <k>)`` for call ``index`` (empty when it is not kept)."""
+        call = self.call(index)
+        return "" if call is None else f"({call['object']}.{call['method']}{flight_text(call.get('flight'))})"
+
     def where(self, index: int) -> str:
         """``call <n> (<object>.<method>, flight launch <k>)`` for call ``index`` (its number alone when not kept)."""
-        call = self.call(index)
-        if call is None:
-            return f"call {index}"
-        return f"call {index} ({call['object']}.{call['method']}{flight_text(call.get('flight'))})"
+        return f"call {index} {self.made(index)}".rstrip()
 
     @property
     def ended(self) -> str:
@@ -344,8 +346,9 @@ def _deviation(record: RankRecord, reference: RankRecord, index: int, mine: dict
     """
     relation = _relation(record, reference, index, mine)
     other_call = (mine["object"], mine["method"]) != (theirs["object"], theirs["method"])
-    if other_call:
-        what = f"deviates at {record.where(index)} where rank {reference.rank} made its {reference.where(index)}"
+    if other_call:  # the call the rank did not make first: it is what the finding names
+        what = (f"deviates at call {index}: rank {reference.rank} made {reference.made(index)}, "
+                f"rank {record.rank} {record.made(index)}")
     else:
         what = f"deviates at {record.where(index)}: {_field_text(record, reference.rank, mine, theirs)}"
     # a call the rank did not make is named by that call: the reference rank's object and launch

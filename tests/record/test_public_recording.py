@@ -210,8 +210,8 @@ def test_several_objects_of_one_job_replay_and_a_skipped_call_is_named(tmp_path,
         pass
     code, out = _replay(tmp_path / "skip", capsys, "--deadline", "10")
     assert code == 1, out
-    assert "DIVERGENCE: rank 1 deviates at call 5 (layer0.__call__, flight launch 4) where rank 0 made its call 5 " \
-           "(sampler.__call__, flight launch 1)" in out, out
+    assert "DIVERGENCE: rank 1 deviates at call 5: rank 0 made (sampler.__call__, flight launch 1), rank 1 " \
+           "(layer0.__call__, flight launch 4)" in out, out
     report = replay_one(tmp_path / "skip", "golden", 10)
     assert report["first"] == {"rank": 1, "call": 5, "object": "sampler", "method": "__call__", "launch": 1,
                                "what": report["first"]["what"]}, report["first"]
