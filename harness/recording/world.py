@@ -371,16 +371,18 @@ def _content_divergences(world: WorldRecording) -> list[Divergence]:
 
 
 def _stopped(world: WorldRecording) -> list[Divergence]:
-    """Ranks that made fewer calls than the most any rank made, and ranks whose last call never returned."""
+    """Ranks that made fewer calls than the most any rank made, then ranks whose last call never returned.
+
+    The ranks that stopped early come first: a peer left waiting in its
+    next call (in flight) is the consequence, the rank that stopped the cause.
+    """
     made = {r.rank: int(r.entry.get("calls_made", 0)) for r in world.ranks}
     most = max(made.values(), default=0)
     ahead = next((r for r in world.ranks if made[r.rank] == most), None)
-    found = []
+    found = [_divergence(record, made[record.rank], f"made {made[record.rank]} calls where rank {ahead.rank} made "
+                         f"{most}: it stopped before rank {ahead.rank}'s {ahead.where(made[record.rank])}", ahead)
+             for record in world.ranks if made[record.rank] < most]
     for record in world.ranks:
-        if made[record.rank] < most:
-            where = ahead.where(made[record.rank]) if ahead is not None else f"call {made[record.rank]}"
-            found.append(_divergence(record, made[record.rank], f"made {made[record.rank]} calls where rank "
-                                     f"{ahead.rank} made {most}: it stopped before rank {ahead.rank}'s {where}", ahead))
         if record.entry.get("in_flight") and record.calls:
             index = record.calls[-1]
             found.append(_divergence(record, index, f"stopped in {record.where(index)}: the call never returned "

@@ -215,3 +215,16 @@ def test_several_objects_of_one_job_replay_and_a_skipped_call_is_named(tmp_path,
     report = replay_one(tmp_path / "skip", "golden", 10)
     assert report["first"] == {"rank": 1, "call": 5, "object": "sampler", "method": "__call__", "launch": 1,
                                "what": report["first"]["what"]}, report["first"]
+
+
+def test_a_rank_that_skipped_its_last_call_is_named_before_the_peer_left_waiting(tmp_path, capsys):
+    """Rank 1 leaves out the sampler's call 2; rank 0 waits in it until the world's deadline (in flight)."""
+    try:
+        run_ranks(WORLD, sampler_job(tmp_path, [0, 1, 2], WORLD, planted={1: [0, 1]}), timeout_s=5)
+    except RuntimeError:
+        pass
+    code, out = _replay(tmp_path, capsys, "--deadline", "5")
+    assert code == 1, out
+    assert "first divergence: rank 1 made 2 calls where rank 0 made 3: it stopped before rank 0's call 2 " \
+           "(sampler.__call__, flight launch 2)" in out, out
+    assert "DIVERGENCE: rank 0 stopped in call 2 (sampler.__call__, flight launch 2): the call never returned" in out
