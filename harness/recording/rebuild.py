@@ -11,7 +11,7 @@ over ``handle``; a family system with ``FamilyAdapter.make_system``, from
 the counters it had before its first replayed call when the replay starts
 mid-stream. It then makes each recorded call from call number ``start`` on,
 in order, with the recorded arguments (tensors from the bundle, on the
-fabric's device for kernels), and keeps per call what it produced in the
+fabric's device for kernel classes; a family system places its host inputs itself), and keeps per call what it produced in the
 recorded form (``return...``, every tensor argument after the call,
 ``state.<counter>``) and how many flight launches it used.
 
@@ -118,6 +118,7 @@ def replay_rank(record: Any, world_objects: list[dict], impl: str, handle: Any, 
         return done
     befores = first_states(record, start) if start > 0 else {}
     device = getattr(handle, "device", None) if impl == "kernel" else None
+    kinds = {spec["name"]: spec["kind"] for spec in record.bundle.objects}
     objects = {}
     for spec in record.bundle.objects:
         objects[spec["name"]], done["counters"][spec["name"]] = build_object(
@@ -135,7 +136,9 @@ def replay_rank(record: Any, world_objects: list[dict], impl: str, handle: Any, 
         obj = objects[call["object"]]
         launches = flight_launches_of(obj)
         try:
-            done["produced"][call["index"]] = make_call(obj, call, record.bundle.inputs(position), device)
+            # a family system takes host tensors and places them itself (harness.families.placement)
+            on = None if kinds[call["object"]] == "system" else device
+            done["produced"][call["index"]] = make_call(obj, call, record.bundle.inputs(position), on)
         except Exception as exc:  # noqa: BLE001 - reported with the rank and call
             done["error"], done["failed_object"] = exc, obj
             return done
