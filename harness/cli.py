@@ -16,7 +16,7 @@ Subcommands:
   arithmetic facts (``harness.calibration.probe``); ``golden --arch sm_XY`` validates
   with that architecture's facts where no GPU is present.
 - ``record``, ``bench`` (with ``bench report`` and ``bench breakdown``),
-  ``compile``, ``fuzz``, ``scale``: dispatched to ``harness.recording.recorder``,
+  ``compile``, ``fuzz``, ``scale``: dispatched to ``harness.recording.capture``,
   ``harness.bench``, ``harness.compile_gate``, ``harness.fuzz`` (random
   valid scenarios, the first failure shrunk to a minimal file) and
   ``harness.scale`` (imported only when used, so a missing module is a clear
@@ -64,7 +64,7 @@ from harness.wire.command_line import HelpFormatter, command_parser, version
 
 # Commands handed to another module's ``main(argv)`` (imported only when used): command -> (module, help).
 DISPATCHED = {
-    "record": ("harness.recording.recorder", "record a user's job's ranks into a bundle, or replay one (rankcheck.recording)"),
+    "record": ("harness.recording.capture", "record a scenario's ranks as rankcheck.recording records a job, or replay a recording"),
     "bench": ("harness.bench", "benchmark the kernels on this GPU; `bench report` and `bench breakdown` read results"),
     "compile": ("harness.compile_gate", "compile gate: build every kernel variant for an architecture, no GPU needed"),
     "fuzz": ("harness.fuzz", "random valid scenarios through validation; the first failure shrunk to a minimal file"),

@@ -1,10 +1,27 @@
 """rankcheck: the user-facing names of the harness (the implementation lives in ``harness/``).
 
-``rankcheck.recording(system, directory, family=..., config=..., static=...)``
-records every rank of your own torchrun job (``harness.recording.writer``): one
-bundle per rank plus a world manifest, bounded, written on exit, on an
-exception and on SIGTERM/SIGINT; ``python -m harness replay --bundle DIR``
-replays it offline.
+``rankcheck.recording(target, directory)`` records every rank of your own job
+(``harness.recording.writer``). Change one line per rank and call what it
+yields::
+
+    with rankcheck.recording(sampler, "/shared/rec") as sampler:
+        ...  # the decode loop, unchanged
+
+``target`` is a public kernel object (``AllReduceMHC``,
+``ShardedMarkovSampler``, ``MarkovKernels`` or its golden stand-in from
+``golden.public``), a mapping ``{name: object}`` of several (yielding a
+mapping of recorded objects), or a family system with ``family=``,
+``config=`` and ``static=``. Each object's constructor arguments are
+recorded once, each call as made (arguments by name before it, returned
+tensors, buffers written in place and counters after it; a call under
+CUDA-graph capture marked, not copied), bounded by ``max_calls`` and
+``max_bytes``, written through as calls happen and on exit, on an exception,
+on SIGTERM/SIGINT and up to the last call on a kill: one bundle per rank plus
+a world manifest (docs/interfaces.md, "Recorded worlds"). Then
+``python -m harness replay --bundle DIR`` (``--impl golden`` on a CPU,
+``--impl kernel`` on a GPU) rebuilds every rank's objects, replays the calls
+bit for bit and names the first rank, call, object and flight launch where
+the ranks diverged.
 
 ``rankcheck.flight_findings(directory)`` reads the kernels' flight
 recorders (``kernels.flight``: every instance of ``AllReduceMHC``,

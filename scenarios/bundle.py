@@ -104,6 +104,16 @@ def _with_layout(t: torch.Tensor, layout: Mapping | None) -> torch.Tensor:
     return view
 
 
+def tensor_entry(t: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    """A tensor's manifest entry (dtype, shape, sha256 of its raw bytes, layout of a view) and its contiguous host copy."""
+    t = t.detach().cpu()
+    entry = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape), "sha256": raw_sha256(t)}
+    layout = _layout(t)
+    if layout is not None:
+        entry["layout"] = layout
+    return entry, t.contiguous()
+
+
 def save_bundle(path: str | Path, *, family: str, config: Mapping[str, Any], world: int,
                 static: Mapping[str, torch.Tensor],
                 calls: Sequence[tuple[Mapping[str, torch.Tensor], Mapping[str, Any]]],
@@ -126,13 +136,7 @@ def save_bundle(path: str | Path, *, family: str, config: Mapping[str, Any], wor
         """Record tensor ``t`` under ``key`` with its digest and layout."""
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{key}: expected a tensor, got {type(t).__name__}")
-        t = t.detach().cpu()
-        entry = {"dtype": _dtype_name(t.dtype), "shape": list(t.shape), "sha256": raw_sha256(t)}
-        layout = _layout(t)
-        if layout is not None:
-            entry["layout"] = layout
-        entries[key] = entry
-        tensors[key] = t.contiguous()
+        entries[key], tensors[key] = tensor_entry(t)
 
     for k, t in static.items():
         add(f"static.{k}", t)
@@ -400,3 +404,10 @@ def load_bundle(path: str | Path) -> RecordedScenario:
 
 
 __all__ = ["BundleError", "RecordedScenario", "load_bundle", "read_yaml_mapping", "save_bundle"]
+
+
+# The payload's checks and the view rebuilding, for the other manifest that rides on this payload format
+# (harness.recording.rank_bundle: one rank of a recorded world).
+plain = _plain
+load_checked_tensors = _load_tensors
+with_layout = _with_layout

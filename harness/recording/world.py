@@ -1,27 +1,35 @@
-"""Reading a recorded world (``harness.recording.writer``'s layout) and finding where its ranks' calls disagree.
+"""Reading a recorded world (``harness.recording.writer``'s layout) and finding where its ranks' calls diverge.
 
 ``load_world(directory)`` reads ``world.yaml`` and every rank's entry and
-bundle (``scenarios.bundle.load_bundle``: safetensors only, every tensor
+bundle (``harness.recording.rank_bundle``: safetensors only, every tensor
 checked against its sha256); anything missing, malformed or tampered with is
 a ``BundleError`` naming the file, before anything runs: every YAML file is
 read through ``scenarios.data_files`` (capped, regular files only, no alias
-bombs or duplicate keys), an entry's fields are type-checked and its
-``launches`` must be strictly increasing. Each entry names
-its bundle (``rank<k>`` or a version ``rank<k>.v<n>``, nothing else); an
-entry whose recording is still ``running`` is a rank that was killed or
-crashed, and ``RankRecord.ended`` says so with the last call it wrote.
+bombs or duplicate keys), an entry's fields are type-checked, its ``calls``
+must be strictly increasing and be the bundle's, and every rank's objects
+must be the world manifest's. A world recorded in format 1 (before objects
+were recorded: family systems only) is refused with what to do: record it
+again. An entry whose recording is still ``running`` is a rank that was
+killed or crashed, and ``RankRecord.ended`` says so with the last call it
+wrote.
 
-``disagreements(world)`` compares the ranks' recorded calls without running
-anything, the way ``harness.rank.agreement`` compares them live: calls are lined
-up by their job-wide launch index, and each rank's call is described by its
-rows, steps, params, and every input's dtype, shape and sha256 (every rank
-passes the same full tensors, docs/interfaces.md). At the first launch where
-descriptions differ, the rank(s) whose call is not the majority's (on a tie,
-not rank 0's) are named with every field that differs, and, when the
-deviating call is the reference rank's previous or next call, as a rank that
-passed a call again or skipped one. Ranks that made different numbers of
-calls are named too (a skipped call at the end of a window, a rank that
-stopped early).
+``divergences(world)`` compares the ranks' recorded calls without running
+anything, the way ``harness.rank.agreement`` compares them live: calls are
+lined up by the rank's call number (every rank makes the same calls on the
+same objects in the same order), and each call is described by its object,
+method and arguments (``harness.recording.targets``: plain arguments by
+value except those that differ by rank, tensors by shape and dtype, and by
+bits where every rank passes the same ones; a family system's call by rows,
+steps, params and every input's bits, as every rank passes the same full
+tensors). At the first call where descriptions differ, the rank(s) whose
+call is not the majority's (on a tie, not the lowest rank's) are named
+with every field that differs and, when the deviating call is the reference
+rank's previous or next call, as a rank that passed a call again or skipped
+one. Ranks that made fewer calls, and ranks whose last call never returned
+(in flight when the recording ended), are named too. Each ``Divergence``
+names the rank, the call number, the object and method, and the flight
+recorder's launch (``flight_launches`` at the call), so the offline
+finding can be set beside the live one (``kernels.flight.first_divergence``).
 """
 
 from __future__ import annotations
@@ -32,14 +40,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from golden.store import raw_sha256
+from golden.families import FAMILIES, facts
+from harness.recording.rank_bundle import RankBundle, load_rank_bundle
+from harness.recording.targets import method_facts
+from harness.recording.values import decode_plain, describe_value, tensor_refs
 from harness.recording.writer import RUNNING, WORLD_FORMAT, WORLD_MANIFEST, rank_dir_name, rank_entry_name
-from scenarios.bundle import BundleError, load_bundle, read_yaml_mapping
+from scenarios.bundle import BundleError, read_yaml_mapping
 from scenarios.fields import describe
 
 SHOWN_FIELDS = 4
 MAX_WORLD = 72  # the largest world a scenario may name (scenarios.schema)
-WORLD_KEYS = ("format", "family", "config", "world", "versions", "start")
+WORLD_KEYS = ("format", "world", "objects", "versions", "start")
+FIELD_ORDER = ("object", "method", "captured", "rows", "steps", "param", "argument", "input", "shape", "dtype", "bits")
 
 
 def first_line(text: object) -> str:
@@ -53,27 +65,54 @@ class RankRecord:
 
     rank: int
     entry: dict
-    bundle: Any = None
+    bundle: RankBundle | None = None
 
     @property
-    def launches(self) -> list[int]:
-        """The job-wide launch index of each call in the bundle."""
-        return list(self.entry.get("launches") or [])
+    def calls(self) -> list[int]:
+        """The rank's call number of each call in the bundle."""
+        return list(self.entry.get("calls") or [])
 
-    def call(self, launch: int) -> tuple[dict, dict] | None:
-        """This rank's recorded (inputs, params) of job-wide ``launch``, or None when it is not in the bundle."""
-        if launch not in self.launches:
-            return None
-        return self.bundle.recorded_call(self.launches.index(launch), self.bundle.world)
+    def position(self, index: int) -> int | None:
+        """Where call ``index`` sits in the bundle, or None when it is not there."""
+        calls = self.calls
+        return calls.index(index) if index in calls else None
 
-    def describe(self, launch: int) -> dict[str, Any] | None:
-        """This rank's call ``launch`` as comparable fields (``describe_call`` plus rows and steps), or None."""
-        call = self.call(launch)
+    def call(self, index: int) -> dict | None:
+        """The manifest entry of call ``index``, or None."""
+        position = self.position(index)
+        return None if position is None else self.bundle.calls[position]
+
+    def spec(self, name: str) -> dict:
+        """The construction entry of object ``name``."""
+        return next(o for o in self.bundle.objects if o["name"] == name)
+
+    def describe(self, index: int) -> dict[str, Any] | None:
+        """Call ``index`` as comparable fields (module docstring), or None when it is not in the bundle."""
+        call = self.call(index)
         if call is None:
             return None
-        spec = self.bundle.calls[self.launches.index(launch)]
-        shape = {"rows": spec.rows} if spec.steps is None else {"rows": spec.rows, "steps": spec.steps}
-        return {**shape, **describe_call(call)}
+        spec = self.spec(call["object"])
+        out: dict[str, Any] = {"object": call["object"], "method": call["method"]}
+        if call["captured"]:
+            out["captured"] = True
+        digests = self.bundle.digests(self.position(index))
+        if spec["kind"] == "system":
+            out.update(describe_system_call(spec["family"], call["arguments"], digests))
+            return out
+        known = method_facts(spec["class"], call["method"])
+        for name, value in sorted(call["arguments"].items()):
+            if name not in known.per_rank:
+                describe_value(name, value, digests, name in known.agreed, out)
+        return out
+
+    def made(self, index: int) -> str:
+        """``(<object>.<method>, flight launch <k>)`` for call ``index`` (empty when it is not kept)."""
+        call = self.call(index)
+        return "" if call is None else f"({call['object']}.{call['method']}{flight_text(call.get('flight'))})"
+
+    def where(self, index: int) -> str:
+        """``call <n> (<object>.<method>, flight launch <k>)`` for call ``index`` (its number alone when not kept)."""
+        return f"call {index} {self.made(index)}".rstrip()
 
     @property
     def ended(self) -> str:
@@ -85,11 +124,43 @@ class RankRecord:
         if not isinstance(last, dict):
             return "killed or crashed: no call written"
         what = "its outputs" if last.get("outputs") else "its inputs, it had not returned"
-        return f"killed or crashed: last write at call {last.get('launch')} ({what}); no orderly exit was recorded"
+        return f"killed or crashed: last write at call {last.get('call')} ({what}); no orderly exit was recorded"
 
-    def completed(self, launch: int) -> bool:
-        """Whether this rank's call ``launch`` returned (the last one may have been in flight)."""
-        return launch in self.launches and not (self.entry.get("in_flight") and launch == self.launches[-1])
+    def completed(self, index: int) -> bool:
+        """Whether this rank's call ``index`` returned (the last one may have been in flight)."""
+        call = self.call(index)
+        return call is not None and bool(call["completed"])
+
+
+def flight_text(flight: Any) -> str:
+    """``, flight launch 4`` (or ``launches 4..6``) from a call's ``[first, end)`` flight range; empty without one."""
+    if not isinstance(flight, list) or flight[0] is None:
+        return ""
+    first, end = flight
+    if end is None or end - first <= 1:
+        return f", flight launch {first}"
+    return f", flight launches {first}..{end - 1}"
+
+
+def describe_system_call(family: str, arguments: Mapping[str, Any], digests: Mapping[str, str]) -> dict[str, Any]:
+    """A family system's ``launch`` call as fields: rows and steps, its params, each input's shape, dtype and bits."""
+    inputs = list(tensor_refs(arguments.get("call_inputs")))
+    out: dict[str, Any] = {}
+    if family in FAMILIES:
+        shaped = next((r for r in inputs if r["$tensor"] == f"call_inputs.{facts(family).shape_input}"), None)
+        if shaped is not None:
+            out["rows"] = shaped["shape"][0]
+            if facts(family).stepped:
+                out["steps"] = shaped["shape"][1]
+    params = decode_plain(arguments.get("call_params")) or {}
+    out.update({f"param {k}": repr(v) for k, v in sorted(params.items())})
+    for ref in inputs:
+        name = ref["$tensor"].removeprefix("call_inputs.")
+        out[f"input {name} shape"] = list(ref["shape"])
+        out[f"input {name} dtype"] = ref["dtype"]
+        if ref["$tensor"] in digests:
+            out[f"input {name} bits"] = digests[ref["$tensor"]][:12]
+    return out
 
 
 @dataclass
@@ -101,33 +172,33 @@ class WorldRecording:
     ranks: list[RankRecord] = field(default_factory=list)
 
     @property
-    def family(self) -> str:
-        """The recorded family."""
-        return self.manifest["family"]
-
-    @property
     def world(self) -> int:
         """The recorded world size."""
         return int(self.manifest["world"])
 
+    @property
+    def objects(self) -> list[dict]:
+        """The recorded objects (``name``, ``class``, ``kind``, a system's ``family``)."""
+        return list(self.manifest["objects"])
 
-def _read_yaml(path: Path) -> dict:
-    """A YAML mapping read with ``safe_load`` (BundleError naming the file otherwise)."""
-    return read_yaml_mapping(path, str(path))
+    @property
+    def family(self) -> str:
+        """What was recorded, in words: ``sampler=ShardedMarkovSampler, ...`` (a family system by its family)."""
+        return ", ".join(o.get("family") or f"{o['name']}={o['class']}" for o in self.objects)
 
 
 def check_entry(entry: dict, shown: str) -> dict:
-    """A rank's entry with typed fields: ``bundle`` a name or empty, ``launches`` strictly increasing, ``calls_made`` an int."""
+    """A rank's entry with typed fields: ``bundle`` a name or empty, ``calls`` strictly increasing, ``calls_made`` an int."""
     if entry.get("bundle") is not None and not isinstance(entry["bundle"], str):
         raise BundleError(f"{shown}: bundle: expected a bundle name, got {describe(entry['bundle'])}")
-    launches = entry.get("launches") or []
-    if not isinstance(launches, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
-                                                 for i in launches):
-        raise BundleError(f"{shown}: launches: expected a list of launch indices (ints >= 0), got {describe(launches)}")
-    repeated = next((b for a, b in zip(launches, launches[1:]) if b <= a), None)
+    calls = entry.get("calls") or []
+    if not isinstance(calls, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0
+                                              for i in calls):
+        raise BundleError(f"{shown}: calls: expected a list of call numbers (ints >= 0), got {describe(calls)}")
+    repeated = next((b for a, b in zip(calls, calls[1:]) if b <= a), None)
     if repeated is not None:
-        raise BundleError(f"{shown}: launches: expected strictly increasing launch indices, got {repeated} after a "
-                          f"launch >= {repeated} in {describe(launches)}")
+        raise BundleError(f"{shown}: calls: expected strictly increasing call numbers, got {repeated} after a "
+                          f"call >= {repeated} in {describe(calls)}")
     made = entry.get("calls_made", 0)
     if isinstance(made, bool) or not isinstance(made, int) or made < 0:
         raise BundleError(f"{shown}: calls_made: expected an int >= 0, got {describe(made)}")
@@ -144,54 +215,99 @@ def bundle_name(entry: Mapping[str, Any], rank: int, root: Path) -> str:
     return name
 
 
+def check_world_manifest(root: Path) -> dict:
+    """The world manifest at ``root``, its format, world and objects checked."""
+    shown = root / WORLD_MANIFEST
+    manifest = read_yaml_mapping(shown, str(shown))
+    if manifest.get("format") == 1:
+        raise BundleError(f"{shown}: format 1, written by an older rankcheck (family systems only, no objects); "
+                          f"this version replays format {WORLD_FORMAT}: record the job again (rankcheck.recording, or "
+                          f"`python -m harness record capture` for a scenario)")
+    missing = [k for k in WORLD_KEYS if k not in manifest]
+    if missing:
+        raise BundleError(f"{shown}: required keys missing: {missing}")
+    if manifest["format"] != WORLD_FORMAT:
+        raise BundleError(f"{shown}: format: expected {WORLD_FORMAT}, got {describe(manifest['format'])}")
+    world = manifest["world"]
+    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_WORLD:
+        raise BundleError(f"{shown}: world: expected an int in 1..{MAX_WORLD}, got {describe(world)}")
+    objects = manifest["objects"]
+    if not isinstance(objects, list) or not objects or not all(
+            isinstance(o, dict) and isinstance(o.get("name"), str) and isinstance(o.get("class"), str)
+            for o in objects):
+        raise BundleError(f"{shown}: objects: expected a non-empty list of {{name, class, kind}}, got {describe(objects)}")
+    return manifest
+
+
+def load_rank(root: Path, manifest: dict, rank: int) -> RankRecord:
+    """Rank ``rank``'s entry and bundle, checked against each other and the world manifest."""
+    shown = root / rank_entry_name(rank)
+    record = RankRecord(rank, check_entry(read_yaml_mapping(shown, str(shown)), str(shown)))
+    if not record.entry.get("bundle"):
+        return record
+    bundle_dir = root / bundle_name(record.entry, rank, root)
+    record.bundle = bundle = load_rank_bundle(bundle_dir)
+    if bundle.manifest["rank"] != rank or bundle.manifest["world"] != manifest["world"]:
+        raise BundleError(f"{bundle_dir}: records rank {bundle.manifest['rank']} of {bundle.manifest['world']}, "
+                          f"the world manifest and entry say rank {rank} of {manifest['world']}")
+    if [c["index"] for c in bundle.calls] != record.calls:
+        raise BundleError(f"{shown}: calls {record.calls} are not the bundle's "
+                          f"{[c['index'] for c in bundle.calls]}")
+    expected = [(o["name"], o["class"]) for o in manifest["objects"]]
+    if [(o["name"], o["class"]) for o in bundle.objects] != expected:
+        raise BundleError(f"{bundle_dir}: objects {[(o['name'], o['class']) for o in bundle.objects]} are not the "
+                          f"world manifest's {expected}")
+    return record
+
+
 def load_world(directory: str | Path) -> WorldRecording:
     """Read and check the world recording at ``directory``."""
     root = Path(directory)
-    manifest = _read_yaml(root / WORLD_MANIFEST)
-    missing = [k for k in WORLD_KEYS if k not in manifest]
-    if missing:
-        raise BundleError(f"{root / WORLD_MANIFEST}: required keys missing: {missing}")
-    if manifest["format"] != WORLD_FORMAT:
-        raise BundleError(f"{root / WORLD_MANIFEST}: format: expected {WORLD_FORMAT}, got "
-                          f"{describe(manifest['format'])}")
-    world = manifest["world"]
-    if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= MAX_WORLD:
-        raise BundleError(f"{root / WORLD_MANIFEST}: world: expected an int in 1..{MAX_WORLD}, got {describe(world)}")
-    if not isinstance(manifest["family"], str):
-        raise BundleError(f"{root / WORLD_MANIFEST}: family: expected a family name, got {describe(manifest['family'])}")
+    manifest = check_world_manifest(root)
     recorded = WorldRecording(root, manifest)
-    for rank in range(world):
-        entry = check_entry(_read_yaml(root / rank_entry_name(rank)), str(root / rank_entry_name(rank)))
-        record = RankRecord(rank, entry)
-        if entry.get("bundle"):
-            bundle_dir = root / bundle_name(entry, rank, root)
-            record.bundle = load_bundle(bundle_dir)
-            if record.bundle.family != manifest["family"] or record.bundle.world != world:
-                raise BundleError(f"{bundle_dir}: records {record.bundle.family} at world "
-                                  f"{record.bundle.world}, the world manifest says {manifest['family']} at {world}")
-            if len(record.launches) != len(record.bundle.calls):
-                raise BundleError(f"{root / rank_entry_name(rank)}: launches lists {len(record.launches)} calls, "
-                                  f"the bundle holds {len(record.bundle.calls)}")
-        recorded.ranks.append(record)
+    recorded.ranks = [load_rank(root, manifest, rank) for rank in range(manifest["world"])]
     return recorded
 
 
-def describe_call(call: tuple[dict, dict]) -> dict[str, Any]:
-    """A call as comparable fields: its params, and each input's dtype, shape and bits (a digest prefix)."""
-    inputs, params = call
-    out: dict[str, Any] = {f"param {k}": repr(v) for k, v in sorted(params.items())}
-    for name, t in sorted(inputs.items()):
-        out[f"input {name} shape"] = list(t.shape)
-        out[f"input {name} dtype"] = str(t.dtype).removeprefix("torch.")
-        out[f"input {name} bits"] = raw_sha256(t)[:12]
-    return out
+@dataclass(frozen=True)
+class Divergence:
+    """The first place the recorded ranks part: the rank, its call number, object, method, flight launch and what."""
+
+    rank: int
+    call: int
+    object: str | None
+    method: str | None
+    launch: int | None
+    what: str
+
+    def describe(self) -> str:
+        """The finding's sentence."""
+        return f"rank {self.rank} {self.what}"
+
+    def as_dict(self) -> dict:
+        """The finding as plain data (the replay report's ``first``)."""
+        return {"rank": self.rank, "call": self.call, "object": self.object, "method": self.method,
+                "launch": self.launch, "what": self.describe()}
+
+
+def _divergence(record: RankRecord, index: int, what: str, source: RankRecord | None = None) -> Divergence:
+    """A ``Divergence`` of ``record``'s call ``index`` (object, method and flight launch from ``source``'s bundle, default its own)."""
+    call = (source or record).call(index) or {}
+    flight = call.get("flight")
+    launch = flight[0] if isinstance(flight, list) else None
+    return Divergence(record.rank, index, call.get("object"), call.get("method"), launch, what)
+
+
+def _field_rank(key: str) -> int:
+    """Where a field sorts among the differences: object and method first, bits last."""
+    words = key.split()
+    word = words[-1] if words[-1] in ("shape", "dtype", "bits") else words[0]
+    return FIELD_ORDER.index(word) if word in FIELD_ORDER else len(FIELD_ORDER)
 
 
 def _differences(mine: Mapping[str, Any], reference: Mapping[str, Any]) -> list[str]:
-    """The fields where ``mine`` differs from ``reference`` (rows, steps, params and shapes first: they say the most)."""
-    order = ("rows", "steps", "param", "shape", "dtype", "bits")
-    keys = sorted(set(mine) | set(reference),
-                  key=lambda k: (next(i for i, w in enumerate(order) if w in k.split()[:1] + k.split()[-1:]), k))
+    """The fields where ``mine`` differs from ``reference``, the most telling first."""
+    keys = sorted(set(mine) | set(reference), key=lambda k: (_field_rank(k), k))
     return [k for k in keys if mine.get(k) != reference.get(k)]
 
 
@@ -202,45 +318,83 @@ def _majority(descriptions: dict[int, dict]) -> int:
     return min(r for r, d in descriptions.items() if counts[repr(sorted(d.items()))] == best)
 
 
-def _relation(record: RankRecord, reference: RankRecord, launch: int, mine: dict) -> str:
-    """How ``record``'s call ``launch`` relates to ``reference``'s neighbouring calls (skipped / passed again), or ''."""
-    for offset, words in ((1, "skipped launch {launch}: its launch {launch} is rank {ref}'s launch {other}"),
-                          (-1, "passed launch {other}'s call again at launch {launch} (rank {ref}'s launch {other})")):
-        if reference.describe(launch + offset) == mine:
-            return words.format(launch=launch, ref=reference.rank, other=launch + offset)
+def _relation(record: RankRecord, reference: RankRecord, index: int, mine: dict) -> str:
+    """How ``record``'s call ``index`` relates to ``reference``'s neighbouring calls (skipped / passed again), or ''."""
+    for offset, words in ((1, "skipped call {index}: its call {index} is rank {ref}'s {other}"),
+                          (-1, "passed call {n}'s arguments again at call {index} (rank {ref}'s {other})")):
+        if reference.describe(index + offset) == mine:
+            return words.format(index=index, ref=reference.rank, other=reference.where(index + offset),
+                                n=index + offset)
     return ""
 
 
-def disagreements(world: WorldRecording) -> list[str]:
-    """Lines naming each rank, launch and field where the recorded ranks' calls disagree (empty: they agree)."""
-    found = _count_disagreements(world)
+def _field_text(record: RankRecord, ref_rank: int, mine: Mapping[str, Any], theirs: Mapping[str, Any]) -> str:
+    """The fields where ``record``'s call differs from rank ``ref_rank``'s (the first ``SHOWN_FIELDS``)."""
+    differing = _differences(mine, theirs)
+    shown = "; ".join(f"{k}: rank {record.rank} {mine.get(k, 'absent')}, rank {ref_rank} {theirs.get(k, 'absent')}"
+                      for k in differing[:SHOWN_FIELDS])
+    return shown + (f" (and {len(differing) - SHOWN_FIELDS} more fields)" if len(differing) > SHOWN_FIELDS else "")
+
+
+def _deviation(record: RankRecord, reference: RankRecord, index: int, mine: dict, theirs: dict) -> Divergence:
+    """How ``record``'s call ``index`` deviates from ``reference``'s.
+
+    Another object or method: the rank did not make the reference's call
+    (the finding names that call's object and launch); the same method with
+    other arguments: the fields that differ (named by the rank's own call).
+    A skipped or repeated call is said when the neighbouring calls show it.
+    """
+    relation = _relation(record, reference, index, mine)
+    other_call = (mine["object"], mine["method"]) != (theirs["object"], theirs["method"])
+    if other_call:  # the call the rank did not make first: it is what the finding names
+        what = (f"deviates at call {index}: rank {reference.rank} made {reference.made(index)}, "
+                f"rank {record.rank} {record.made(index)}")
+    else:
+        what = f"deviates at {record.where(index)}: {_field_text(record, reference.rank, mine, theirs)}"
+    # a call the rank did not make is named by that call: the reference rank's object and launch
+    source = reference if other_call or relation.startswith("skipped") else record
+    return _divergence(record, index, what + (f"; rank {record.rank} {relation}" if relation else ""), source)
+
+
+def _content_divergences(world: WorldRecording) -> list[Divergence]:
+    """The ranks whose call differs from the majority's at the first call where the ranks' calls differ."""
     with_calls = [r for r in world.ranks if r.bundle is not None]
-    common = sorted(set.intersection(*(set(r.launches) for r in with_calls))) if with_calls else []
-    for launch in common:
-        descriptions = {r.rank: r.describe(launch) for r in with_calls}
+    common = sorted(set.intersection(*(set(r.calls) for r in with_calls))) if with_calls else []
+    for index in common:
+        descriptions = {r.rank: r.describe(index) for r in with_calls}
         ref_rank = _majority(descriptions)
-        reference = world.ranks[ref_rank]
-        deviating = [r for r in with_calls if descriptions[r.rank] != descriptions[ref_rank]]
-        for record in deviating:
-            mine = descriptions[record.rank]
-            differing = _differences(mine, descriptions[ref_rank])
-            fields = "; ".join(f"{k}: rank {record.rank} {mine.get(k)}, rank {ref_rank} "
-                               f"{descriptions[ref_rank].get(k)}" for k in differing[:SHOWN_FIELDS])
-            fields += f" (and {len(differing) - SHOWN_FIELDS} more fields)" if len(differing) > SHOWN_FIELDS else ""
-            relation = _relation(record, reference, launch, mine)
-            found.append(f"rank {record.rank} deviates at launch {launch}: {fields}"
-                         + (f"; rank {record.rank} {relation}" if relation else ""))
-        if deviating:
-            break  # after the first disagreement the ranks' calls are no longer paired
+        found = [_deviation(record, world.ranks[ref_rank], index, descriptions[record.rank], descriptions[ref_rank])
+                 for record in with_calls if descriptions[record.rank] != descriptions[ref_rank]]
+        if found:
+            return found  # after the first divergence the ranks' calls are no longer paired
+    return []
+
+
+def _stopped(world: WorldRecording) -> list[Divergence]:
+    """Ranks that made fewer calls than the most any rank made, then ranks whose last call never returned.
+
+    The ranks that stopped early come first: a peer left waiting in its
+    next call (in flight) is the consequence, the rank that stopped the cause.
+    """
+    made = {r.rank: int(r.entry.get("calls_made", 0)) for r in world.ranks}
+    most = max(made.values(), default=0)
+    ahead = next((r for r in world.ranks if made[r.rank] == most), None)
+    found = [_divergence(record, made[record.rank], f"made {made[record.rank]} calls where rank {ahead.rank} made "
+                         f"{most}: it stopped before rank {ahead.rank}'s {ahead.where(made[record.rank])}", ahead)
+             for record in world.ranks if made[record.rank] < most]
+    for record in world.ranks:
+        if record.entry.get("in_flight") and record.calls:
+            index = record.calls[-1]
+            found.append(_divergence(record, index, f"stopped in {record.where(index)}: the call never returned "
+                                     f"(recording ended: {record.ended})"))
     return found
 
 
-def _count_disagreements(world: WorldRecording) -> list[str]:
-    """Lines naming the ranks whose number of calls differs from the majority's."""
-    made = {r.rank: int(r.entry.get("calls_made", 0)) for r in world.ranks}
-    usual = Counter(made.values()).most_common(1)[0][0] if len(set(made.values())) > 1 else None
-    if usual is None:
-        return []
-    ref = min(r for r, n in made.items() if n == usual)
-    return [f"rank {r} made {n} calls where rank {ref} made {usual} (launch {min(n, usual)} is the first that "
-            f"not every rank made)" for r, n in sorted(made.items()) if n != usual]
+def divergences(world: WorldRecording) -> list[Divergence]:
+    """Where the recorded ranks part: the first call whose ranks' calls differ, then ranks that stopped early."""
+    return _content_divergences(world) + _stopped(world)
+
+
+def disagreements(world: WorldRecording) -> list[str]:
+    """``divergences`` as sentences (empty: the ranks agree and none stopped early)."""
+    return [d.describe() for d in divergences(world)]

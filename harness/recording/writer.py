@@ -1,31 +1,48 @@
-"""Live recording of every rank of a user's own torchrun job: ``rankcheck.recording(system, directory)``.
+"""Live recording of every rank of a user's own job: ``rankcheck.recording(target, directory)``.
 
-Each rank of the job wraps its family system (``launch(call_inputs,
-call_params)`` and ``state()``, docs/interfaces.md) in
-``recording(system, directory, family=..., config=..., static=...)``; the
-block yields a ``harness.recording.recorder.Recorder`` (the one recording mechanism: a
-copy of every call's inputs taken before the call, exactly as this rank
-passed them, its params, and its outputs and counters after it), bounded by
-``max_calls`` and ``max_bytes`` so it can stay on in a long decode loop.
+Each rank wraps what it calls in ``recording(target, directory)`` and calls
+the object the block yields instead: the change to a job is one line,
+``with rankcheck.recording(sampler, "rec") as sampler:``. ``target`` is
+
+- a public kernel object (``AllReduceMHC``, ``ShardedMarkovSampler``,
+  ``MarkovKernels``, or its golden stand-in from ``golden.public_api``;
+  ``harness.recording.targets`` is the table): the block yields a proxy with
+  the object's attributes whose recorded methods record each call;
+- a mapping ``{name: object}`` of them (the objects of one job: two
+  all-reduce layers and a sampler): the block yields a mapping of proxies,
+  and one recording holds every object's calls in the order they were made;
+- a family system (``launch(call_inputs, call_params)`` and ``state()``,
+  docs/interfaces.md), with ``family=``, ``config=`` and ``static=``: the
+  harness's internal form, recorded as the object ``system`` whose method is
+  ``launch``.
+
+What each call records is ``harness.recording.recorder``'s (arguments by
+name before the call, outputs and counters after it, CUDA-graph capture
+marked and not copied); each object's constructor arguments (its
+``public_args``; a family system's config and static weights) are recorded
+once, so a replay rebuilds the objects without the user's code. The window
+is bounded by ``max_calls`` and ``max_bytes`` so it can stay on in a long
+decode loop.
 
 Layout of ``directory`` (safe formats only: YAML read with ``safe_load`` and
 safetensors, never pickle):
 
 - ``world.yaml``: the world manifest, written by rank 0 when its recording
-  starts: ``family``, ``config`` (without the TP size), ``world``,
-  ``versions`` (python, torch, CuTe DSL, git revision, host) and ``start``
-  (rank 0's counters when recording began).
-- ``rank<k>.v<n>/``: rank ``k``'s bundle, version ``n`` (``scenarios.bundle``:
-  manifest plus safetensors, every tensor's sha256 in the manifest), holding
-  the kept calls and, last, the call the rank was in when the recording was
-  written (inputs and params, no outputs) if one was in flight.
+  starts: ``format`` (``WORLD_FORMAT``), ``world``, ``objects`` (each
+  ``name``, ``class``, ``kind``: ``public`` or ``system``, and a system's
+  ``family``), ``versions`` (python, torch, CuTe DSL, git revision, host) and
+  ``start`` (rank 0's counters per object when recording began).
+- ``rank<k>.v<n>/``: rank ``k``'s bundle, version ``n``
+  (``harness.recording.rank_bundle``: the objects' construction and the kept
+  calls, and, last, the call the rank was in when the recording was written,
+  if one was in flight).
 - ``rank<k>.yaml``: rank ``k``'s entry: the bundle version it belongs to
-  (``bundle``), the job-wide index of every call in that bundle
-  (``launches``), whether the last one was ``in_flight``, how many calls it
-  made in all, its counters before the first kept call (``start_state``),
-  the last call written (``last_write``: its launch, and whether its outputs
-  were) and how the recording ``ended``: ``running`` until the rank ends,
-  then ``exit``, ``exception: <type>: <message>`` or ``signal
+  (``bundle``), the rank's call number of every call in that bundle
+  (``calls``), whether the last one was ``in_flight``, how many calls it
+  made in all (``calls_made``), the last call written (``last_write``: its
+  number, object, method, flight launches, and whether its outputs were) and
+  how the recording ``ended``: ``running`` until the rank ends, then
+  ``exit``, ``exception: <type>: <message>`` or ``signal
   SIGTERM``/``SIGINT``. An entry still ``running`` after the job is a rank
   that was killed or crashed (``harness.recording.world`` says so, with the
   last call written).
@@ -33,12 +50,12 @@ safetensors, never pickle):
 A rank writes only its own files (no collective: on a hang or a kill the
 peers cannot be asked), so each rank's recording survives whatever the others
 did. The recording is written through as the calls happen: when a call
-begins (its inputs and params, host copies taken before the launch, so a
-call that never returns is on disk), when it returns (its outputs and
-counters), and when the block ends. A rank killed by SIGKILL, or one that
-aborts (a kernel trap: SIGABRT), where no Python code runs any more, keeps
-everything up to its last call. Each write makes a new bundle version in a
-hidden ``.rank<k>.v<n>.partial`` directory, renames it to ``rank<k>.v<n>``,
+begins (its arguments, host copies taken before the launch, so a call that
+never returns is on disk), when it returns (its outputs and counters), and
+when the block ends. A rank killed by SIGKILL, or one that aborts (a kernel
+trap: SIGABRT), where no Python code runs any more, keeps everything up to
+its last call. Each write makes a new bundle version in a hidden
+``.rank<k>.v<n>.partial`` directory, renames it to ``rank<k>.v<n>``,
 rewrites the entry naming it (temporary file, then ``os.replace``) and only
 then removes the older versions (with them the calls that left the window):
 a reader, even during a kill, finds an entry and the complete bundle it
@@ -50,8 +67,8 @@ sends the workers when one fails, and what ``timeout`` or a scheduler sends
 a job that hung): the handlers, installed in the main thread only, write the
 recording and then hand the signal to the handler that was there before (the
 default one ends the process with the signal's conventional status), and are
-restored when the block ends. ``python -m harness replay
---bundle DIR`` replays the world (``harness.recording.replay``).
+restored when the block ends. ``python -m harness replay --bundle DIR``
+replays the world (``harness.recording.replay``).
 """
 
 from __future__ import annotations
@@ -74,16 +91,21 @@ import yaml
 
 from golden.store import provenance
 from harness.families import adapter
-from harness.recording.recorder import Recorder, _snapshot
+from harness.recording.rank_bundle import save_rank_bundle
+from harness.recording.recorder import ObjectSpec, RecordedObject, Recorder, host_copy, state_of
+from harness.recording.targets import public_args_of, public_class_of
+from harness.recording.values import encode
 from harness.wire.atomic_file import atomic_write
-from scenarios.bundle import _plain, save_bundle
+from scenarios.bundle import plain
 
 WORLD_MANIFEST = "world.yaml"
-WORLD_FORMAT = 1
+WORLD_FORMAT = 2
 DEFAULT_MAX_CALLS = 64
 DEFAULT_MAX_BYTES = 1 << 30
 FLUSHED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 RUNNING = "running"
+SYSTEM_NAME = "system"
+SYSTEM_METHODS = ("launch",)
 
 
 def rank_dir_name(rank: int) -> str:
@@ -106,16 +128,24 @@ def versions() -> dict[str, str]:
             "git": provenance("cpu")["git"], "host": socket.gethostname()}
 
 
-def rank_and_world(system: Any, rank: int | None, world: int | None) -> tuple[int, int]:
-    """This rank and the world size: as given, else the system's ``comm``, else the default process group."""
+def group_rank_world(obj: Any) -> tuple[int, int] | None:
+    """(rank, world) from the object's ``group``, ``comm`` or ``fabric``, else itself: the first with int ``rank`` and ``world`` (or ``tp``)."""
+    for handle in [getattr(obj, attribute, None) for attribute in ("group", "comm", "fabric")] + [obj]:
+        for size in ("world", "tp"):
+            found = (getattr(handle, "rank", None), getattr(handle, size, None))
+            if all(isinstance(v, int) and not isinstance(v, bool) for v in found):
+                return found
+    return None
+
+
+def rank_and_world(objects: Mapping[str, Any], rank: int | None, world: int | None) -> tuple[int, int]:
+    """This rank and the world size: as given, else the objects' group, else the default process group."""
     if rank is None or world is None:
-        comm = getattr(system, "comm", None)
-        if comm is not None and isinstance(getattr(comm, "rank", None), int):
-            found = (comm.rank, comm.world)
-        else:
+        found = next((rw for rw in map(group_rank_world, objects.values()) if rw is not None), None)
+        if found is None:
             if not (dist.is_available() and dist.is_initialized()):
-                raise ValueError("rank, world: not given, the system has no comm and torch.distributed is not "
-                                 "initialised; pass rank= and world=")
+                raise ValueError("rank, world: not given, the target has no group or comm with a rank and a world, and "
+                                 "torch.distributed is not initialised; pass rank= and world=")
             found = (dist.get_rank(), dist.get_world_size())
         rank = found[0] if rank is None else rank
         world = found[1] if world is None else world
@@ -129,16 +159,14 @@ def rank_and_world(system: Any, rank: int | None, world: int | None) -> tuple[in
 
 def _write_yaml(path: Path, data: Mapping[str, Any]) -> None:
     """Write ``data`` as YAML at ``path`` atomically."""
-    atomic_write(path, yaml.safe_dump(_plain(dict(data)), sort_keys=False, default_flow_style=None))
+    atomic_write(path, yaml.safe_dump(plain(dict(data)), sort_keys=False, default_flow_style=None))
 
 
 class RankRecording:
     """One rank's recording in a world directory: the recorder and how to write it through as calls happen."""
 
-    def __init__(self, recorder: Recorder, directory: Path, *, family: str, config: Mapping[str, Any],
-                 static: Mapping[str, Any], rank: int, world: int) -> None:
+    def __init__(self, recorder: Recorder, directory: Path, *, rank: int, world: int) -> None:
         self.recorder, self.directory = recorder, directory
-        self.family, self.config, self.static = family, dict(config), static
         self.rank, self.world = rank, world
         self.ended: str | None = None
         self.version = 0
@@ -150,33 +178,31 @@ class RankRecording:
             if ended != RUNNING:
                 self.ended = self.ended or ended
             rec = self.recorder
-            calls, outputs = list(rec.calls), list(rec.outputs)
-            launches = list(rec.indices)
-            if rec.in_flight is not None and rec.calls_made - 1 not in launches:  # not yet kept
+            calls = list(rec.calls)
+            if rec.in_flight is not None and all(c.index != rec.in_flight.index for c in calls):  # not yet kept
                 calls.append(rec.in_flight)
-                outputs.append({})
-                launches.append(rec.calls_made - 1)
-            in_flight = len(launches) > len(rec.indices)
-            bundle = self._write_bundle(calls, outputs) if calls else None
-            entry = {"rank": self.rank, "world": self.world, "family": self.family, "calls_made": rec.calls_made,
-                     "launches": launches, "in_flight": in_flight,
-                     "start_state": rec.start_state if calls else {}, "ended": self.ended or RUNNING,
-                     "last_write": {"launch": launches[-1], "outputs": not in_flight} if calls else None,
-                     "max_calls": rec.max_calls, "max_bytes": rec.max_bytes, "pid": os.getpid(),
-                     "bundle": bundle}
+            in_flight = bool(calls) and not calls[-1].completed
+            bundle = self._write_bundle(calls)
+            last = calls[-1] if calls else None
+            entry = {"rank": self.rank, "world": self.world, "objects": list(rec.objects),
+                     "calls_made": rec.calls_made, "calls": [c.index for c in calls], "in_flight": in_flight,
+                     "ended": self.ended or RUNNING,
+                     "last_write": None if last is None else {
+                         "call": last.index, "object": last.object, "method": last.method,
+                         "flight": last.flight, "outputs": last.completed and not last.captured},
+                     "max_calls": rec.max_calls, "max_bytes": rec.max_bytes, "pid": os.getpid(), "bundle": bundle}
             # the entry is the pointer: once it names the new version, the older ones are no longer read
             _write_yaml(self.directory / rank_entry_name(self.rank), entry)
             self._remove_older(bundle)
 
-    def _write_bundle(self, calls: list, outputs: list) -> str:
+    def _write_bundle(self, calls: list) -> str:
         """Write the bundle into a new version directory (complete before it gets its name); return its name."""
         self.version += 1
         name = f"{rank_dir_name(self.rank)}.v{self.version}"
         partial = self.directory / f".{name}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        save_bundle(partial, family=self.family, config=self.config, world=self.world, static=self.static,
-                    calls=calls, outputs=outputs, state={}, name=f"rank{self.rank}",
-                    device=_device_of(self.static, calls), source=f"recording rank {self.rank} of {self.world}")
+        save_rank_bundle(partial, rank=self.rank, world=self.world, objects=list(self.recorder.objects.values()),
+                         calls=calls, source=f"recording rank {self.rank} of {self.world}")
         os.replace(partial, self.directory / name)
         return name
 
@@ -187,12 +213,6 @@ class RankRecording:
         for path in [*self.directory.glob(f"{mine}.v*"), *self.directory.glob(f".{mine}.v*.partial")]:
             if path.name != current and path.is_dir():
                 shutil.rmtree(path, ignore_errors=True)
-
-
-def _device_of(static: Mapping[str, Any], calls: list) -> str:
-    """``cuda`` when the recorded tensors came from a GPU, else ``cpu`` (the provenance's device)."""
-    tensors = list(static.values()) + [t for inputs, _ in calls for t in inputs.values()]
-    return "cuda" if any(t.device.type == "cuda" for t in tensors) else "cpu"
 
 
 @contextmanager
@@ -226,44 +246,85 @@ def flushed_on_signals(flush: Any) -> Iterator[None]:
                 signal.signal(sig, before)
 
 
-@contextmanager
-def recording(system: Any, directory: str | os.PathLike, *, family: str, config: Mapping[str, Any],
-              static: Mapping[str, Any], max_calls: int | None = DEFAULT_MAX_CALLS,
-              max_bytes: int | None = DEFAULT_MAX_BYTES, rank: int | None = None,
-              world: int | None = None) -> Iterator[Recorder]:
-    """Yield a ``Recorder`` around this rank's ``system``; write the rank's recording under ``directory`` however the block ends.
+def public_spec(name: str, obj: Any) -> tuple[ObjectSpec, tuple[str, ...]]:
+    """The construction record of public object ``obj`` named ``name``, and its recorded methods."""
+    known = public_class_of(obj)
+    if known is None:
+        raise TypeError(f"target[{name!r}]: expected a public kernel object (one of AllReduceMHC, "
+                        f"ShardedMarkovSampler, MarkovKernels or its golden stand-in), got {type(obj).__name__}")
+    live: dict[str, torch.Tensor] = {}
+    arguments = {key: encode(value, key, live) for key, value in public_args_of(obj, f"target[{name!r}]").items()}
+    static = {path: host_copy(t) for path, t in live.items()}
+    return ObjectSpec(name, known.name, "public", arguments, static), tuple(known.methods)
 
-    ``config`` is the config the system was built with (its TP size is
-    dropped: the world carries it), ``static`` its weights. ``rank`` and
-    ``world`` default to the system's ``comm``, else the default process
-    group. Every argument is checked before the first call.
-    """
+
+def system_spec(system: Any, family: str, config: Any, static: Any) -> ObjectSpec:
+    """The construction record of a family system: its family, config (without the TP size) and static weights."""
     fam = adapter(family)
+    for method in ("launch", "state"):
+        if not callable(getattr(system, method, None)):
+            raise TypeError(f"target: expected an object with launch() and state(), {type(system).__name__} has "
+                            f"no {method}()")
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected a mapping, got {type(config).__name__}")
-    rank, world = rank_and_world(system, rank, world)
-    recorder = Recorder(system, max_calls=max_calls, max_bytes=max_bytes)
-    kept_config = {k: v for k, v in config.items() if k != fam.tp_key}
+    if not isinstance(static, Mapping) or not all(isinstance(t, torch.Tensor) for t in static.values()):
+        raise TypeError(f"static: expected a mapping of tensors, got {type(static).__name__}")
+    kept = {k: v for k, v in config.items() if k != fam.tp_key}
+    return ObjectSpec(SYSTEM_NAME, type(system).__name__, "system", {},
+                      {str(k): host_copy(t) for k, t in static.items()}, family=family, config=kept)
+
+
+def watched(target: Any, family: str | None, config: Any, static: Any) -> tuple[dict, list, bool]:
+    """({name: object}, [(spec, methods)], whether a mapping was given) for any of ``recording``'s target forms."""
+    if family is not None:
+        return {SYSTEM_NAME: target}, [(system_spec(target, family, config, static), SYSTEM_METHODS)], False
+    if config is not None or static is not None:
+        raise ValueError("config, static: only a family system (family=...) takes them; a public object records "
+                         "its own constructor arguments")
+    objects = dict(target) if isinstance(target, Mapping) else {type(target).__name__: target}
+    if not objects or not all(isinstance(k, str) and k for k in objects):
+        raise ValueError(f"target: expected an object or a non-empty mapping {{name: object}}, got {objects!r}")
+    return objects, [public_spec(name, obj) for name, obj in objects.items()], isinstance(target, Mapping)
+
+
+@contextmanager
+def recording(target: Any, directory: str | os.PathLike, *, max_calls: int | None = DEFAULT_MAX_CALLS,
+              max_bytes: int | None = DEFAULT_MAX_BYTES, rank: int | None = None, world: int | None = None,
+              family: str | None = None, config: Mapping[str, Any] | None = None,
+              static: Mapping[str, Any] | None = None) -> Iterator[Any]:
+    """Record ``target``'s calls on this rank under ``directory``; yield what to call instead (module docstring).
+
+    ``rank`` and ``world`` default to the objects' group (or comm), else the
+    default process group. Every argument is checked before the first call.
+    """
+    objects, specs, as_mapping = watched(target, family, config, static)
+    rank, world = rank_and_world(objects, rank, world)
+    recorder = Recorder(max_calls=max_calls, max_bytes=max_bytes)
+    for spec, _ in specs:
+        recorder.watch(spec)
     root = Path(directory)
     mine = rank_dir_name(rank)
     if (root / rank_entry_name(rank)).exists() or (root / mine).exists() or any(root.glob(f"{mine}.v*")):
         raise FileExistsError(f"directory: {root} already holds rank {rank}'s recording; use a fresh directory")
     root.mkdir(parents=True, exist_ok=True)
     if rank == 0:
-        _write_yaml(root / WORLD_MANIFEST, {"format": WORLD_FORMAT, "family": family, "config": kept_config,
-                                            "world": world, "versions": versions(), "start": dict(system.state())})
-    mine = RankRecording(recorder, root, family=family, config=kept_config, static=_snapshot(static, "static"),
-                         rank=rank, world=world)
+        described = [{"name": s.name, "class": s.class_name, "kind": s.kind, **({"family": s.family} if s.family else {})}
+                     for s, _ in specs]
+        _write_yaml(root / WORLD_MANIFEST, {"format": WORLD_FORMAT, "world": world, "objects": described,
+                                            "versions": versions(),
+                                            "start": {name: state_of(obj) for name, obj in objects.items()}})
+    proxies = {s.name: RecordedObject(objects[s.name], s.name, recorder, methods) for s, methods in specs}
+    mine = RankRecording(recorder, root, rank=rank, world=world)
     mine.write()  # "running" from the start: a rank killed before its first call says so
     recorder.on_change = mine.write
     with flushed_on_signals(mine.write):
         try:
-            yield recorder
+            yield proxies if as_mapping else next(iter(proxies.values()))
         except BaseException as exc:
             recorder.on_change = None
             mine.write(f"exception: {type(exc).__name__}: {str(exc)[:500]}")
             raise
-        recorder.on_change = None  # the recording is complete: later calls through a kept recorder are not written
+        recorder.on_change = None  # the recording is complete: later calls through a kept proxy are not written
         mine.write("exit")
 
 

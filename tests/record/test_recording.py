@@ -18,7 +18,8 @@ import yaml
 
 import rankcheck
 from harness.cli import main as cli_main
-from harness.recording.recorder import Recorder
+from harness.recording.recorder import RecordedObject, Recorder
+from harness.recording.values import decode_plain
 from harness.recording.world import load_world
 
 HERE = Path(__file__).resolve().parent
@@ -42,20 +43,26 @@ class _Counter:
         return {"calls": self.calls}
 
 
+def _counted(**bounds) -> tuple[Recorder, RecordedObject]:
+    """A recorder and the proxy of a ``_Counter`` whose ``launch`` it records."""
+    recorder = Recorder(**bounds)
+    return recorder, RecordedObject(_Counter(), "system", recorder, ("launch",))
+
+
 def test_window_keeps_the_newest_calls_by_count_and_by_bytes():
-    recorder = Recorder(_Counter(), max_calls=3)
+    recorder, proxy = _counted(max_calls=3)
     for i in range(5):
-        recorder.launch({"x": torch.full((4,), i)}, {})
-    assert recorder.indices == [2, 3, 4] and recorder.calls_made == 5
-    assert [int(c[0]["x"][0]) for c in recorder.calls] == [2, 3, 4]
-    assert recorder.start_state == {"calls": 2}, "the state just before the oldest kept call"
+        proxy.launch({"x": torch.full((4,), i)}, {})
+    assert [c.index for c in recorder.calls] == [2, 3, 4] and recorder.calls_made == 5
+    assert [int(c.inputs["call_inputs.x"][0]) for c in recorder.calls] == [2, 3, 4]
+    assert recorder.calls[0].state_before == {"calls": 2}, "the state just before the oldest kept call"
     per_call = 4 * 8 + 4 * 8 + 8  # x, y (int64) and the state.calls counter
-    by_bytes = Recorder(_Counter(), max_bytes=2 * per_call)
+    by_bytes, proxy = _counted(max_bytes=2 * per_call)
     for i in range(5):
-        by_bytes.launch({"x": torch.full((4,), i)}, {})
-    assert by_bytes.indices == [3, 4]
+        proxy.launch({"x": torch.full((4,), i)}, {})
+    assert [c.index for c in by_bytes.calls] == [3, 4]
     with pytest.raises(ValueError, match="max_calls"):
-        Recorder(_Counter(), max_calls=0)
+        Recorder(max_calls=0)
 
 
 def _replay(directory: Path, capsys, *extra: str) -> tuple[int, str]:
@@ -76,12 +83,12 @@ def test_written_on_an_exception_with_the_call_in_flight(tmp_path, capsys):
             recorder.launch(bad_inputs, calls[1][1])
     world = load_world(tmp_path)
     entry = world.ranks[0].entry
-    assert entry["launches"] == [0, 1] and entry["in_flight"] and entry["ended"].startswith("exception: ")
-    assert world.manifest["family"] == "markov_sharded" and "torch" in world.manifest["versions"]
-    assert "world" not in world.manifest["config"], "the TP size travels as the world"
+    assert entry["calls"] == [0, 1] and entry["in_flight"] and entry["ended"].startswith("exception: ")
+    assert world.objects[0]["family"] == "markov_sharded" and "torch" in world.manifest["versions"]
+    assert "world" not in world.ranks[0].bundle.objects[0]["config"], "the TP size travels as the world"
     code, out = _replay(tmp_path, capsys)
     assert code == 1, out
-    assert "REPLAY FAILED: rank 0 at launch 1" in out
+    assert "REPLAY FAILED: rank 0 at call 1 (system.launch)" in out
 
 
 def test_a_window_started_mid_stream_replays_identical_bits(tmp_path, capsys):
@@ -91,10 +98,11 @@ def test_a_window_started_mid_stream_replays_identical_bits(tmp_path, capsys):
         for call in calls + calls:
             recorder.launch(*call)
     entry = load_world(tmp_path).ranks[0].entry
-    assert entry["launches"] == [4, 5] and entry["start_state"] == {"launches": 4} and entry["ended"] == "exit"
+    assert entry["calls"] == [4, 5] and entry["ended"] == "exit"
+    assert load_world(tmp_path).ranks[0].call(4)["state_before"] == {"launches": 4}
     code, out = _replay(tmp_path, capsys)
     assert code == 0, out
-    assert "replayed from launch 4" in out and "verdict: ok" in out
+    assert "replayed from call 4" in out and "verdict: ok" in out
 
 
 def test_a_tampered_recording_is_refused(tmp_path, capsys):
@@ -127,7 +135,7 @@ def _signal_child(directory: Path, signum: int, *args: str) -> None:
 def test_written_on_sigterm(tmp_path, capsys):
     _signal_child(tmp_path, signal.SIGTERM, "2")
     entry = load_world(tmp_path).ranks[0].entry
-    assert entry["ended"] == "signal SIGTERM" and entry["launches"] == [0, 1]
+    assert entry["ended"] == "signal SIGTERM" and entry["calls"] == [0, 1]
     code, out = _replay(tmp_path, capsys)
     # the two calls replay clean; the job did not end by itself, which the replay says and does not call a pass
     assert code == 1 and "RANK ENDED: rank 0: signal SIGTERM" in out, out
@@ -148,15 +156,16 @@ def test_a_rank_killed_inside_a_call_keeps_what_it_did(tmp_path, capsys):
     """SIGKILL while the child sleeps in its third call: no handler runs, yet the recording is on disk."""
     _signal_child(tmp_path, signal.SIGKILL, "2", "in-call")
     rank = load_world(tmp_path).ranks[0]
-    assert rank.entry["ended"] == "running" and rank.entry["launches"] == [0, 1, 2] and rank.entry["in_flight"]
+    assert rank.entry["ended"] == "running" and rank.entry["calls"] == [0, 1, 2] and rank.entry["in_flight"]
     assert rank.ended.startswith("killed or crashed: last write at call 2"), rank.ended
     _, _, _, calls = sharded_system()
-    for launch in (0, 1, 2):
-        inputs, params = rank.call(launch)
-        assert params == calls[launch][1]
-        assert all(torch.equal(inputs[k], v) for k, v in calls[launch][0].items()), f"call {launch}'s inputs"
-    assert rank.bundle.recorded_outputs(0) and rank.bundle.recorded_outputs(1), "the completed calls' outputs"
-    assert not rank.bundle.recorded_outputs(2), "call 2 never returned"
+    for index in (0, 1, 2):
+        inputs = rank.bundle.inputs(rank.position(index))
+        assert decode_plain(rank.call(index)["arguments"]["call_params"]) == calls[index][1]
+        assert all(torch.equal(inputs[f"call_inputs.{k}"], v) for k, v in calls[index][0].items()), \
+            f"call {index}'s inputs"
+    assert rank.bundle.outputs(0) and rank.bundle.outputs(1), "the completed calls' outputs"
+    assert not rank.bundle.outputs(2), "call 2 never returned"
     assert {p.name for p in tmp_path.iterdir() if p.name.startswith(("rank0", ".rank0"))} == \
         {"rank0.yaml", rank.entry["bundle"]}, "older versions were removed"
     code, out = _replay(tmp_path, capsys)
@@ -189,9 +198,9 @@ def test_a_recorded_disagreement_names_rank_launch_and_field(tmp_path, capsys):
         pass
     code, out = _replay(tmp_path, capsys, "--deadline", "10")
     assert code == 1, out
-    assert "rank 1 deviates at launch 1: rows: rank 1 1, rank 0 8" in out, out
-    assert "rank 1 passed launch 0's call again at launch 1" in out
-    assert yaml.safe_load((tmp_path / "rank1.yaml").read_text())["launches"] == [0, 1, 2]
+    assert "DIVERGENCE: rank 1 deviates at call 1 (system.launch): rows: rank 1 1, rank 0 8" in out, out
+    assert "rank 1 passed call 0's arguments again at call 1" in out
+    assert yaml.safe_load((tmp_path / "rank1.yaml").read_text())["calls"] == [0, 1, 2]
 
 
 def _recorded_disagreement(directory: Path) -> None:
@@ -235,7 +244,7 @@ def test_a_kernel_replay_runs_in_a_child_whose_death_keeps_the_findings(tmp_path
     [report] = [world_replay.replay_isolated(tmp_path, 5.0)]
     text = "\n".join(report["findings"])
     if child == "crash":
-        assert "rank 1 deviates at launch 1" in text, text
+        assert "rank 1 deviates at call 1" in text, text
         assert "REPLAY ABORTED: the kernel replay process ended with exit -6" in text, text
         assert "unspecified launch failure" in text
     else:
@@ -269,7 +278,7 @@ def test_a_world_that_fails_as_a_whole_keeps_the_recordings_findings(tmp_path, m
     monkeypatch.setattr(world_replay, "run_world", failing_world)
     report = world_replay.replay_one(tmp_path, "golden", 5.0)
     text = "\n".join(report["findings"])
-    assert "rank 1 deviates at launch 1" in text, text
+    assert "rank 1 deviates at call 1" in text, text
     assert "REPLAY FAILED: the replayed world ended with RuntimeError: torn down after a trap" in text
     assert "RANK ENDED: rank 0: exception: AcceleratorError: CUDA error: unspecified launch failure" in text
     assert "asynchronously" not in text and "Search for it" not in text

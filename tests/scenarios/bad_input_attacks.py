@@ -156,7 +156,7 @@ def _capacity(tmp: Path) -> list[str]:
 def _bomb_in_world(tmp: Path) -> list[str]:
     """The alias bomb in a recording's world.yaml."""
     world = record_world(tmp)
-    (world / "world.yaml").write_text(_bomb() + (world / "world.yaml").read_text().replace("family:", "fam: *i\nfamily:", 1))
+    (world / "world.yaml").write_text(_bomb() + (world / "world.yaml").read_text().replace("\nworld:", "\nfam: *i\nworld:", 1))
     return ["replay", "--bundle", str(world), "--impl", "golden"]
 
 
@@ -246,11 +246,11 @@ def _first_tensor(manifest: dict) -> dict:
     return next(iter(manifest["tensors"].values()))
 
 
-def _dup_launches(tmp: Path) -> list[str]:
-    """Rank 0's entry listing launch 0 twice."""
+def _dup_calls(tmp: Path) -> list[str]:
+    """Rank 0's entry listing call 0 twice."""
     world = record_world(tmp)
     entry = yaml.safe_load((world / "rank0.yaml").read_text())
-    entry["launches"] = [0, 0]
+    entry["calls"] = [0, 0]
     (world / "rank0.yaml").write_text(yaml.safe_dump(entry))
     return ["replay", "--bundle", str(world), "--impl", "golden"]
 
@@ -299,8 +299,8 @@ ATTACKS: list[Attack] = [_scenario_attack(row) for row in SCENARIO_ATTACKS] + [
            r"manifest\.yaml: provenance: expected a mapping, got 'x'"),
     Attack("stride of 10^12 in a layout", _edit_manifest(_stride),
            r"tensors\.\S+\.layout: strides \[1000000000000.*\] .* reach \d+ elements, more than the \d+ allowed"),
-    Attack("duplicate launches in a rank's entry", _dup_launches,
-           r"rank0\.yaml: launches: expected strictly increasing launch indices, got 0 after"),
+    Attack("duplicate calls in a rank's entry", _dup_calls,
+           r"rank0\.yaml: calls: expected strictly increasing call numbers, got 0 after"),
     Attack("read-only run directory", _unwritable_run_dir, r"run directory \S+: cannot write: "),
     Attack("read-only cache directory", _unwritable_cache,
            r"cache directory \(\$RANKCHECK_CACHE_DIR.*\) /sys/rankcheck-cache: cannot write: "),
