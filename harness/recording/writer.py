@@ -5,7 +5,7 @@ the object the block yields instead: the change to a job is one line,
 ``with rankcheck.recording(sampler, "rec") as sampler:``. ``target`` is
 
 - a public kernel object (``AllReduceMHC``, ``ShardedMarkovSampler``,
-  ``MarkovKernels``, or its golden stand-in from ``golden.public_api``;
+  ``MarkovKernels``, or its golden stand-in from ``golden.public``;
   ``harness.recording.targets`` is the table): the block yields a proxy with
   the object's attributes whose recorded methods record each call;
 - a mapping ``{name: object}`` of them (the objects of one job: two
