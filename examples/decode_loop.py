@@ -17,7 +17,7 @@ rank-dependent where it does not (each rank's all-reduce partial).
 
 ``--impl kernel`` runs the CuTe DSL kernels (a GPU; peer buffers from torch
 symmetric memory, as ``examples/decode_step.py``); ``--impl golden`` the
-golden stand-ins of the same classes (``golden.public_api``: the same
+golden stand-ins of the same classes (``golden.public``: the same
 constructors and methods, computed on the CPU), exchanging over gloo
 through ``rankcheck.golden_comm()``.
 
@@ -104,7 +104,7 @@ def public_classes(impl: str) -> tuple:
         from kernels.markov.fused import MarkovKernels
         from kernels.markov.sharded import ShardedMarkovSampler
     else:
-        from golden.public_api import AllReduceMHC, MarkovKernels, ShardedMarkovSampler
+        from golden.public import AllReduceMHC, MarkovKernels, ShardedMarkovSampler
     return AllReduceMHC, ShardedMarkovSampler, MarkovKernels
 
 

@@ -41,7 +41,7 @@ the graph run, so the offline replay on the CPU,
 
 names the same rank and launch from the recorded calls as the flight
 recorder did from the rings. ``--impl golden`` (with ``--eager``) runs the
-loop on the CPU with the golden stand-ins (``golden.public_api``, the same
+loop on the CPU with the golden stand-ins (``golden.public``, the same
 classes and methods over ``rankcheck.golden_comm()``, gloo).
 
 Exit 0 when this rank's loop and the closing barrier completed, 1 when
@@ -111,7 +111,7 @@ def build_objects(impl: str, group, device, args: argparse.Namespace, world: int
         from kernels.allreduce import AllReduceMHC
         from kernels.markov.sharded import ShardedMarkovSampler
     else:
-        from golden.public_api import AllReduceMHC, ShardedMarkovSampler
+        from golden.public import AllReduceMHC, ShardedMarkovSampler
     placement = dict(device=device, flight_dir=args.flight_dir)
     ar = AllReduceMHC(hidden_size=HIDDEN, hc_mult=HC, max_num_tokens=MAX_TOKENS, top_k=TOP_K, group=group,
                       timeout_ms=args.timeout_s * 1e3, **placement)

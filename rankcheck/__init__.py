@@ -19,7 +19,7 @@ the ranks' records differ or one rank stopped: ``(findings, problems)``;
 ``rankcheck.golden_comm(group=None)`` is a ``golden.comm.Comm`` over a
 ``torch.distributed`` process group (default: the world; gloo on the CPU),
 the ``group=`` the golden stand-ins of the public classes
-(``golden.public_api``) take in a torchrun job: the same program then runs
+(``golden.public``) take in a torchrun job: the same program then runs
 on the CPU (``examples/decode_loop.py --impl golden``). Ranks that call one
 exchange with different shapes get an error naming both, not a hang.
 """
