@@ -125,8 +125,10 @@ class DraftLoop:
         self.embeds = torch.zeros(MAX_ROWS, DRAFT_DIM, dtype=torch.bfloat16, device=device)
         self.embeds @ self.w2_shard.t()  # the GEMV's first use, before any exchange can wait on this rank
         exchange = dict(group=group, max_rows=MAX_ROWS, max_steps=DRAFT_STEPS) if tp else {}
+        # Both access variants compiled now: a call picks by its pointers' alignment, and nothing compiles in a call.
         self.kernels = kernels_class(w1, self.embeds, width=self.width, has_cap=False, tp=tp,
-                                     steps=[(DRAFT_BLOCK, True, False)], pick_pdl=True, fill_vector=False,
+                                     steps=[(DRAFT_BLOCK, True, vector) for vector in (False, True)],
+                                     pick_pdl=True, fill_vector=(False, True),
                                      timeout_ns=timeout_ns, **exchange)
 
     def __call__(self, k, t: dict) -> None:
