@@ -152,10 +152,24 @@ def test_the_eager_golden_recording_replayed_names_the_planted_rank_and_the_laun
     assert (run.rank, run.launch) == (DESYNC_RANK, expected_launch()), run.output
 
 
+@pytest.fixture(scope="module")
+def graph_runs(tmp_path_factory):
+    """The graph-mode run of each tp, made once for the module's tests (each is a torchrun job of minutes)."""
+    runs: dict[int, Run] = {}
+
+    def run_of(tp: int) -> Run:
+        """The graph run at ``tp``, made on first use."""
+        if tp not in runs:
+            runs[tp] = graph_run(tp, tmp_path_factory.mktemp(f"graph_tp{tp}"))
+        return runs[tp]
+
+    return run_of
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("tp", [2, 4])
-def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, tmp_path):
-    graph = graph_run(tp, tmp_path)
+def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, graph_runs):
+    graph = graph_runs(tp)
     assert graph.job_exit != 0, graph.output  # the waiting ranks' kernels timed out and trapped
     assert graph.read_exit == 1, graph.output
     assert (graph.rank, graph.launch) == (DESYNC_RANK, expected_launch()), graph.output
@@ -163,8 +177,8 @@ def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, t
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("tp", [2, 4])
-def test_the_eager_recording_replayed_on_the_cpu_names_what_the_flight_recorder_named(tp, tmp_path):
-    graph, eager = graph_run(tp, tmp_path), eager_run(tp, tmp_path)
+def test_the_eager_recording_replayed_on_the_cpu_names_what_the_flight_recorder_named(tp, graph_runs, tmp_path):
+    graph, eager = graph_runs(tp), eager_run(tp, tmp_path)
     assert eager.job_exit != 0 and eager.read_exit == 1, eager.output
     assert (eager.rank, eager.launch) == (graph.rank, graph.launch) == (DESYNC_RANK, expected_launch()), (
         graph.output + eager.output)
