@@ -26,8 +26,8 @@ RECORD = ("python -m torch.distributed.run --standalone --nproc-per-node 2 examp
 REPLAY = f"python -m harness replay --bundle {README_DIR} --impl golden"
 # An LL all-reduce call is two launches of its instance (publish, consumer): the call of step s begins launch 2 s.
 LL_LAUNCHES_PER_CALL = 2
-# The replay names the rank, then the call with its object and flight launch(es) ("flight launches 4..5").
-NAMED = re.compile(r"\brank (\d+)\b.*?\((\w+)\.[\w_]+, flight launch(?:es)? (\d+)\b")
+# The replay's verdict line: "first divergence: rank 1 deviates at call 34 (ar.__call__, flight launch 4): ...".
+NAMED = re.compile(r"^\s*first divergence: rank (\d+)\b.*?\((\w+)\.[\w_]+, flight launch(?:es)? (\d+)\b", re.M)
 
 
 def _run(command: str, directory: Path) -> subprocess.CompletedProcess:

@@ -47,9 +47,8 @@ JOB_DEADLINE_S = 540  # startup (CuTe DSL compiles at construction) plus the ker
 READ_DEADLINE_S = 300
 SHARED_GPU_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "NCCL_NVLS_ENABLE": "0",
                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
-# A replay's finding names the rank, then the call with its object and flight launch(es) ("flight launches 8..9"):
-# the first such line is the first divergence.
-REPLAY_NAMES = re.compile(r"\brank (\d+)\b.*?\bflight launch(?:es)? (\d+)\b")
+# The replay's verdict line: "first divergence: rank 1 made 8 calls ... (ar.__call__, flight launch 8)".
+REPLAY_NAMES = re.compile(r"^\s*first divergence: rank (\d+)\b.*?\(ar\.__call__, flight launch(?:es)? (\d+)\b", re.M)
 
 
 @dataclass
@@ -112,7 +111,7 @@ def eager_run(tp: int, work: Path, impl: str = "kernel") -> Run:
     job = torchrun(tp, "--eager", "--impl", impl, "--record", str(recording), "--flight-dir",
                    str(work / f"eager_flight_{impl}_tp{tp}"), "--pg-timeout-s", "30")
     read = run_bounded([sys.executable, "-m", "harness", "replay", "--bundle", str(recording), "--impl", "golden",
-                        "--run-dir", str(work / f"replay_{impl}_tp{tp}")], READ_DEADLINE_S)
+                        "--deadline", "20", "--run-dir", str(work / f"replay_{impl}_tp{tp}")], READ_DEADLINE_S)
     named = REPLAY_NAMES.search(read.stdout)
     rank, launch = (int(named.group(1)), int(named.group(2))) if named else (None, None)
     return Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout)
