@@ -80,8 +80,9 @@ def run_flight(directory: str, json_path: str | None = None, out: TextIO | None 
                EXIT_UNREADABLE: "nothing to judge, or files that could not be read"}[code]
     print(f"flight: {verdict} (exit {code})", file=out)
     if json_path:
-        document = {"format": FORMAT, "version": VERSION, "directory": str(root), "rings": [ring.path for ring in rings],
-                    "findings": [f.to_json() for f in findings], "problems": problems, "exit": code}
+        document = {"format": FORMAT, "version": VERSION, "directory": str(root),
+                    "rings": [ring.path for ring in rings], "findings": [f.to_json() for f in findings],
+                    "problems": problems, "exit": code}
         atomic_write(Path(json_path), json.dumps(document, indent=1) + "\n")
     return code
 

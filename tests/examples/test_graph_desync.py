@@ -62,6 +62,7 @@ class Run:
     rank: int | None
     launch: int | None
     output: str
+    instance: str | None = None
 
 
 def run_bounded(argv: list[str], deadline_s: float, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -96,13 +97,12 @@ def graph_run(tp: int, work: Path) -> Run:
     job = torchrun(tp, "--flight-dir", str(rings))
     read = run_bounded([sys.executable, "-m", "harness", "flight", str(rings), "--json", str(report)],
                        READ_DEADLINE_S)
-    rank = launch = None
+    rank = launch = instance = None
     if report.is_file():
         divergent = [f for f in json.loads(report.read_text())["findings"] if not f["consistent"]]
         if divergent:
-            rank, launch = divergent[0]["rank"], divergent[0]["launch"]
-            assert divergent[0]["instance"] == "allreduce_mhc.0", divergent[0]
-    return Run(tp, "graph", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout)
+            rank, launch, instance = divergent[0]["rank"], divergent[0]["launch"], divergent[0]["instance"]
+    return Run(tp, "graph", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, instance)
 
 
 def eager_run(tp: int, work: Path, impl: str = "kernel") -> Run:
@@ -114,7 +114,7 @@ def eager_run(tp: int, work: Path, impl: str = "kernel") -> Run:
                         "--deadline", "20", "--run-dir", str(work / f"replay_{impl}_tp{tp}")], READ_DEADLINE_S)
     named = REPLAY_NAMES.search(read.stdout)
     rank, launch = (int(named.group(1)), int(named.group(2))) if named else (None, None)
-    return Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout)
+    return Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, "ar")
 
 
 def expected_launch() -> int:
@@ -171,7 +171,8 @@ def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, g
     graph = graph_runs(tp)
     assert graph.job_exit != 0, graph.output  # the waiting ranks' kernels timed out and trapped
     assert graph.read_exit == 1, graph.output
-    assert (graph.rank, graph.launch) == (DESYNC_RANK, expected_launch()), graph.output
+    assert (graph.instance, graph.rank, graph.launch) == ("allreduce_mhc.0", DESYNC_RANK, expected_launch()), (
+        graph.output)
 
 
 @pytest.mark.gpu
@@ -192,17 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", metavar="DIR", help="keep rings, recordings and outputs here (default: a temp dir)")
     args = parser.parse_args(argv)
     work = Path(args.keep or tempfile.mkdtemp(prefix="graph_desync-"))
+    if work.exists() and any(work.iterdir()):
+        parser.error(f"--keep {work}: not empty (an earlier run's rings would be refused): give a new directory")
     work.mkdir(parents=True, exist_ok=True)
-    print(f"{'tp':>3} {'mode':<13}{'named rank':>11}{'launch':>8}  exit (job, reader)  expected rank "
-          f"{DESYNC_RANK} launch {expected_launch()}")
+    print(f"{'tp':>3} {'mode':<13}{'object':<17}{'named rank':>11}{'launch':>8}  exit (job, reader)  expected "
+          f"rank {DESYNC_RANK} launch {expected_launch()}", flush=True)
     good = True
     for tp in args.tp:
         for run in (graph_run(tp, work), eager_run(tp, work)):
             (work / f"{run.mode.replace(' ', '_')}_tp{tp}.log").write_text(run.output)
             ok = (run.rank, run.launch) == (DESYNC_RANK, expected_launch()) and run.job_exit != 0
             good &= ok
-            print(f"{tp:>3} {run.mode:<13}{str(run.rank):>11}{str(run.launch):>8}  ({run.job_exit}, {run.read_exit})"
-                  f"{'' if ok else '  <- NOT AS EXPECTED'}")
+            print(f"{tp:>3} {run.mode:<13}{str(run.instance):<17}{str(run.rank):>11}{str(run.launch):>8}  "
+                  f"({run.job_exit}, {run.read_exit}){'' if ok else '  <- NOT AS EXPECTED'}", flush=True)
     print(f"outputs in {work}")
     return 0 if good else 1
 
