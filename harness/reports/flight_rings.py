@@ -5,7 +5,8 @@ Every instance of ``AllReduceMHC``, ``ShardedMarkovSampler`` and
 kernels write, CUDA-graph replays included (``kernels.flight``). After a job
 hung, timed out or was killed, this command reads every rank's rings under
 ``DIR`` (recursively; links to ``/dev/shm`` files are first replaced by
-copies, ``kernels.flight.collect``) and prints, per instance (family and
+copies, ``kernels.flight.collect``, and a link whose file is gone is named
+as unreadable) and prints, per instance (family and
 name, e.g. ``allreduce_mhc.0``), either that the ranks' records agree or
 the finding's sentence: the rank, the launch (the instance's launch counter,
 as the kernels number it), the kernel and what differed
@@ -23,6 +24,7 @@ rank of one instance (each named). ``--json PATH`` writes the same as
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TextIO
@@ -38,9 +40,12 @@ def read_findings(directory: Path) -> tuple[list[flight.Ring], list[flight.Findi
     """(rings, findings, problems) of the rings under ``directory``, links collected first."""
     if not directory.is_dir():
         return [], [], [f"{directory}: not a directory"]
+    dangling = [f"{path}: a link to {os.readlink(path)}, which is gone (its ring cannot be read)"
+                for path in flight.ring_paths(directory) if path.is_symlink() and not path.exists()]
     try:
         flight.collect(directory)
         rings, problems = flight.read_directory(directory)
+        problems = dangling + problems
         findings = flight.first_divergence(rings)
     except (OSError, flight.FlightFormatError) as exc:  # a vanished link target, two rings of one rank
         return [], [], [str(exc)]

@@ -125,3 +125,11 @@ def test_python_m_harness_flight_is_the_same_command(tmp_path):
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 1, done.stdout + done.stderr
     assert "rank 1 launch 3 (publish): no record" in done.stdout
+
+
+def test_a_link_whose_ring_is_gone_is_named_unreadable(tmp_path, capsys):
+    _rings(tmp_path / "rings", "markov_sharded", "sample", {0: 2, 1: 2})
+    os.symlink(tmp_path / "gone.ring", tmp_path / "rings" / "markov_sharded.1.r0.p9.ring")
+    code, out = _flight(tmp_path / "rings", capsys=capsys)
+    assert code == 2, out
+    assert f"UNREADABLE: {tmp_path / 'rings' / 'markov_sharded.1.r0.p9.ring'}: a link to {tmp_path / 'gone.ring'}" in out
