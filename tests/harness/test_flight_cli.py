@@ -132,4 +132,5 @@ def test_a_link_whose_ring_is_gone_is_named_unreadable(tmp_path, capsys):
     os.symlink(tmp_path / "gone.ring", tmp_path / "rings" / "markov_sharded.1.r0.p9.ring")
     code, out = _flight(tmp_path / "rings", capsys=capsys)
     assert code == 2, out
-    assert f"UNREADABLE: {tmp_path / 'rings' / 'markov_sharded.1.r0.p9.ring'}: a link to {tmp_path / 'gone.ring'}" in out
+    link = tmp_path / "rings" / "markov_sharded.1.r0.p9.ring"
+    assert f"UNREADABLE: {link}: a link to {tmp_path / 'gone.ring'}, which is gone" in out
