@@ -6,15 +6,18 @@ On the GPU (``@pytest.mark.gpu``): torchrun 2 and 4 processes sharing one GPU (g
 
 - graph mode: the job fails (the waiting ranks' all-reduce times out and traps); ``rankcheck flight`` on the rings
   names the planted rank and the launch it never began (``allreduce_mhc.0``'s publish of the last step);
-- eager mode with ``--record``: the offline golden replay of its recording names the same rank and launch.
+- eager mode with ``--record``: the offline golden replay of its recording names the same rank and launch (and so
+  do the eager run's own rings).
 
 On the CPU: the eager loop with the golden stand-ins (``--impl golden``) recorded and replayed names the planted rank
 and the launch the flight recorder numbers for that step; the options' checks.
 
 Every subprocess runs in its own session with a deadline, and its process group is killed afterwards.
-``python tests/examples/test_graph_desync.py [--tp 2 4]`` is the same runs as a driver without pytest (no shell): it
-prints one line per run (tp, mode, named rank, launch, exit codes) and exits 0 when every run named the planted
-rank and the graph and eager runs agree.
+``python tests/examples/test_graph_desync.py [--tp 2 4] [--keep DIR]`` is the same runs as a driver without pytest
+(no shell): per tp it prints three lines, ``graph`` (the flight finding of the graph run), ``eager kernel`` (the
+offline golden replay of the eager run's recording) and ``eager rings`` (the flight finding of the eager run), each
+with the object, named rank, launch and exit codes (job, reader), and exits 0 when every line named the planted rank
+at the expected launch.
 """
 
 from __future__ import annotations
@@ -91,10 +94,9 @@ def torchrun(tp: int, *example_args: str) -> subprocess.CompletedProcess:
     return run_bounded(argv, JOB_DEADLINE_S, SHARED_GPU_ENV)
 
 
-def graph_run(tp: int, work: Path) -> Run:
-    """Graph mode, then ``rankcheck flight`` on its rings: the first divergent finding's rank and launch."""
-    rings, report = work / f"flight_tp{tp}", work / f"flight_tp{tp}.json"
-    job = torchrun(tp, "--flight-dir", str(rings))
+def flight_run(tp: int, mode: str, job: subprocess.CompletedProcess, rings: Path) -> Run:
+    """``rankcheck flight`` on the rings ``job`` left: the first divergent finding's instance, rank and launch."""
+    report = rings.with_name(rings.name + ".json")
     read = run_bounded([sys.executable, "-m", "harness", "flight", str(rings), "--json", str(report)],
                        READ_DEADLINE_S)
     rank = launch = instance = None
@@ -102,19 +104,27 @@ def graph_run(tp: int, work: Path) -> Run:
         divergent = [f for f in json.loads(report.read_text())["findings"] if not f["consistent"]]
         if divergent:
             rank, launch, instance = divergent[0]["rank"], divergent[0]["launch"], divergent[0]["instance"]
-    return Run(tp, "graph", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, instance)
+    return Run(tp, mode, job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, instance)
 
 
-def eager_run(tp: int, work: Path, impl: str = "kernel") -> Run:
-    """Eager mode recorded, then the offline golden replay of the recording: the rank and launch it names first."""
-    recording = work / f"recording_{impl}_tp{tp}"
-    job = torchrun(tp, "--eager", "--impl", impl, "--record", str(recording), "--flight-dir",
-                   str(work / f"eager_flight_{impl}_tp{tp}"), "--pg-timeout-s", "30")
+def graph_run(tp: int, work: Path) -> Run:
+    """Graph mode, then ``rankcheck flight`` on its rings."""
+    rings = work / f"flight_tp{tp}"
+    return flight_run(tp, "graph", torchrun(tp, "--flight-dir", str(rings)), rings)
+
+
+def eager_runs(tp: int, work: Path, impl: str = "kernel") -> tuple[Run, Run]:
+    """Eager mode recorded: the offline golden replay of its recording, and ``rankcheck flight`` on its rings
+    (the golden stand-ins keep none)."""
+    recording, rings = work / f"recording_{impl}_tp{tp}", work / f"eager_flight_{impl}_tp{tp}"
+    job = torchrun(tp, "--eager", "--impl", impl, "--record", str(recording), "--flight-dir", str(rings),
+                   "--pg-timeout-s", "30")
     read = run_bounded([sys.executable, "-m", "harness", "replay", "--bundle", str(recording), "--impl", "golden",
                         "--deadline", "20", "--run-dir", str(work / f"replay_{impl}_tp{tp}")], READ_DEADLINE_S)
     named = REPLAY_NAMES.search(read.stdout)
     rank, launch = (int(named.group(1)), int(named.group(2))) if named else (None, None)
-    return Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, "ar")
+    replayed = Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, "ar")
+    return replayed, flight_run(tp, "eager rings", job, rings)
 
 
 def expected_launch() -> int:
@@ -145,7 +155,7 @@ def test_graph_mode_without_a_gpu_exits_2_and_says_why():
 
 
 def test_the_eager_golden_recording_replayed_names_the_planted_rank_and_the_launch(tmp_path):
-    run = eager_run(2, tmp_path, impl="golden")
+    run, _ = eager_runs(2, tmp_path, impl="golden")
     assert run.job_exit != 0, run.output
     assert run.read_exit == 1, run.output
     assert (run.rank, run.launch) == (DESYNC_RANK, expected_launch()), run.output
@@ -178,8 +188,9 @@ def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, g
 @pytest.mark.gpu
 @pytest.mark.parametrize("tp", [2, 4])
 def test_the_eager_recording_replayed_on_the_cpu_names_what_the_flight_recorder_named(tp, graph_runs, tmp_path):
-    graph, eager = graph_runs(tp), eager_run(tp, tmp_path)
+    graph, (eager, eager_rings) = graph_runs(tp), eager_runs(tp, tmp_path)
     assert eager.job_exit != 0 and eager.read_exit == 1, eager.output
+    assert (eager_rings.rank, eager_rings.launch) == (graph.rank, graph.launch), eager_rings.output
     assert (eager.rank, eager.launch) == (graph.rank, graph.launch) == (DESYNC_RANK, expected_launch()), (
         graph.output + eager.output)
 
@@ -200,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
           f"rank {DESYNC_RANK} launch {expected_launch()}", flush=True)
     good = True
     for tp in args.tp:
-        for run in (graph_run(tp, work), eager_run(tp, work)):
+        for run in (graph_run(tp, work), *eager_runs(tp, work)):
             (work / f"{run.mode.replace(' ', '_')}_tp{tp}.log").write_text(run.output)
             ok = (run.rank, run.launch) == (DESYNC_RANK, expected_launch()) and run.job_exit != 0
             good &= ok
