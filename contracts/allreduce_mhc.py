@@ -54,6 +54,17 @@ def config_label(key: str) -> str:
     return f"config.{key}"
 
 
+# The public constructor's argument of each configuration key (AllReduceMHC(hidden_size=, ...)), for the
+# kernels' class and its golden stand-in (golden.public) alike.
+PUBLIC_NAMES = {"hidden": "hidden_size", "hc": "hc_mult", "capacity": "max_num_tokens", "tp": "the group's world size",
+                "quantize": "quantize_layer_input"}
+
+
+def public_label(key: str) -> str:
+    """How an error of the public constructor names ``key``: its argument's name."""
+    return PUBLIC_NAMES.get(key, key)
+
+
 def norm_cluster(hidden: int, threads: int) -> int:
     """The default consumer cluster: the fewest ``threads``-thread CTAs (at most 8) that cover H/8 fragments once."""
     if hidden <= 0 or hidden % VEC:
@@ -326,6 +337,7 @@ def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
 
 __all__ = [name for name in dir() if name.isupper()] + [
     "AllReduceConfig", "CallArgs", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol",
+    "public_label",
     "check_rows",
     "check_routes", "check_tensor", "check_tensors", "config_label", "describe", "hidden_problem", "mxfp8_padded_cols",
     "mix_specs", "mxfp8_scale_bytes", "mxfp8_scale_offset", "norm_cluster", "post_as_matrix", "routed_rows",

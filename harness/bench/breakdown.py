@@ -18,7 +18,13 @@ reading the stamps after each call:
   graph and replayed, as the bench times it (``--eager``: launched eagerly,
   host validation and launch latency included).
 
-It prints one table: per phase kind (a step's phases summed over the
+- ``allreduce_mhc`` (``--world``, ``--rows``, ``--hidden``, ``--protocol``):
+  no stamped variant; the kernels' flight-recorder records carry a begin
+  and an end stamp each, so ``harness.bench.flight_timeline`` times every
+  kernel of the chain and the gaps between them, and the rank skew, from
+  16 calls captured in one CUDA graph, replayed ``reps`` times.
+
+For the Markov families it prints one table: per phase kind (a step's phases summed over the
 steps), the median over CTAs of its duration, the least and the most of any
 CTA, and its share of the median CTA's span (first stamp to last); below it,
 the critical path (the latest CTA's last stamp minus the earliest CTA's
@@ -53,6 +59,7 @@ import torch
 from harness.bench.cases import markov_fused as fused_case
 from harness.bench.cases import markov_sharded as sharded_case
 from harness.bench.cases.virtual import build_ranks, launch_ranks
+from harness.bench.flight_timeline import format_timeline, measure_allreduce, timeline
 from golden.families import FAMILIES
 from harness.wire.command_line import command_parser
 
@@ -236,7 +243,8 @@ STAMPED_RUNS = {"markov_sharded": _sharded_run, "markov_fused": _fused_run}
 def build_parser() -> argparse.ArgumentParser:
     """The ``rankcheck bench breakdown`` command line (also ``python -m harness.bench.breakdown``)."""
     parser = command_parser("bench breakdown", description="Per-phase time of a kernel from its %globaltimer stamps.")
-    parser.add_argument("--family", required=True, choices=FAMILIES, help=f"stamped: {', '.join(STAMPED_RUNS)}")
+    parser.add_argument("--family", required=True, choices=FAMILIES,
+                        help=f"stamped: {', '.join(STAMPED_RUNS)}; allreduce_mhc: from its flight-recorder stamps")
     parser.add_argument("--world", type=int, default=1, help="virtual ranks on this GPU")
     parser.add_argument("--rows", type=int, default=8, help="rows (sequences) per call")
     parser.add_argument("--steps", type=int, default=8, help="decode steps per call")
@@ -244,6 +252,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     parser.add_argument("--reps", type=int, default=10, help="timed calls whose medians are printed")
     parser.add_argument("--eager", action="store_true", help="markov_fused: launch eagerly, not a CUDA graph replay")
+    parser.add_argument("--hidden", type=int, default=5120, help="allreduce_mhc: the hidden size H")
+    parser.add_argument("--protocol", choices=("ll", "bt"), default="ll", help="allreduce_mhc: the protocol forced")
     parser.add_argument("--detail", action="store_true", help="also print every step's phases")
     parser.add_argument("--json", help="write the tables as JSON to this path (default: none)")
     return parser
@@ -252,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, measure on this GPU and print the breakdown (module docstring)."""
     args = build_parser().parse_args(argv)
+    if args.family == "allreduce_mhc":
+        return _flight_breakdown(args)
     if args.family not in STAMPED_RUNS:
         print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(STAMPED_RUNS)})",
               file=sys.stderr)
@@ -279,6 +291,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(result, fh, indent=1)
+    return 0
+
+
+def _flight_breakdown(args: argparse.Namespace) -> int:
+    """The all-reduce's kernels and gaps from its flight-recorder stamps (``harness.bench.flight_timeline``)."""
+    if args.reps < 1 or args.warmup < 0 or args.world < 1 or args.rows < 1 or args.hidden < 1:
+        print("breakdown: --reps, --world, --rows and --hidden must be >= 1, --warmup >= 0", file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("breakdown: needs a GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
+        return 2
+    records, per_call_us, chain = measure_allreduce(world=args.world, rows=args.rows, hidden=args.hidden,
+                                                    protocol=args.protocol, warmup=args.warmup, reps=args.reps)
+    table = timeline(records, calls=16, kernels_per_call=chain)
+    table["call_us_median"] = statistics.median(per_call_us)
+    table["config"] = {"family": args.family, "world": args.world, "rows": args.rows, "hidden": args.hidden,
+                       "protocol": args.protocol, "graph": "16 calls per CUDA graph replay",
+                       "device": torch.cuda.get_device_name()}
+    print(format_timeline(table, f"allreduce_mhc {args.protocol.upper()} world {args.world}, M {args.rows}, "
+                                 f"H {args.hidden}: flight-recorder stamps of the last replay"))
+    print(f"graph replay {table['call_us_median']:.2f} us per call (CUDA events, median of {args.reps})")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(table, fh, indent=1)
     return 0
 
 

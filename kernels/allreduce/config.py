@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from contracts import allreduce_mhc as contract
-from contracts.allreduce_mhc import AllReduceConfig, CallArgs, config_label
+from contracts.allreduce_mhc import AllReduceConfig, CallArgs, config_label, public_label  # noqa: F401 - public_label: host.py's
 from kernels.allreduce.layout import VEC_BYTES, NormLayout
 
 
@@ -34,16 +34,6 @@ def arch_of_capability(major: int, minor: int = 0) -> str:
 def threshold_key(arch: str, provider: str, tp: int, hidden: int) -> str:
     """The ``thresholds.json`` key of one measured shape, e.g. ``sm_90a/virtual/tp2/h5120``."""
     return f"{arch}/{provider}/tp{tp}/h{hidden}"
-
-
-# The public constructor's argument of each configuration key (AllReduceMHC(hidden_size=, ...)).
-PUBLIC_NAMES = {"hidden": "hidden_size", "hc": "hc_mult", "capacity": "max_num_tokens", "tp": "the group's world size",
-                "quantize": "quantize_layer_input"}
-
-
-def public_label(key: str) -> str:
-    """How an error of the public constructor names ``key``: its argument's name."""
-    return PUBLIC_NAMES.get(key, key)
 
 
 def check_config(config: Mapping[str, Any], label=config_label) -> AllReduceConfig:

@@ -191,6 +191,16 @@ class AllReduceMHC:
             raise ValueError(f"the fabric's device must be CUDA, got {self.device}")
         self.arch = device_arch(self.device)
         self._choose_thresholds()
+        # The constructor's data arguments by name (not group, device, diag, flight_dir), enough to rebuild an
+        # equal object elsewhere (golden.public.AllReduceMHC): the BT thresholds as resolved here, because a
+        # default one is this GPU's and fabric's (thresholds.json) and decides each call's protocol.
+        self.public_args = dict(
+            hidden_size=hidden_size, hc_mult=hc_mult, max_num_tokens=max_num_tokens, top_k=top_k,
+            quantize_layer_input=quantize_layer_input, residual_only=residual_only, bt_min_rows=self.bt_min_rows,
+            bt_min_finalize_rows=self.bt_min_finalize_rows, norm_threads=norm_threads, norm_cluster=norm_cluster,
+            start_generation=start_generation, timeout_ms=timeout_ms, flight_recorder=flight_recorder,
+        )
+        self._flight_launches = 0
         self.timeout_ns = int(timeout_ms * 1e6)
         self.diag_record = diag
         if self.timeout_ns and self.diag_record is None:
@@ -285,6 +295,14 @@ class AllReduceMHC:
         sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         share = max(1, sms // self.config.tp)
         return max(1, share // self.config.layout.cluster), share
+
+    @property
+    def flight_launches(self) -> int:
+        """The kernels this instance launched outside CUDA-graph capture (2 per LL call: publish, consumer; 3 per BT
+        call: publish, owner reduce, consumer), counted on the host: the flight recorder's number of its next
+        launch (record word 0) while no graph holding its launches has been replayed; a replay advances only the
+        device's counter, which the host cannot read without a synchronization."""
+        return self._flight_launches
 
     def state(self) -> dict[str, int]:
         """Calls launched from the host (a graph replay is not one) and both protocols' (NEXT, ACTIVE), read
@@ -416,8 +434,11 @@ class AllReduceMHC:
         layer_input = None
         if checked.output != "residual":
             layer_input = torch.empty((call.rows, self.config.hidden), dtype=torch.bfloat16, device=self.device)
-        self._enqueue(checked, self.uses_bt(call), residual_out, layer_input)
+        bt = self.uses_bt(call)
+        self._enqueue(checked, bt, residual_out, layer_input)
         self.calls += 1
+        if not torch.cuda.is_current_stream_capturing():
+            self._flight_launches = (self._flight_launches + (3 if bt else 2)) & 0xFFFFFFFF
         return residual_out, layer_input
 
     @staticmethod

@@ -92,7 +92,7 @@ import cuda.bindings.driver as cuda
 import torch
 from cutlass import Float32, Int32, Int64
 
-from kernels.compile import CaptureError, compiled, preload
+from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.flight import flight_args, flight_recorder_of
 from kernels.markov.exchange import DEFAULT_TIMEOUT_NS, PeerGather, check_timeout
 from kernels.markov.fused_checks import (
@@ -249,6 +249,8 @@ class MarkovKernels:
     # functions below build loops with neither (their kernels compile without it).
     flight_recorder = None
     flight = False
+    # Launches outside CUDA-graph capture (``flight_launches``); the seed's functions' loops start from it too.
+    _flight_launches = 0
 
     def __init__(
         self,
@@ -270,6 +272,15 @@ class MarkovKernels:
         flight_recorder: bool = True,
         flight_dir: Any = None,
     ) -> None:
+        steps = list(steps)
+        fill_vector = fill_vector if isinstance(fill_vector, bool) else tuple(fill_vector)
+        # The constructor's data arguments by name as passed (not group, diag, flight_dir), enough to rebuild an
+        # equal object elsewhere (golden.public.MarkovKernels); iterables kept as a list / tuple.
+        self.public_args = dict(
+            w1=w1, embeds=embeds, width=width, has_cap=has_cap, tp=tp, steps=steps, pick_pdl=pick_pdl,
+            fill_vector=fill_vector, max_rows=max_rows, max_steps=max_steps, timeout_ns=timeout_ns, rank=rank,
+            flight_recorder=flight_recorder,
+        )
         check_weights(w1, embeds, width, tp)
         fabric = None
         if group is not None:
@@ -321,6 +332,19 @@ class MarkovKernels:
         self.draft_gather = PeerGather(fabric, "markov_fused.draft", max_rows * max_steps * self.width * 2,
                                        timeout_ns=timeout_ns, diag=diag, flight_recorder=self.flight_recorder)
         fabric.barrier()
+
+    @property
+    def flight_launches(self) -> int:
+        """The kernels this loop launched outside CUDA-graph capture (one per method call: anchor, step, gather,
+        pick, gather, fill), counted on the host from 0: the flight recorder's number of its next launch (record
+        word 0) while no graph holding its launches has been replayed (a replay advances only the device's
+        counter, unread without a sync)."""
+        return self._flight_launches
+
+    def _count_launch(self) -> None:
+        """Count one launch made outside capture (``flight_launches``)."""
+        if not capturing():
+            self._flight_launches = (self._flight_launches + 1) & 0xFFFFFFFF
 
     @property
     def step_variants(self) -> frozenset[tuple[int, bool, bool]]:
@@ -385,6 +409,7 @@ class MarkovKernels:
         self._anchor_kernel()(
             i64(input_ids.data_ptr()), i64(input_ids.shape[0]), i64(anchor_idx.data_ptr()), i64(self.w1.data_ptr()),
             i64(emb.data_ptr()), i64(arrivals.data_ptr()), Int32(rows), *flight_args(self.flight_recorder), _stream())
+        self._count_launch()
 
     def step(
         self,
@@ -462,6 +487,7 @@ class MarkovKernels:
             Int32(vocab_offset), Float32(mult), Float32(inv_cap), Float32(cap),
             Int32(rows), *flight_args(self.flight_recorder), _stream(),
         )
+        self._count_launch()
 
     def gather_packets(self, packets: torch.Tensor, step: int) -> torch.Tensor:
         """Every rank's ``step`` packets, ``[tp, rows, 4]`` int32, gathered on the device (``group`` given).
@@ -477,7 +503,9 @@ class MarkovKernels:
         require(isinstance(packets, torch.Tensor) and packets.dim() == 2 and 1 <= packets.shape[0] <= self.max_rows,
                 ValueError, f"packets: expected an int32 [rows <= max_rows={self.max_rows}, 4] tensor")
         check_tensor("packets", packets, torch.int32, (packets.shape[0], 4), self.device)
-        return self.packet_gather.gather(packets, step=step)
+        gathered = self.packet_gather.gather(packets, step=step)
+        self._count_launch()
+        return gathered
 
     def gather_draft(self, draft: torch.Tensor) -> torch.Tensor:
         """Every rank's draft logits, ``[tp, rows, steps, width]`` BF16, gathered on the device (``group`` given).
@@ -493,7 +521,9 @@ class MarkovKernels:
                 and draft.shape[1] <= self.max_steps, ValueError,
                 f"draft: expected a BF16 [rows <= {self.max_rows}, steps <= {self.max_steps}, {self.width}] tensor")
         check_tensor("draft", draft, torch.bfloat16, (draft.shape[0], draft.shape[1], self.width), self.device)
-        return self.draft_gather.gather(draft)
+        gathered = self.draft_gather.gather(draft)
+        self._count_launch()
+        return gathered
 
     def pick(self, packets: torch.Tensor, rows: int, tokens: torch.Tensor, step: int, emb: torch.Tensor) -> None:
         """``tokens[r, step]`` and ``emb[r]`` (its w1 row) of the winner over the gathered packets (sharded only).
@@ -511,6 +541,7 @@ class MarkovKernels:
             i64(packets.data_ptr()), Int32(rows), i64(tokens.data_ptr() + step * tokens.stride(1) * 8),
             i64(tokens.stride(0)), i64(self.w1.data_ptr()), i64(emb.data_ptr()), *flight_args(self.flight_recorder),
             _stream())
+        self._count_launch()
 
     def cache_fill(self, gathered: torch.Tensor, src_s0: int, cache: torch.Tensor, idx_map: torch.Tensor,
                    rows: int, steps: int, shard: int, vocab: int) -> None:
@@ -535,6 +566,7 @@ class MarkovKernels:
             i64(cache.shape[0]), Int32(steps), Int32(shard), Int32(vocab),
             Int32(rows * steps), Int32(-(-vocab // FILL_BLOCK)), *flight_args(self.flight_recorder), _stream(),
         )
+        self._count_launch()
 
 
 def _loop_of(w1: Any, emb: Any, *, width: int, has_cap: bool = False, tp: int | None = None,

@@ -231,6 +231,15 @@ class ShardedMarkovSampler:
         flight_recorder: bool = True,
         flight_dir: Any = None,
     ) -> None:
+        # The constructor's data arguments by name as passed (not group, device, diag, flight_dir), enough to
+        # rebuild an equal object elsewhere (golden.public.ShardedMarkovSampler).
+        self.public_args = dict(
+            embed_table=embed_table, head=head, steps=steps, base_dtype=base_dtype, cache_dtype=cache_dtype,
+            max_rows=max_rows, max_reqs=max_reqs, shard_only_base=shard_only_base,
+            launch_counter_start=launch_counter_start, timeout_ns=timeout_ns, ctas=ctas,
+            ranks_per_device=ranks_per_device, stamps=stamps, flight_recorder=flight_recorder,
+        )
+        self._flight_launches = 0
         fabric = fabric_of(group, device)
         for attr in ("rank", "world", "device", "alloc", "barrier"):
             if not hasattr(fabric, attr):
@@ -286,6 +295,13 @@ class ShardedMarkovSampler:
         self.control[LAUNCH_WORD] = start - (1 << 32) if start >= 1 << 31 else start
         self._launches = start
         fabric.barrier()
+
+    @property
+    def flight_launches(self) -> int:
+        """The ``sample`` kernels this instance launched outside CUDA-graph capture (one per call), counted on the
+        host from 0: the flight recorder's number of its next launch (record word 0) while no graph holding its
+        launches has been replayed (a replay advances only the device's counter, unread without a sync)."""
+        return self._flight_launches
 
     def state(self) -> dict:
         """The uint32 launch counter (read from the device after this stream's work; the host count while capturing)."""
@@ -358,6 +374,8 @@ class ShardedMarkovSampler:
                              f"got {_describe(draft_tokens)}")
         self._enqueue(call, draft_tokens)
         self._launches = (self._launches + 1) & 0xFFFFFFFF
+        if not capturing():
+            self._flight_launches = (self._flight_launches + 1) & 0xFFFFFFFF
         return draft_tokens
 
     def _enqueue(self, call: CallArgs, tokens: torch.Tensor) -> None:

@@ -69,7 +69,7 @@ def test_launches_take_the_median_of_each_field():
     assert text.splitlines()[0] == "title" and "critical path" in text and "streamed" in text
 
 
-@pytest.mark.parametrize("family", sorted(breakdown.STAMPED_RUNS))
+@pytest.mark.parametrize("family", [*sorted(breakdown.STAMPED_RUNS), "allreduce_mhc"])
 def test_without_a_gpu_it_exits_2_saying_so(monkeypatch, capsys, family):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert breakdown.main(["--family", family, "--reps", "2"]) == 2
@@ -91,7 +91,7 @@ def test_fused_slots_follow_a_cta_through_the_steps():
     assert table["critical_path_ns"] == 1140
 
 
-def test_a_family_without_stamps_is_refused(capsys):
-    assert breakdown.main(["--family", "allreduce_mhc"]) == 2
-    assert "no stamped variant" in capsys.readouterr().err
+def test_bad_sizes_are_refused_before_anything_runs(capsys):
+    assert breakdown.main(["--family", "allreduce_mhc", "--rows", "0"]) == 2
+    assert "--rows" in capsys.readouterr().err
     assert breakdown.main(["--family", "markov_fused", "--world", "8"]) == 2
