@@ -9,6 +9,10 @@ Subcommands:
   diagnostic records side by side (``harness.replay``); ``replay --bundle
   DIR``: a world recorded by ``rankcheck.recording``, replayed offline
   (``harness.recording.replay``).
+- ``flight DIR``: the kernels' flight recorders left under ``DIR`` by a
+  job's ranks, one line per instance: consistent, or the first launch where
+  a rank's record differs or is missing (``harness.reports.flight_rings``;
+  exit 0 consistent, 1 a divergence, 2 no or unreadable rings).
 - ``golden [--regenerate]``: check (or record, on purpose) the stored golden
   bits of every cpu scenario through a cpu validation run;
   ``golden --measure-rcp [T...]`` measures the GPU's reciprocal table
@@ -58,6 +62,7 @@ from harness.families.catalog import DEFAULT_PER_LAUNCH_S, discover_each, select
 from harness.launch.load_scale import MAX_FACTOR, STARTUP_S
 from harness.launch.supervision import install_interrupt_handlers
 from harness.launch.torchrun_options import Rendezvous
+from harness.reports.flight_rings import run_flight
 from harness.reports.merge import run_merge
 from harness.wire.case_result import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
 from harness.wire.command_line import HelpFormatter, command_parser, version
@@ -140,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "`rankcheck COMMAND --help`; all of them: docs/cli.md.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_list, _add_validate, _add_replay, _add_golden, _add_merge_reports):
+    for add in (_add_list, _add_validate, _add_replay, _add_flight, _add_golden, _add_merge_reports):
         add(sub)
     for name, (_, words) in DISPATCHED.items():
         sub.add_parser(name, help=words, add_help=False)
@@ -225,6 +230,20 @@ def _add_replay(sub) -> None:
                    help="override the launcher's implementation (default: the launcher's: golden on cpu, else kernel)")
     _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
+
+
+def _add_flight(sub) -> None:
+    """The ``flight`` subcommand."""
+    p = sub.add_parser("flight", help="read every rank's flight-recorder rings under DIR: the first launch a rank "
+                                      "missed or made differently", formatter_class=HelpFormatter,
+                       description="Read the rings the kernels' flight recorders left under DIR (every instance of "
+                                   "AllReduceMHC, ShardedMarkovSampler and MarkovKernels, CUDA-graph replays "
+                                   "included) and print one line per instance: consistent, or the rank, launch, "
+                                   "kernel and what differed. Exit 0 consistent, 1 a divergence named, 2 no ring "
+                                   "or an unreadable one (named).")
+    p.add_argument("directory", metavar="DIR", help="the rings' directory (the instances' flight_dir or "
+                                                    "$RANKCHECK_FLIGHT_DIR), searched recursively")
+    p.add_argument("--json", metavar="PATH", help="also write the findings here as JSON (default: none)")
 
 
 def _add_golden(sub) -> None:
@@ -318,6 +337,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
                       allow_unavailable=args.allow_unavailable)
 
 
+def cmd_flight(args: argparse.Namespace) -> int:
+    """Run ``flight``: the findings of the rings under the directory."""
+    return run_flight(args.directory, json_path=args.json)
+
+
 def checked_arch(arch: str) -> str:
     """``arch`` normalized (``sm_100a`` -> ``sm_100``); ValueError naming the missing facts file when there is none."""
     name = normalize_arch(arch)
@@ -377,7 +401,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in DISPATCHED:
         return dispatch(argv[0], argv[1:])
     args = parse(build_parser(), argv)
-    handlers = {"list": cmd_list, "validate": cmd_validate, "replay": cmd_replay, "golden": cmd_golden,
+    handlers = {"list": cmd_list, "validate": cmd_validate, "replay": cmd_replay, "flight": cmd_flight,
+                "golden": cmd_golden,
                 "merge-reports": cmd_merge_reports}
     try:
         return handlers[args.command](args)

@@ -30,10 +30,19 @@ launches in a file, written by its kernels, CUDA-graph replays included)
 that every rank left under ``directory`` (the instances' ``flight_dir``,
 ``$RANKCHECK_FLIGHT_DIR``, or by default ``kernels.flight.default_directory()``,
 one per torchrun job), and names per instance the first launch where
-the ranks' records differ or one rank stopped: ``(findings, problems)``.
+the ranks' records differ or one rank stopped: ``(findings, problems)``;
+``rankcheck flight DIR`` prints the same from the command line.
+
+``rankcheck.golden_comm(group=None)`` is a ``golden.comm.Comm`` over a
+``torch.distributed`` process group (default: the world; gloo on the CPU),
+the ``group=`` the golden stand-ins of the public classes
+(``golden.public``) take in a torchrun job: the same program then runs
+on the CPU (``examples/decode_loop.py --impl golden``). Ranks that call one
+exchange with different shapes get an error naming both, not a hang.
 """
 
+from harness.rank.dist_comm import DistComm as golden_comm
 from harness.recording.writer import recording
 from kernels.flight import directory_findings as flight_findings
 
-__all__ = ["flight_findings", "recording"]
+__all__ = ["flight_findings", "golden_comm", "recording"]

@@ -1,27 +1,50 @@
-"""examples/decode_loop.py on the CPU: recorded under torchrun (golden, gloo, 2 ranks) with a planted desync on rank 1,
-then replayed offline: the replay exits 1 and names rank 1, the launch and the rows that differ.
+"""examples/decode_loop.py on the CPU: the public objects' golden stand-ins recorded under torchrun (2 processes, gloo)
+with a planted skipped step on rank 1, then replayed offline: the replay exits 1 and names rank 1 and the flight
+recorder's launch of the all-reduce call where rank 1's calls left its peer's.
 
 These are README's "Recording a hang in your own job" commands, run as README writes them (the recording
 directory moved under the test's temporary directory); the GPU run is the same with ``--impl kernel``.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "decode_loop.py"
+sys.path.insert(0, str(EXAMPLE.parent))
+
+import decode_loop  # noqa: E402
+
 README_DIR = "/tmp/rankcheck-recording"
 RECORD = ("python -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_loop.py --impl golden "
           f"--desync-rank 1 --record {README_DIR}")
 REPLAY = f"python -m harness replay --bundle {README_DIR} --impl golden"
+# An LL all-reduce call is two launches of its instance (publish, consumer): the call of step s begins launch 2 s.
+LL_LAUNCHES_PER_CALL = 2
+# The replay's verdict line: "first divergence: rank 1 deviates at call 34 (ar.__call__, flight launch 4): ...".
+NAMED = re.compile(r"^\s*first divergence: rank (\d+)\b.*?\((\w+)\.[\w_]+, flight launch(?:es)? (\d+)\b", re.M)
 
 
 def _run(command: str, directory: Path) -> subprocess.CompletedProcess:
-    """README's command with this interpreter and ``directory`` for the recording."""
+    """README's command with this interpreter and ``directory`` for the recording, in its own session, killed
+    with its whole process group afterwards."""
     argv = [sys.executable if w == "python" else w.replace(README_DIR, str(directory)) for w in command.split()]
-    return subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])})
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
+    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                               start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=300)
+    finally:
+        try:
+            os.killpg(process.pid, 9)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 def test_readme_shows_these_commands():
@@ -29,20 +52,37 @@ def test_readme_shows_these_commands():
     assert RECORD in text and REPLAY in text
 
 
-def test_a_planted_desync_is_recorded_and_replayed_naming_the_rank(tmp_path):
+def test_the_example_imports_nothing_private_of_the_harness():
+    source = EXAMPLE.read_text(encoding="utf-8")
+    assert not re.search(r"^\s*(from|import) harness\b", source, flags=re.M)
+    assert "_distributed_handle" not in source and ".launch(" not in source
+
+
+def test_options_and_their_bounds():
+    args = decode_loop.parse_args([])
+    assert (args.impl, args.steps, args.desync_rank, args.desync_step) == ("kernel", 6, None, 2)
+    assert args.objects == ["ar", "sampler", "draft"]
+    for bad in (["--steps", "0"], ["--desync-step", "5"], ["--objects", "nope"], ["--timeout-s", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            decode_loop.parse_args(bad)
+        assert exc.value.code == 2, bad
+
+
+def test_a_planted_skip_is_recorded_and_replayed_naming_the_rank_and_the_launch(tmp_path):
     recorded = _run(RECORD, tmp_path)
-    assert recorded.returncode == 1, recorded.stdout + recorded.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["allreduce_mhc", "markov_fused", "markov_sharded"]
+    assert recorded.returncode == 1, recorded.stdout + recorded.stderr  # the ranks met in a mismatched exchange
+    assert (tmp_path / "world.yaml").is_file()
     replayed = _run(REPLAY, tmp_path)
     out = replayed.stdout + replayed.stderr
     assert replayed.returncode == 1, out
-    assert "DISAGREEMENT: rank 1 deviates at launch 2: rows: rank 1 4, rank 0 15" in out, out
-    assert "rank 1 passed launch 1's call again at launch 2" in out
-    assert "REPLAY FAILED: rank 1 at launch 2" in out
+    named = NAMED.search(replayed.stdout)
+    assert named, out
+    step = decode_loop.parse_args([]).desync_step
+    assert (int(named.group(1)), named.group(2), int(named.group(3))) == (1, "ar", LL_LAUNCHES_PER_CALL * step), out
 
 
 def test_without_a_desync_the_replay_agrees(tmp_path):
-    recorded = _run(RECORD.replace(" --desync-rank 1", " --family markov_sharded"), tmp_path)
+    recorded = _run(RECORD.replace(" --desync-rank 1", " --objects sampler"), tmp_path)
     assert recorded.returncode == 0, recorded.stdout + recorded.stderr
     replayed = _run(REPLAY, tmp_path)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr

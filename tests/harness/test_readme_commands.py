@@ -52,6 +52,9 @@ RUN_ELSEWHERE = {
         "then the replay below",
     "python -m harness replay --bundle /tmp/rankcheck-recording --impl golden":
         "tests/examples/test_decode_loop.py, on the recording the command above made",
+    "python3 -m harness flight /tmp/rankcheck-flight":
+        "tests/examples/test_graph_desync.py runs it on the rings of the graph_desync command above (GPU); "
+        "tests/harness/test_flight_cli.py runs `flight` on rings written on the CPU",
     f"{SCRIPT} #SBATCH --nodes=18 --ntasks-per-node=1 --gpus-per-node=4 --time=01:00:00":
         "tests/harness/test_nightly.py runs the script's commands as 2 agents of 2 processes on one host",
 }
@@ -62,6 +65,8 @@ NEEDS_GPU = {
     "make bench NO_VENV=1 PYTHON=python3",
     "python3 -m harness golden --probe",
     "python3 -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_step.py",
+    "python3 -m torch.distributed.run --standalone --nproc-per-node 2 examples/graph_desync.py --desync-rank 1 "
+    "--flight-dir /tmp/rankcheck-flight",
 }
 # Only these programs are started from README; anything else must have a row in RUN_ELSEWHERE.
 RUNNABLE = ("python", "python3", ".venv/bin/python", ".venv/bin/rankcheck", "make")
