@@ -120,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--previous", metavar="DIR",
                         help="also compare RESULT with the newest earlier bench-<stamp>.json in DIR (the results "
                              "folder of record) "
-                             "and write bench-compare-<old>-<new>.md beside the summary")
+                             "and write bench-compare-<old>-<new>.md beside the summary (default: no comparison)")
     return parser
 
 

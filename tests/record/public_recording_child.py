@@ -23,7 +23,7 @@ import rankcheck  # noqa: E402
 
 def sampler_job(directory, order, world: int, planted=None, announce: bool = False):
     """The per-rank job at ``world`` (module docstring); returns the sampler's flight launches."""
-    import test_public_api as drivers
+    import test_stand_ins as drivers
 
     static, config, calls = drivers.scenario_calls("markov_sharded", "basic", world)
 

@@ -4,7 +4,7 @@ each class recorded at world 2 over ``ThreadWorld`` (every method called) and re
 object and flight launch; a recording ended by SIGTERM mid-loop (a real process) replayed up to its last call; a
 hand-edited manifest and the older formats refused with exit 2.
 
-The stand-ins are driven as ``tests/golden/test_public_api.py`` drives them (the harness's kernel adapters' way),
+The stand-ins are driven as ``tests/golden/test_stand_ins.py`` drives them (the harness's kernel adapters' way),
 with the calls of CPU scenarios."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "golden"))
 sys.path.insert(0, str(HERE))
 
-import test_public_api as drivers  # noqa: E402
+import test_stand_ins as drivers  # noqa: E402
 from public_recording_child import sampler_job  # noqa: E402
 
 WORLD = 2
