@@ -201,6 +201,7 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
     in_process = [case for case in selected if case.launcher != "torchrun"]
     spawned = [case for case in selected if case.launcher == "torchrun"]
     settings = {"warmup": args.warmup, "reps": args.reps}
+    merged: list[dict] = []  # the torchrun cases' document once it exists (an interrupt keeps what they measured)
     try:
         if in_process:
             with LiveConsole(len(in_process)) as live:
@@ -212,13 +213,15 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
             document, unmerged = run_spawned(
                 spawned, writer.document, command=command,
                 settings=writer.document["settings"] if writer.document else settings,
-                selected=[c.key for c in selected], failed=failures, say=lambda line: print(line, flush=True))
+                selected=[c.key for c in selected], failed=failures, say=lambda line: print(line, flush=True),
+                on_document=merged.append)
     except KeyboardInterrupt:
-        interrupted, document = True, writer.document
+        interrupted, document = True, writer.document or (merged[0] if merged else None)
     if document is None and not interrupted:
         return _nothing_measured(spawned, unmerged, args)
     if document is None:
-        print(f"bench: INTERRUPTED before the first case (0 of {len(selected)} run); nothing written", file=sys.stderr)
+        print(f"bench: INTERRUPTED before any case was measured (0 of {len(selected)}); nothing written",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     if interrupted:
         finished = {f"{c['family']}/{c['name']}" for c in document["cases"]} | {f.get("case") for f in document["failed"]}

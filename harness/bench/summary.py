@@ -98,7 +98,11 @@ def method_lines(settings: Mapping, torchrun: bool) -> list[str]:
         lines.append("- torchrun cases: every rank captures and replays its own graph, the ranks in lockstep (a "
                      "barrier before each implementation); the figure is rank 0's. Where ranks share one GPU they "
                      "take turns on it, each call waiting for the peers' turns, and at most "
-                     f"{SHARED_MAX_SETS} input sets rotate (marked `w` where that stays under the target)")
+                     f"{SHARED_MAX_SETS} input sets rotate (marked `w` where that stays under the target). "
+                     "Processes sharing one GPU without MPS are time-sliced: a call that waits for a peer process "
+                     "(LL, BT and torch symmetric memory's all-reduce alike) waits for the driver to switch to that "
+                     "peer, so such a figure is a count of time slices (about 2.25 ms each on the H200), not a "
+                     "kernel time; the virtual-rank cases (one process, a stream per rank) time the kernels")
     return lines
 
 

@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from harness.bench.console import case_line
 from harness.bench.results import utc_now
@@ -148,12 +148,15 @@ def run_case(case, *, warmup: int, reps: int, deadline_s: float = DEFAULT_DEADLI
 
 
 def run_spawned(cases: Sequence, document: dict | None, *, command: Sequence[str], settings: dict,
-                selected: Sequence[str], failed: Sequence[dict], say=print) -> tuple[dict | None, list]:
+                selected: Sequence[str], failed: Sequence[dict], say=print,
+                on_document: Callable[[dict], None] = lambda document: None) -> tuple[dict | None, list]:
     """Run each torchrun case in turn and merge it into ``document`` (made from rank 0's figures when None).
 
     Returns the document (what did not run in its ``not_available`` and
     ``failed``) and, when there is none (nothing measured anywhere), the
-    failures it would have held; every outcome is also told through ``say``.
+    failures it would have held; every outcome is also told through ``say``,
+    and ``on_document`` gets the document as soon as it exists (an interrupt
+    later still reports the cases merged so far).
     """
     pending_unavailable, pending_failed = [], list(failed)
     for case in cases:
@@ -162,10 +165,12 @@ def run_spawned(cases: Sequence, document: dict | None, *, command: Sequence[str
         if document is None and spawned.machine is not None:
             document = new_document(command, utc_now(), spawned.device, spawned.machine, settings, selected,
                                     pending_failed)
-            pending_failed = []
-        target_failed = document["failed"] if document is not None else pending_failed
-        target_failed += spawned.failed
-        pending_unavailable += spawned.unavailable
+            document.setdefault("not_available", []).extend(pending_unavailable)
+            pending_failed, pending_unavailable = [], []
+            on_document(document)
+        (document["failed"] if document is not None else pending_failed).extend(spawned.failed)
+        (document.setdefault("not_available", []) if document is not None else pending_unavailable).extend(
+            spawned.unavailable)
         for entry in spawned.entries:
             document["cases"].append(entry)
             say(case_line(document, entry))
@@ -175,6 +180,5 @@ def run_spawned(cases: Sequence, document: dict | None, *, command: Sequence[str
             say(f"bench: {item['case']}: FAILED: {item['error']}")
     if document is None:
         return None, pending_failed
-    document.setdefault("not_available", []).extend(pending_unavailable)
     document["status"] = "complete"
     return document, []

@@ -175,7 +175,28 @@ def test_interrupt_before_the_first_case_exits_130(monkeypatch, tmp_path, capsys
 
     monkeypatch.setattr(runner, "run_cases", run_cases)
     assert main(["--family", "baseline", "--out", str(tmp_path)]) == 130
-    assert "INTERRUPTED before the first case (0 of 3 run)" in capsys.readouterr().err
+    assert "INTERRUPTED before any case was measured (0 of 3)" in capsys.readouterr().err
+
+
+def test_an_interrupt_between_torchrun_cases_keeps_what_they_measured(monkeypatch, tmp_path, capsys):
+    import harness.bench.torchrun as torchrun
+
+    first, second = "allreduce_mhc/torchrun_tp2_h5120_m1", "allreduce_mhc/torchrun_tp2_h5120_m8"
+
+    def run_case(case, **_):
+        """The first case measured (as rank 0 reports it), an interrupt in the second."""
+        if case.key == second:
+            raise KeyboardInterrupt
+        figures = _document([case])
+        return torchrun.Spawned(entries=[_measured(case)], device=figures["device"], machine=figures["machine"])
+
+    monkeypatch.setattr(torchrun, "run_case", run_case)
+    assert main(["--case", f"{first},{second}", "--out", str(tmp_path)]) == 130
+    assert "bench: INTERRUPTED (1 of 2 run)" in capsys.readouterr().out
+    [stored] = list(tmp_path.glob("bench-*[0-9]Z.json"))
+    document = json.loads(stored.read_text())
+    assert document["status"] == "interrupted" and document["not_run"] == [second]
+    assert [f"{c['family']}/{c['name']}" for c in document["cases"]] == [first]
 
 
 def test_run_loop_keeps_the_document_on_disk_after_every_case(tmp_path):

@@ -68,11 +68,16 @@ class Run:
     instance: str | None = None
 
 
+def python_path() -> str:
+    """This repository first, then the caller's own ``PYTHONPATH`` (where a machine's CuTe DSL may live)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def run_bounded(argv: list[str], deadline_s: float, env: dict | None = None) -> subprocess.CompletedProcess:
     """``argv`` in its own session under a deadline; its whole process group is killed afterwards, however it
     ended (torchrun's workers included)."""
     process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, start_new_session=True)
+                               env={**os.environ, "PYTHONPATH": python_path(), **(env or {})}, start_new_session=True)
     try:
         out, _ = process.communicate(timeout=deadline_s)
         return subprocess.CompletedProcess(argv, process.returncode, out, "")
