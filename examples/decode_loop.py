@@ -47,10 +47,10 @@ import argparse
 import os
 import sys
 from contextlib import nullcontext
-from datetime import timedelta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world beside it
 
 # Before torch.distributed or symmetric memory are touched: NVLink multicast off, and ranks of one GPU may map
 # each other's buffers (as examples/decode_step.py sets them, unless the environment does).
@@ -59,6 +59,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import torch  # noqa: E402
+from example_world import join_world  # noqa: E402
 
 OBJECTS = ("ar", "sampler", "draft")
 BAD_ARGS_EXIT = 2
@@ -246,14 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import rankcheck
 
-    device = torch.device("cpu")
-    if args.impl == "kernel":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
-        device = torch.device("cuda", torch.cuda.current_device())
-    if "RANK" not in os.environ:  # a plain `python examples/decode_loop.py`: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29533")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout_s))
-    rank, world = dist.get_rank(), dist.get_world_size()
+    device, rank, world = join_world(args.impl == "kernel", args.timeout_s, solo_port=29533)
     if args.desync_rank is not None and not 0 <= args.desync_rank < world:
         print(f"--desync-rank: expected a rank in 0..{world - 1}, got {args.desync_rank}", file=sys.stderr)
         return BAD_ARGS_EXIT

@@ -45,10 +45,10 @@ import argparse
 import json
 import os
 import sys
-from datetime import timedelta
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world beside it
 
 # Before torch.distributed or symmetric memory are touched.
 for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
@@ -56,6 +56,7 @@ for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTIC
     os.environ.setdefault(_name, _value)
 
 import torch  # noqa: E402
+from example_world import join_world  # noqa: E402
 
 FAMILIES = ("allreduce_mhc", "markov_sharded", "markov_fused")
 NO_GPU_EXIT = 2
@@ -296,12 +297,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from kernels.fabric import SymmetricFabric
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local % torch.cuda.device_count())
-    device = torch.device("cuda", torch.cuda.current_device())
-    if "RANK" not in os.environ:  # a plain `python examples/decode_step.py`: a world of one
-        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29531")
-    dist.init_process_group("gloo", timeout=timedelta(seconds=300))
+    device, _, _ = join_world(True, 300, solo_port=29531)
     try:
         fabric = SymmetricFabric(dist.group.WORLD, device=device)
         rows: list = []

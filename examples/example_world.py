@@ -1,0 +1,28 @@
+"""The process group the examples join: torchrun's world, or a world of one for a plain ``python examples/X.py``.
+
+Every example runs its ranks as processes joined by gloo (the kernels'
+exchange goes through symmetric memory, not through the process group), on
+the GPU ``LOCAL_RANK`` picks when the kernels run, on the CPU when the golden
+stand-ins do.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def join_world(on_gpu: bool, timeout_s: float, solo_port: int) -> tuple[torch.device, int, int]:
+    """Pick this rank's device, join the gloo process group (alone on ``solo_port`` outside torchrun) with
+    ``timeout_s`` on its collectives, and return the device, the rank and the world size."""
+    device = torch.device("cpu")
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    if "RANK" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(solo_port))
+    dist.init_process_group("gloo", timeout=timedelta(seconds=timeout_s))
+    return device, dist.get_rank(), dist.get_world_size()
