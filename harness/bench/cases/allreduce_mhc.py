@@ -344,7 +344,7 @@ def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool, flight: bool
                                           bt=bt, finalize=finalize, flight=flight)
         description = (f"AllReduceMHC {'finalize ' if finalize else ''}{protocol.upper()}, {tp} virtual ranks "
                        "on one GPU (not an NVLink latency)" + ("" if flight else ", without the flight recorder"))
-    default = rows in DEFAULT_ROWS and not finalize and flight
+    default = rows in DEFAULT_ROWS and not finalize  # the _noflight twins too: the recorder's cost in every run
     bench_case("allreduce_mhc", name, params=params, description=description, references=references,
                default=default)(setup)
 

@@ -6,8 +6,9 @@ per row), timed by the runner in the same run:
 - ``r8_s8_v129280_w1``: the kernel, one rank (one cooperative launch per call).
 - ``r8_s8_v129280_w1_noflight``: the same without the flight recorder
   (``kernels.flight``; ``flight_cost_of`` names the case with it, and the
-  run's line for this case shows the recorder's cost). Outside the default
-  set, as every ``_noflight`` case: ``--all`` or ``--case``.
+  run's line for this case shows the recorder's cost). In the default set,
+  as every ``_noflight`` twin, so that ``make bench`` shows each family's
+  time with and without the recorder.
 - ``r8_s8_v129280_w8``: the kernel on 8 virtual ranks of this GPU (each an
   eighth of the head and of the SMs; forked onto the ranks' streams and
   joined per call, ``virtual.py``). Not a measurement of NVLink.
@@ -222,7 +223,7 @@ def _register_kernel(world: int, flight: bool = True) -> None:
         description=f"ShardedMarkovSampler, {world} rank(s) on one GPU"
         + (" (virtual ranks: not an NVLink latency)" if world > 1 else "")
         + ("" if flight else ", without the flight recorder"),
-        default=flight,
+        default=True,  # the recorder's cost is part of every default run (issue 30)
     )(lambda ctx: _kernel_setup(ctx, world, flight))
 
 
