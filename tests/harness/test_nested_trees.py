@@ -14,13 +14,13 @@ import time
 
 from harness.launch.supervision import Supervised, processes_with_token
 from harness.wire.processes import process_alive
+from hang_guard import HANG_GUARD_S
 
 INNER = textwrap.dedent('''
-    import os, signal, sys, time
+    import os, signal, sys
     from harness.launch.supervision import Supervised
     inner = Supervised([sys.executable, "-c", "import time; time.sleep(600)"])
     open(sys.argv[1], "w").write(str(inner.proc.pid))
-    time.sleep(0.5)
     os.kill(os.getpid(), signal.SIGKILL)  # the inner harness dies without ending its tree
 ''')
 
@@ -31,11 +31,11 @@ def test_the_outer_tree_ends_an_orphaned_inner_tree(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(os.getcwd())] + sys.path))
     outer = Supervised([sys.executable, str(script), str(pid_file)], env=env, grace_s=0.5)
     try:
-        outcome = outer.wait(30)
+        outcome = outer.wait(HANG_GUARD_S)  # a hang guard, not a speed bound
         assert outcome.returncode == -9  # the inner harness was killed
         # the wait ended the whole tree: the orphaned sleeper, a process of the inner tree, is gone
         sleeper = int(pid_file.read_text())
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + HANG_GUARD_S
         while process_alive(sleeper) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not process_alive(sleeper)
