@@ -3,7 +3,9 @@
 Every example runs its ranks as processes joined by gloo (the kernels'
 exchange goes through symmetric memory, not through the process group), on
 the GPU ``LOCAL_RANK`` picks when the kernels run, on the CPU when the golden
-stand-ins do.
+stand-ins do. Importing it first sets, unless the environment does, what
+must hold before torch.distributed or symmetric memory are touched: NVLink
+multicast off, and ranks of one GPU allowed to map each other's buffers.
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-import torch
-import torch.distributed as dist
+for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
+                      ("NVSHMEM_DISABLE_NVLS", "1"), ("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")):
+    os.environ.setdefault(_name, _value)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 
 def join_world(on_gpu: bool, timeout_s: float, solo_port: int) -> tuple[torch.device, int, int]:

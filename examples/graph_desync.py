@@ -62,14 +62,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world beside it
 
-# Before torch.distributed or symmetric memory are touched: NVLink multicast off, and ranks of one GPU may map
-# each other's buffers (as examples/decode_step.py sets them, unless the environment does).
-for _name, _value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"),
-                      ("NVSHMEM_DISABLE_NVLS", "1"), ("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES", "1")):
-    os.environ.setdefault(_name, _value)
-
-import torch  # noqa: E402
+# First: example_world sets the multicast-off environment before torch is loaded.
 from example_world import join_world  # noqa: E402
+import torch  # noqa: E402
 
 BAD_ARGS_EXIT = 2
 HIDDEN, HC, TOP_K, MAX_TOKENS = 1024, 4, 8, 8

@@ -6,7 +6,6 @@ These are README's "Recording a hang in your own job" commands, run as README wr
 directory moved under the test's temporary directory); the GPU run is the same with ``--impl kernel``.
 """
 
-import os
 import re
 import subprocess
 import sys
@@ -19,6 +18,7 @@ EXAMPLE = ROOT / "examples" / "decode_loop.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 
 import decode_loop  # noqa: E402
+from bounded_run import run_bounded  # noqa: E402
 
 README_DIR = "/tmp/rankcheck-recording"
 RECORD = ("python -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_loop.py --impl golden "
@@ -31,20 +31,9 @@ NAMED = re.compile(r"^\s*first divergence: rank (\d+)\b.*?\((\w+)\.[\w_]+, fligh
 
 
 def _run(command: str, directory: Path) -> subprocess.CompletedProcess:
-    """README's command with this interpreter and ``directory`` for the recording, in its own session, killed
-    with its whole process group afterwards."""
+    """README's command with this interpreter and ``directory`` for the recording (``bounded_run``)."""
     argv = [sys.executable if w == "python" else w.replace(README_DIR, str(directory)) for w in command.split()]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])}
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                               start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=300)
-    finally:
-        try:
-            os.killpg(process.pid, 9)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+    return run_bounded(argv, 300)
 
 
 def test_readme_shows_these_commands():

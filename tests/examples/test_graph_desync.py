@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import tempfile
@@ -40,6 +38,7 @@ EXAMPLE = ROOT / "examples" / "graph_desync.py"
 sys.path.insert(0, str(EXAMPLE.parent))
 
 import graph_desync  # noqa: E402
+from bounded_run import output, run_bounded  # noqa: E402
 
 DESYNC_RANK = 1
 REPLAYS = 4
@@ -68,30 +67,6 @@ class Run:
     instance: str | None = None
 
 
-def python_path() -> str:
-    """This repository first, then the caller's own ``PYTHONPATH`` (where a machine's CuTe DSL may live)."""
-    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-
-
-def run_bounded(argv: list[str], deadline_s: float, env: dict | None = None) -> subprocess.CompletedProcess:
-    """``argv`` in its own session under a deadline; its whole process group is killed afterwards, however it
-    ended (torchrun's workers included)."""
-    process = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env={**os.environ, "PYTHONPATH": python_path(), **(env or {})}, start_new_session=True)
-    try:
-        out, _ = process.communicate(timeout=deadline_s)
-        return subprocess.CompletedProcess(argv, process.returncode, out, "")
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, _ = process.communicate()
-        return subprocess.CompletedProcess(argv, 124, out + f"\n[killed after its {deadline_s} s deadline]", "")
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
 def torchrun(tp: int, *example_args: str) -> subprocess.CompletedProcess:
     """The example under torchrun with ``tp`` processes (sharing the GPUs there are)."""
     argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(tp), str(EXAMPLE),
@@ -109,7 +84,7 @@ def flight_run(tp: int, mode: str, job: subprocess.CompletedProcess, rings: Path
         divergent = [f for f in json.loads(report.read_text())["findings"] if not f["consistent"]]
         if divergent:
             rank, launch, instance = divergent[0]["rank"], divergent[0]["launch"], divergent[0]["instance"]
-    return Run(tp, mode, job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, instance)
+    return Run(tp, mode, job.returncode, read.returncode, rank, launch, output(job) + output(read), instance)
 
 
 def graph_run(tp: int, work: Path) -> Run:
@@ -128,7 +103,7 @@ def eager_runs(tp: int, work: Path, impl: str = "kernel") -> tuple[Run, Run]:
                         "--deadline", "20", "--run-dir", str(work / f"replay_{impl}_tp{tp}")], READ_DEADLINE_S)
     named = REPLAY_NAMES.search(read.stdout)
     rank, launch = (int(named.group(1)), int(named.group(2))) if named else (None, None)
-    replayed = Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, job.stdout + read.stdout, "ar")
+    replayed = Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, output(job) + output(read), "ar")
     return replayed, flight_run(tp, "eager rings", job, rings)
 
 
@@ -156,7 +131,7 @@ def test_a_flight_directory_holding_rings_of_another_job_is_refused(tmp_path):
 
 def test_graph_mode_without_a_gpu_exits_2_and_says_why():
     done = run_bounded([sys.executable, str(EXAMPLE)], 120, {"CUDA_VISIBLE_DEVICES": ""})
-    assert done.returncode == 2 and "needs a CUDA GPU" in done.stdout, done.stdout
+    assert done.returncode == 2 and "needs a CUDA GPU" in done.stderr, output(done)
 
 
 def test_the_eager_golden_recording_replayed_names_the_planted_rank_and_the_launch(tmp_path):
