@@ -32,13 +32,7 @@ ARCH = "sm_90"
 GOLDEN_ONLY = {"arch"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_intra_op_thread():
-    """Small tensors on a shared CPU: one intra-op thread is faster (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/golden/conftest.py
 
 
 def bits(value: torch.Tensor) -> torch.Tensor:
