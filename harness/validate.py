@@ -90,6 +90,7 @@ from harness.launch.spares import StandbyPool
 from harness.launch.supervision import received_signal
 from harness.launch.load_scale import describe as describe_load, load_factor, scaled_defaults
 from harness.launch.durations import FILE_NAME as DURATIONS_FILE, UnitDurations
+from harness.launch.unit_timeline import UnitTimeline
 from harness.launch.schedule import DevicePool, default_lanes, job_units, order_units, run_units
 from harness.references.cache import cache_root, kernel_cache_env
 from harness.launch.reference_pool import ReferencePool
@@ -429,12 +430,20 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
             settings.env["OMP_NUM_THREADS"] = threads
         return settings
 
+    timeline = UnitTimeline(lanes)
+
     def run_unit(settings, unit) -> None:
-        """One unit's cases through a JobRunner of its own (verdicts reported as they settle); its time noted."""
+        """One unit's cases through a JobRunner of its own (verdicts reported as they settle); its time and lane
+        noted."""
         if stop is not None and stop.is_set():
             return
-        started = time.monotonic()
-        JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases), unit.world)
+        started = timeline.start()
+        try:
+            JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases),
+                                                                                        unit.world)
+        finally:
+            timeline.note(started, lane=threading.current_thread().name, world=unit.world,
+                          cases=[c.key for c in unit.cases], kind=unit.kind)
         durations.note(keys[id(unit)], time.monotonic() - started)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
@@ -456,6 +465,8 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
                       devices=None if shared_devices else DevicePool(gpus))
         finally:
             durations.save()  # what the finished units took, also when the run was cut short
+            timeline.write(run_dir)
+            report.note(timeline.summary())
     if stop is not None and stop.is_set():
         report.note(not_run_note(pairs, req, launcher, report))
 

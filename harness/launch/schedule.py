@@ -73,6 +73,14 @@ class JobUnit:
         """Whether the unit is a fault case that expects a timeout (its ranks spin until the deadline)."""
         return self.isolated and any("timeout" in getattr(c, "outcomes", ()) for c in self.cases)
 
+    @property
+    def kind(self) -> str:
+        """What the unit is, in words: a fault case that waits for its deadline, another fault case, or a cpu- or
+        gpu-size batch."""
+        if self.isolated:
+            return "fault, waits for its deadline" if self.waits_for_deadline else "fault"
+        return "gpu-size batch" if self.heavy else "cpu-size batch"
+
     def key(self, launcher: str, impl: str) -> str:
         """The unit's key in the durations file (``harness.launch.durations.unit_key``)."""
         return unit_key(launcher, impl, self.world, [c.key for c in self.cases])

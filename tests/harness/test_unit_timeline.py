@@ -1,0 +1,40 @@
+"""The unit timeline: start order, lane occupancy and the longest unit, on a fake clock; units.json on disk."""
+
+import json
+
+from harness.launch.unit_timeline import FILE_NAME, UnitTimeline
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_occupancy_and_the_longest_unit(tmp_path):
+    clock = FakeClock()
+    timeline = UnitTimeline(2, clock=clock)
+    a = timeline.start()  # lane 0: 0-10 s
+    clock.now += 2
+    b = timeline.start()  # lane 1: 2-4 s, then idle
+    clock.now += 2
+    timeline.note(b, lane="lane_1", world=2, cases=["f/x", "f/y"], kind="cpu-size batch")
+    clock.now += 6
+    timeline.note(a, lane="lane_0", world=8, cases=["f/hang"], kind="fault, waits for its deadline")
+    doc = json.loads(timeline.write(tmp_path).read_text())
+    assert (tmp_path / FILE_NAME).exists()
+    assert [u["start_s"] for u in doc["units"]] == [0.0, 2.0]  # start order, from the first unit's start
+    assert doc["wall_s"] == 10.0 and doc["lanes"] == 2
+    line = timeline.summary()
+    assert "2 on 2 lane(s) in 10.0 s" in line and "busy 60% (12.0 unit-s)" in line
+    assert "the longest 10.0 s from 0.0 s: world 8, 1 case(s), fault, waits for its deadline, f/hang" in line
+
+
+def test_no_unit_is_said_so(tmp_path):
+    timeline = UnitTimeline(4)
+    assert timeline.summary() == "# Units : none ran"
+    assert json.loads(timeline.write(tmp_path).read_text())["units"] == []
