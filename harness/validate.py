@@ -394,8 +394,7 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
     root = cache_root() if req.cache else None
     cache_dir = root / "references" if root else run_dir / "refcache"
     impl = req.impl or settings_for(launcher, run_dir, 1, gpus).impl
-    spares = launcher == "virtual" and req.standby  # the StandbyPool below has spares: a job's start is paid ahead
-    units = job_units([(w, cs) for w, cs in pairs if cs], impl, cheap_starts=spares)
+    units = job_units([(w, cs) for w, cs in pairs if cs], impl)
     shared_devices = launcher != "torchrun" or gpus < max([u.world for u in units] or [1])
     cores = os.cpu_count() or 1
     heavy = [(u.world, u.cases) for u in units if u.heavy]
@@ -449,7 +448,7 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
     # at most a lane's worth starting at once: the first jobs' spares start before their replacements
-    standby = StandbyPool(python(), 2 * lanes if spares else 0,
+    standby = StandbyPool(python(), 2 * lanes if launcher == "virtual" and req.standby else 0,
                           env=job_env(settings_of(1), 1), cwd=str(REPO_ROOT), max_starting=lanes,
                           spare_dir=run_dir / "jobs" / "standby", stacks_dir=stacks_dir(run_dir))
     report.note(standby.describe())

@@ -5,10 +5,7 @@ units and runs the units through ``JobRunner``s, several at a time where
 they cannot spoil each other's verdict:
 
 - Units: per world, the cases that cannot hang run batched: the cpu-size
-  ones in one unit (one per family where jobs start in spare processes,
-  ``harness.launch.spares``: there a job's start is already paid, and one
-  world's 35-odd cpu-size cases in one job would be the run's longest
-  unit), the gpu-size ones in one unit per family; every case that may hang or end its ranks (an
+  ones in one unit, the gpu-size ones in one unit per family; every case that may hang or end its ranks (an
   injected hang, crash, skip, repeat or disagreement; an expected timeout)
   is a unit of its own. Order: cpu-size batches and the fault units first,
   gpu-size batches last, so the reference pool (``harness.references.pool``) has
@@ -89,10 +86,8 @@ class JobUnit:
         return unit_key(launcher, impl, self.world, [c.key for c in self.cases])
 
 
-def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str, *,
-              cheap_starts: bool = False) -> list[JobUnit]:
-    """The units of a plan in run order: cpu-size batches and fault cases first, gpu-size batches last; with
-    ``cheap_starts`` (jobs start in spare processes) the cpu-size batches are per family too."""
+def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str) -> list[JobUnit]:
+    """The units of a plan in run order: cpu-size batches and fault cases first, gpu-size batches last."""
     light, heavy = [], []
     for world, cases in pairs:
         batches: dict[tuple[str, str], list[Case]] = {}
@@ -100,10 +95,9 @@ def job_units(pairs: Sequence[tuple[int, Sequence[Case]]], impl: str, *,
             if case.isolated(impl):
                 light.append(JobUnit(world, (case,), True))
             else:
-                # one job per world for the cpu-size cases where a job start costs seconds; the gpu-size ones
+                # one job per world for the cpu-size cases (a job start costs seconds); the gpu-size ones
                 # per family too, so that lanes can share them out
-                by_family = case.size == "gpu" or cheap_starts
-                batches.setdefault((case.family if by_family else "", case.size), []).append(case)
+                batches.setdefault((case.family if case.size == "gpu" else "", case.size), []).append(case)
         for (_, size), batch in batches.items():
             (heavy if size == "gpu" else light).append(JobUnit(world, tuple(batch), False))
     # the longest gpu-size units first, so that no lane is left with one long unit at the end

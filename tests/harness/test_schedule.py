@@ -175,29 +175,3 @@ def test_an_error_in_one_lane_stops_the_others_starting_units_and_is_raised(monk
         run_units(units, lambda world: None, run_unit, lanes=2)
     # the other lane may have taken one unit before the failure (it ran until the queue was dropped), never more
     assert "bad" in ran and set(ran) <= {"bad", "u0"}, ran
-
-
-@dataclass(frozen=True)
-class PlannedCase:
-    """The parts of a case ``job_units`` reads."""
-
-    family: str
-    key: str
-    size: str = "cpu"
-    launches: int = 1
-    isolated_flag: bool = False
-
-    def isolated(self, impl: str) -> bool:
-        """Whether the case runs in a job of its own."""
-        return self.isolated_flag
-
-
-def test_cpu_size_batches_are_per_family_only_where_job_starts_are_paid_ahead():
-    cases = [PlannedCase("a", "a/x"), PlannedCase("a", "a/y"), PlannedCase("b", "b/x"),
-             PlannedCase("b", "b/hang", isolated_flag=True), PlannedCase("a", "a/big", size="gpu"),
-             PlannedCase("b", "b/big", size="gpu")]
-    batched = schedule.job_units([(2, cases)], "kernel")
-    assert [[c.key for c in u.cases] for u in batched] == [["b/hang"], ["a/x", "a/y", "b/x"], ["a/big"], ["b/big"]]
-    split = schedule.job_units([(2, cases)], "kernel", cheap_starts=True)
-    assert [[c.key for c in u.cases] for u in split] == [["b/hang"], ["a/x", "a/y"], ["b/x"], ["a/big"], ["b/big"]]
-    assert [u.kind for u in split] == ["fault", "cpu-size batch", "cpu-size batch", "gpu-size batch", "gpu-size batch"]
