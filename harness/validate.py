@@ -327,8 +327,9 @@ def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan,
         header += f"\n# {pairs.skipped}"
     if substitution():
         header += f"\n# {substitution()}"
-    if describe_load(req.load_scale or 1.0):
-        header += f"\n# {describe_load(req.load_scale or 1.0)}"
+    load_line = describe_load(req.load_scale or 1.0, startup_s=req.startup, per_launch_s=req.deadline)
+    if load_line:
+        header += f"\n# {load_line}"
     if selection:
         header += f"\n# {selection}"
     header += "".join(f"\n# {line}" for line in planted)

@@ -44,13 +44,16 @@ def scaled_defaults(factor: float, *, startup_s: float | None, per_launch_s: flo
             "per_launch_s": per_launch_s if per_launch_s is not None else DEFAULT_PER_LAUNCH_S * factor}
 
 
-def describe(factor: float) -> str:
-    """The header line saying how far the defaults were scaled ("" when they were not)."""
+def describe(factor: float, *, startup_s: float | None = None, per_launch_s: float | None = None) -> str:
+    """The header line saying how far the defaults were scaled and the allowances the run uses ("" when nothing
+    was scaled); a value given on the command line (``startup_s``, ``per_launch_s``) is shown as given."""
     if factor <= 1.0:
         return ""
-    return (f"load {factor:.1f} per core: default allowances scaled x{factor:.1f} (startup "
-            f"{STARTUP_S * factor:g} s, case {CASE_ALLOWANCE_S * factor:g} s, per launch "
-            f"{DEFAULT_PER_LAUNCH_S * factor:g} s)")
+    used = scaled_defaults(factor, startup_s=startup_s, per_launch_s=per_launch_s)
+    startup = f"startup {used['startup_s']:g} s" + (" (given)" if startup_s is not None else "")
+    per_launch = f"per launch {used['per_launch_s']:g} s" + (" (given)" if per_launch_s is not None else "")
+    return (f"load {factor:.1f} per core: default allowances scaled x{factor:.1f} ({startup}, case "
+            f"{used['case_allowance_s']:g} s, {per_launch})")
 
 
 __all__ = ["CASE_ALLOWANCE_S", "MAX_FACTOR", "STARTUP_S", "describe", "load_factor", "scaled_defaults"]

@@ -4,7 +4,7 @@ import io
 from pathlib import Path
 
 from harness.families.catalog import DEFAULT_PER_LAUNCH_S
-from harness.launch.load_scale import CASE_ALLOWANCE_S, MAX_FACTOR, STARTUP_S, load_factor, scaled_defaults
+from harness.launch.load_scale import CASE_ALLOWANCE_S, MAX_FACTOR, STARTUP_S, describe, load_factor, scaled_defaults
 from harness.validate import ValidateRequest, run_validate
 from harness.wire.case_result import CaseResult
 
@@ -46,3 +46,11 @@ def test_validate_gives_every_job_the_scaled_allowances_and_the_header_says_so(m
     assert run_validate(req, stream=stream) == 0
     assert seen == [(4 * STARTUP_S, 4 * CASE_ALLOWANCE_S, 4 * DEFAULT_PER_LAUNCH_S)]
     assert "# load 4.0 per core: default allowances scaled x4.0" in stream.getvalue()
+
+
+def test_the_header_line_shows_the_allowances_used_given_values_as_given():
+    assert describe(1.0) == ""
+    scaled = describe(2.0)
+    assert f"startup {2 * STARTUP_S:g} s, case {2 * CASE_ALLOWANCE_S:g} s, per launch {2 * DEFAULT_PER_LAUNCH_S:g} s)" in scaled
+    given = describe(2.0, startup_s=50.0, per_launch_s=7.0)
+    assert "startup 50 s (given)" in given and "per launch 7 s (given)" in given

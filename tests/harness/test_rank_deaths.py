@@ -31,6 +31,8 @@ SCENARIOS = str(ROOT / "tests" / "harness" / "scenarios")
 # Generous bounds: they fail the test only when exceeded, they never order anything.
 DEADLINE_S = 240.0
 GONE_WITHIN_S = 60.0
+# Exec the given command with SIGHUP at its default disposition (an ignored signal stays ignored across exec).
+HANGUP_AT_DEFAULT = "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
 
 
 def poll(condition, deadline_s: float = DEADLINE_S, what: str = "the condition"):
@@ -51,12 +53,15 @@ class Run:
         self.run_dir = run_dir
         self.token = uuid.uuid4().hex
         env = dict(os.environ, PYTHONPATH=str(ROOT), **{TOKEN_VAR: self.token})
+        argv = [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario-root", SCENARIOS,
+                "--scenario", "markov_sharded/tiny", "--world", "2", "--no-store", "--no-standby",
+                "--run-dir", str(run_dir), "--deadline", f"{deadline_s:g}",
+                "--inject", f"markov_sharded/tiny:delay:rank=1,launch=1,seconds={delay_s:g}"]
+        # The harness starts as from a terminal, SIGHUP at its default: under nohup (a test run started with
+        # it) the inherited SIG_IGN would keep the harness from taking SIGHUP, as nohup means it to.
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario-root", SCENARIOS,
-             "--scenario", "markov_sharded/tiny", "--world", "2", "--no-store", "--no-standby",
-             "--run-dir", str(run_dir), "--deadline", f"{deadline_s:g}",
-             "--inject", f"markov_sharded/tiny:delay:rank=1,launch=1,seconds={delay_s:g}"],
-            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            [sys.executable, "-c", HANGUP_AT_DEFAULT, *argv], cwd=ROOT, env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
     def progress(self, rank: int) -> list[dict]:
         """Rank ``rank``'s progress records so far."""
