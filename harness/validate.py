@@ -434,17 +434,14 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
     timeline = UnitTimeline(lanes)
 
     def run_unit(settings, unit) -> None:
-        """One unit's cases through a JobRunner of its own (verdicts reported as they settle); its time and lane
-        noted."""
+        """One unit's cases through a JobRunner of its own (verdicts reported as they settle); its time noted."""
         if stop is not None and stop.is_set():
             return
         started = timeline.start()
         try:
-            JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases),
-                                                                                        unit.world)
+            JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases), unit.world)
         finally:
-            timeline.note(started, lane=threading.current_thread().name, world=unit.world,
-                          cases=[c.key for c in unit.cases], kind=unit.kind)
+            timeline.note(started, unit)
         durations.note(keys[id(unit)], time.monotonic() - started)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up

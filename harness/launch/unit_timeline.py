@@ -45,13 +45,14 @@ class UnitTimeline:
                 self._origin = now
         return now
 
-    def note(self, started: float, *, lane: str, world: int, cases: list[str], kind: str) -> None:
-        """One unit that began at ``started`` (from ``start``) ended now."""
+    def note(self, started: float, unit) -> None:
+        """``unit`` (a ``harness.launch.schedule.JobUnit``), begun at ``started`` (from ``start``) on the calling
+        lane's thread, ended now."""
         ended = self._clock()
         with self._lock:
-            self._units.append({"lane": lane, "start_s": round(started - self._origin, 3),
-                                "seconds": round(ended - started, 3), "world": world, "cases": len(cases),
-                                "kind": kind, "first_case": cases[0] if cases else ""})
+            self._units.append({"lane": threading.current_thread().name, "start_s": round(started - self._origin, 3),
+                                "seconds": round(ended - started, 3), "world": unit.world, "cases": len(unit.cases),
+                                "kind": unit.kind, "first_case": unit.cases[0].key if unit.cases else ""})
 
     def document(self) -> dict:
         """The timeline as ``units.json`` holds it."""

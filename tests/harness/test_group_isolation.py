@@ -48,14 +48,16 @@ WORKER = textwrap.dedent('''
         if spec["name"] == "crash" and 1 in groups:
             writers[3].write("crash", 0, {"rows": 2}, {"launches": 0}, how="exit")
             os._exit(43)  # the agent then ends every rank of the node, group 0's too
+        hangs = spec["name"] == "hang" and 1 in groups
+        if hangs:  # said before group 0 finishes: its verdict may come at once, and must find the hang begun
+            writers[3].write("hang", 0, {"rows": 2}, {"launches": 0})
+            with open(os.path.join(job["run_dir"], "hanging.pid"), "w") as f:
+                f.write(str(os.getpid()))
         if 0 in groups:
             for r in (0, 1):
                 writers[r].end(0, {"rows": 2}, {"launches": 1})
             finish(dirs[0], (0, 1))
-        if spec["name"] == "hang" and 1 in groups:
-            writers[3].write("hang", 0, {"rows": 2}, {"launches": 0})
-            with open(os.path.join(job["run_dir"], "hanging.pid"), "w") as f:
-                f.write(str(os.getpid()))
+        if hangs:
             time.sleep(600)
         if 1 in groups:
             for r in (2, 3):

@@ -1,6 +1,7 @@
 """The unit timeline: start order, lane occupancy and the longest unit, on a fake clock; units.json on disk."""
 
 import json
+from types import SimpleNamespace
 
 from harness.launch.unit_timeline import FILE_NAME, UnitTimeline
 
@@ -15,6 +16,11 @@ class FakeClock:
         return self.now
 
 
+def unit(world: int, keys: list[str], kind: str) -> SimpleNamespace:
+    """The parts of a job unit the timeline reads."""
+    return SimpleNamespace(world=world, cases=[SimpleNamespace(key=k) for k in keys], kind=kind)
+
+
 def test_occupancy_and_the_longest_unit(tmp_path):
     clock = FakeClock()
     timeline = UnitTimeline(2, clock=clock)
@@ -22,12 +28,13 @@ def test_occupancy_and_the_longest_unit(tmp_path):
     clock.now += 2
     b = timeline.start()  # lane 1: 2-4 s, then idle
     clock.now += 2
-    timeline.note(b, lane="lane_1", world=2, cases=["f/x", "f/y"], kind="cpu-size batch")
+    timeline.note(b, unit(2, ["f/x", "f/y"], "cpu-size batch"))
     clock.now += 6
-    timeline.note(a, lane="lane_0", world=8, cases=["f/hang"], kind="fault, waits for its deadline")
+    timeline.note(a, unit(8, ["f/hang"], "fault, waits for its deadline"))
     doc = json.loads(timeline.write(tmp_path).read_text())
     assert (tmp_path / FILE_NAME).exists()
     assert [u["start_s"] for u in doc["units"]] == [0.0, 2.0]  # start order, from the first unit's start
+    assert {u["lane"] for u in doc["units"]} == {"MainThread"}  # the thread that ran the unit
     assert doc["wall_s"] == 10.0 and doc["lanes"] == 2
     line = timeline.summary()
     assert "2 on 2 lane(s) in 10.0 s" in line and "busy 60% (12.0 unit-s)" in line
