@@ -441,8 +441,8 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         try:
             JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases), unit.world)
         finally:
-            timeline.note(started, unit)
-        durations.note(keys[id(unit)], time.monotonic() - started)
+            seconds = timeline.note(started, unit)
+        durations.note(keys[id(unit)], seconds)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up
     # at most a lane's worth starting at once: the first jobs' spares start before their replacements

@@ -10,8 +10,9 @@ File: ``<run dir>/units.json``, written once the units are done (also when
 the run was cut short), ``{"version": 1, "lanes": L, "wall_s": W, "units":
 [{"lane", "start_s", "seconds", "world", "cases", "kind", "first_case"},
 ...]}`` in start order, times in seconds from the first unit's start. Its
-one-line summary (``summary``) is printed under the lanes note: lane
-occupancy (the units' seconds over lanes x wall) and the longest unit.
+one-line summary (``summary``, the ``# Units`` line) is printed when the
+units are done, above the footer: lane occupancy (the units' seconds over
+lanes x wall) and the longest unit.
 """
 
 from __future__ import annotations
@@ -45,14 +46,15 @@ class UnitTimeline:
                 self._origin = now
         return now
 
-    def note(self, started: float, unit) -> None:
+    def note(self, started: float, unit) -> float:
         """``unit`` (a ``harness.launch.schedule.JobUnit``), begun at ``started`` (from ``start``) on the calling
-        lane's thread, ended now."""
+        lane's thread, ended now; returns its seconds."""
         ended = self._clock()
         with self._lock:
             self._units.append({"lane": threading.current_thread().name, "start_s": round(started - self._origin, 3),
                                 "seconds": round(ended - started, 3), "world": unit.world, "cases": len(unit.cases),
                                 "kind": unit.kind, "first_case": unit.cases[0].key if unit.cases else ""})
+        return ended - started
 
     def document(self) -> dict:
         """The timeline as ``units.json`` holds it."""

@@ -32,7 +32,8 @@ SCENARIOS = str(ROOT / "tests" / "harness" / "scenarios")
 DEADLINE_S = 240.0
 GONE_WITHIN_S = 60.0
 # Exec the given command with SIGHUP at its default disposition (an ignored signal stays ignored across exec).
-HANGUP_AT_DEFAULT = "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+HANGUP_AT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
+                     "os.execv(sys.argv[1], sys.argv[1:])")
 
 
 def poll(condition, deadline_s: float = DEADLINE_S, what: str = "the condition"):

@@ -28,7 +28,7 @@ def test_occupancy_and_the_longest_unit(tmp_path):
     clock.now += 2
     b = timeline.start()  # lane 1: 2-4 s, then idle
     clock.now += 2
-    timeline.note(b, unit(2, ["f/x", "f/y"], "cpu-size batch"))
+    assert timeline.note(b, unit(2, ["f/x", "f/y"], "cpu-size batch")) == 2.0  # its seconds, for the durations file
     clock.now += 6
     timeline.note(a, unit(8, ["f/hang"], "fault, waits for its deadline"))
     doc = json.loads(timeline.write(tmp_path).read_text())
