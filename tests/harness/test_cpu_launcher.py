@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.scale.memory import processes_mentioning
+from harness.launch.load_scale import load_factor
 from hang_guard import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,7 +114,7 @@ def test_injected_crash_ends_naming_rank_and_launch(tmp_path):
 
 
 def test_unexpected_hang_fails_and_replay_shows_ranks_side_by_side(tmp_path):
-    proc = harness("replay", "tiny", "--world", "2", "--launcher", "cpu", "--deadline", "3",
+    proc = harness("replay", "tiny", "--world", "2", "--launcher", "cpu", "--deadline", f"{3 * load_factor():g}",
                    "--inject", "hang:rank=0,launch=2", run_dir=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (res,) = report(tmp_path)["results"]

@@ -16,16 +16,18 @@ import subprocess
 import sys
 from pathlib import Path
 from hang_guard import HANG_GUARD_S
+from harness.launch.load_scale import load_factor
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 
 
 def planted_run(run_dir: Path, fault: str) -> tuple[subprocess.CompletedProcess, dict]:
-    """Validate ``tiny`` at world 2 with ``fault`` planted (unexpected, so the case fails); (process, its result)."""
+    """Validate ``tiny`` at world 2 with ``fault`` planted (unexpected, so the case fails); (process, its result).
+    The per-launch deadline is 3 s times the load per core, as the harness scales its own defaults."""
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
-         "--inject", f"markov_sharded/tiny:{fault}", "--deadline", "3", "--scenario-root", str(SCENARIOS),
+         "--inject", f"markov_sharded/tiny:{fault}", "--deadline", f"{3 * load_factor():g}", "--scenario-root", str(SCENARIOS),
          "--run-dir", str(run_dir), "--no-store"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=HANG_GUARD_S)
     (result,) = json.loads((run_dir / "report.json").read_text())["results"]
