@@ -162,6 +162,7 @@ def run_virtual(job: dict, world: int) -> int:
                     if not torch.cuda.is_available():
                         raise RuntimeError("no CUDA device")
                     fabrics = VirtualFabric.create(tp, "cuda", timeout_s=timeout_s)
+                    mark_startup("fabric")
                 except Exception as exc:  # noqa: BLE001 - reported per rank as not available
                     reason = f"kernels.fabric.VirtualFabric: {type(exc).__name__}: {exc}"
             if fabrics is not None:

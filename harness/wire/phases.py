@@ -29,9 +29,11 @@ process's start (``/proc``), ``worker`` the worker's code running (its
 imports, torch's among them, done), ``torch`` torch.distributed imported,
 ``joined`` the process group joined, ``grouped`` its TP group made; a
 standby process (``harness.rank.standby``) adds ``cuda``, ``preloaded`` and
-``handed``, the job reaching it, and its ``start`` counts from the job only), which
-``harness.scale`` turns into agent, import, rendezvous and group-setup
-seconds.
+``handed``, the job reaching it, and its ``start`` counts from the job only;
+a virtual kernel job adds ``fabric``, its ranks' streams made, which makes
+the CUDA context), which ``harness.scale`` turns into agent, import,
+rendezvous and group-setup seconds and ``harness.reports.startup_steps``
+into seconds per step over a run's processes.
 """
 
 from __future__ import annotations
