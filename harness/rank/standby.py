@@ -52,7 +52,7 @@ def preload() -> list[str]:
     if torch.cuda.is_available():
         # CUDA state only: the context itself is made by the job's first stream. Making it here, in every
         # spare, was measured slower on the H200 twice: a warm validate went from 120 to 167 s (2026-12-01),
-        # and from 108.5 to 139.6 s (2026-12-03, two spares a lane: the kernels and construction slow down
+        # and from 108.4 to 139.5 s (2026-12-03, two spares a lane: the kernels and construction slow down
         # with the idle spares' contexts alive, more than the 7.8 s median of making it in the job saves).
         torch.cuda.init()
         mark_startup("cuda")
