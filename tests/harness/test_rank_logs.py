@@ -27,7 +27,8 @@ def planted_run(run_dir: Path, fault: str) -> tuple[subprocess.CompletedProcess,
     The per-launch deadline is 3 s times the load per core, as the harness scales its own defaults."""
     proc = subprocess.run(
         [sys.executable, "-m", "harness", "validate", "--launcher", "cpu", "--scenario", "tiny", "--world", "2",
-         "--inject", f"markov_sharded/tiny:{fault}", "--deadline", f"{3 * load_factor():g}", "--scenario-root", str(SCENARIOS),
+         "--inject", f"markov_sharded/tiny:{fault}", "--deadline", f"{3 * load_factor():g}",
+         "--scenario-root", str(SCENARIOS),
          "--run-dir", str(run_dir), "--no-store"],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=HANG_GUARD_S)
     (result,) = json.loads((run_dir / "report.json").read_text())["results"]

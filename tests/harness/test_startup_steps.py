@@ -1,4 +1,5 @@
-"""Start-up steps: each job process's marks counted once, the seconds between neighbouring marks per step; a real run."""
+"""Start-up steps: each job process's marks counted once, the seconds between neighbouring marks per step;
+a real run."""
 
 import json
 import subprocess
