@@ -22,8 +22,15 @@ into the directory and unlinks the shmem file). Where neither can be
 registered, the ring lives in pinned host memory (``torch``) and
 ``dump()`` writes its bytes to the file (at interpreter exit, and whenever
 called): a trap is then still survived, a ``kill`` is not. A recorder that
-is dropped unregisters its mapping and unmaps it (the file keeps the
-records). Without CUDA (``device=None``) the ring is only a file, for the
+is dropped does not unregister its mapping there and then: it is retired,
+and ``release_retired`` (called by the next recorder's registration, and by
+whoever knows no kernel of the process is in flight) unregisters and unmaps
+it (the file keeps the records). ``cudaHostUnregister`` waits for the whole
+device to idle; run by the garbage collector in a virtual rank's thread
+while that rank's exchange kernel spins for a peer, it blocked the peer's
+launch in the driver, and the exchange timed out and trapped (seen on the
+H200: a loop dropped right after its last launch, and garbage of an earlier
+test collected mid-call). Without CUDA (``device=None``) the ring is only a file, for the
 CPU tests and the reader.
 
 File layout (little-endian). A 64-byte header, then ``capacity`` records
@@ -575,8 +582,8 @@ class FlightRecorder:
             self._attach(device, header)
         if self._pinned is not None:
             atexit.register(self.dump)
-        # Unregister before the mapping goes: a range left registered would refuse the next ring mapped there.
-        self._finalizer = weakref.finalize(self, _release, self.backing, self.mode == "mapped")
+        # Retired, not released, when dropped (module docstring): the mapping stays registered until a safe point.
+        self._finalizer = weakref.finalize(self, _retire, self.backing, self.mode == "mapped")
         self._finalizer.atexit = False  # at exit the process's end unmaps it; a trapped context takes no calls
 
     def _map_file(self, path: Path, header: bytes):
@@ -602,6 +609,7 @@ class FlightRecorder:
             self.path.unlink()
             self.backing = self._map_file(shm_path, header)
             os.symlink(shm_path, self.path)
+        release_retired()  # registering waits for the device as unregistering does: one safe point serves both
         address = _register(self.backing, self.size)
         if address:
             self.mode, self.device_address = "mapped", address
@@ -677,6 +685,28 @@ def _host_address(backing: mmap.mmap) -> int:
         del view
 
 
+# Mappings of dropped recorders awaiting ``release_retired``: (backing, registered) pairs.
+_RETIRED: list[tuple[mmap.mmap, bool]] = []
+_RETIRED_LOCK = threading.Lock()
+
+
+def _retire(backing: mmap.mmap, registered: bool) -> None:
+    """Queue a dropped recorder's mapping for ``release_retired`` (no CUDA call: safe in any thread at any time)."""
+    with _RETIRED_LOCK:
+        _RETIRED.append((backing, registered))
+
+
+def release_retired() -> int:
+    """Unregister and unmap every retired ring now; say how many. Call it only where no kernel of this process can
+    be waiting for a host thread (``cudaHostUnregister`` waits for the device to idle)."""
+    with _RETIRED_LOCK:
+        retired = list(_RETIRED)
+        _RETIRED.clear()
+    for backing, registered in retired:
+        _release(backing, registered)
+    return len(retired)
+
+
 def _release(backing: mmap.mmap, registered: bool) -> None:
     """Unregister a mapped ring from CUDA (when it was) and unmap it: the file keeps the records."""
     if registered:
@@ -737,5 +767,6 @@ __all__: Sequence[str] = (
     "kernel_index",
     "read_directory",
     "read_ring",
+    "release_retired",
     "set_directory",
 )

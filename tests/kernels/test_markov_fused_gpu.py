@@ -311,3 +311,126 @@ def test_bad_input_raises_before_launch_and_changes_nothing():
     with pytest.raises(ValueError, match="bias_fn output: expected shape"):
         FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()}, config,
                         bias_fn=lambda e, w: grid_bias(e, w)[:, :7]).launch(to_gpu(inputs), {})
+
+
+@pytest.mark.parametrize("tp", [2, 4, 8])
+def test_loops_dropped_right_after_their_call_never_stall_their_peers(tp):
+    # The idiom of run_kernels: every rank builds a loop, makes one call and drops the loop at once, while a
+    # slower peer may still be launching its gathers. The dropped loop's flight ring used to be unregistered
+    # there (cudaHostUnregister waits for the device), which stalled the peer's launch until the exchange
+    # trapped in about half the runs at tp 2. Ten runs per tp, R 64 with every injection, each golden.
+    static, inputs = build_case(vocab=4096, dim=64, seed=tp + 70, padding=True, corrupt=True, wrap=True)
+    config = config_of(4096, dim=64, block=256)
+    want = golden(static, config, inputs)
+    for run in range(10):
+        for rank, got in enumerate(run_kernels(static, config, inputs, tp=tp, pdl=True)):
+            assert_same(got, want, f"tp {tp} run {run} rank {rank}")
+
+
+@pytest.mark.parametrize("graph", [False, True], ids=["eager", "graph"])
+def test_a_rank_that_builds_slowly_starts_late_and_never_times_out(graph, monkeypatch):
+    # Rank 1 sleeps 12 s before it compiles (past the loop's 10 s exchange deadline). Construction is collective
+    # and ends in a barrier, so rank 0 waits there, on the host, and no exchange starts before its peer exists.
+    import threading
+    import time
+
+    from harness.families.markov_fused_kernel import HARNESS_TIMEOUT_NS, FusedMarkovLoop
+    from kernels import hostcopy
+    from kernels.fabric import VirtualFabric
+    from kernels.markov import fused
+
+    assert HARNESS_TIMEOUT_NS == 10_000_000_000
+    compile_kernel = fused.compile_kernel
+
+    def slow_on_rank1(cls, options=None, **config):
+        """The compile, 12 s late on rank 1's thread."""
+        if threading.current_thread().name == "rank1" and cls is fused.AnchorKernel:
+            time.sleep(12)
+        return compile_kernel(cls, options, **config)
+
+    monkeypatch.setattr(fused, "compile_kernel", slow_on_rank1)
+    static, inputs = build_case(vocab=4096, seed=80, padding=True)
+    config = {**config_of(4096, block=512), "tp": 2, "pdl": True}
+    want = golden(static, config_of(4096, block=512), inputs)
+    static_gpu = {k: v.cuda() for k, v in static.items()}
+    rank_inputs = [to_gpu(inputs) for _ in range(2)]
+    torch.cuda.synchronize()
+
+    def body(fabric):
+        """Build (rank 1 late), then one call eager or captured and replayed, this rank's stream finished."""
+        loop = FusedMarkovLoop(fabric, static_gpu, config, bias_fn=grid_bias)
+        if not graph:
+            out = loop.launch(rank_inputs[fabric.rank], {})
+        else:
+            # As test_markov_exchange_gpu captures on virtual ranks: between two barriers, thread-local errors.
+            captured = torch.cuda.CUDAGraph()
+            fabric.barrier()
+            captured.capture_begin(capture_error_mode="thread_local")
+            out = loop.launch(rank_inputs[fabric.rank], {})
+            captured.capture_end()
+            fabric.barrier()
+            captured.replay()
+        torch.cuda.current_stream().synchronize()
+        return {k: hostcopy.to_host(v).clone() for k, v in out.items()}
+
+    for rank, got in enumerate(VirtualFabric.run(VirtualFabric.create(2, "cuda", timeout_s=120), body)):
+        assert_same(got, want, f"slow builder, {'graph' if graph else 'eager'}, rank {rank}")
+
+
+def test_an_unsharded_cache_too_small_for_the_requests_or_the_vocab_is_refused_before_launch():
+    from kernels.markov.fused import MarkovKernels
+
+    static, inputs = build_case(vocab=1024, seed=90)
+    gpu = to_gpu(inputs)
+    w1 = static["w1"].cuda()
+    kernels = MarkovKernels(w1, torch.empty(8, 64, dtype=torch.bfloat16, device="cuda"), width=1024, has_cap=False,
+                            tp=None, steps=[(512, False, True)], pick_pdl=False, fill_vector=False)
+    rows = gpu["base"].shape[0]
+    scratch = dict(block_argmax=torch.empty(rows * 2, dtype=torch.int64, device="cuda"),
+                   block_max=torch.empty(rows * 2, device="cuda"),
+                   arrivals=torch.zeros(rows, dtype=torch.int32, device="cuda"),
+                   tokens=torch.empty(rows, 3, dtype=torch.int64, device="cuda"),
+                   emb=kernels.embeds[:rows], packets=torch.empty(rows, 4, dtype=torch.int32, device="cuda"))
+    bias = torch.zeros(rows, 1024, dtype=torch.bfloat16, device="cuda")
+    # 6 request rows (seeds) but a cache of 4: ids 4 and 5 would be written past its end; a 1000-wide cache.
+    for cache, message in ((gpu["cache"][:4], r"cache: expected at least max_reqs = seeds.shape\[0\] = 6"),
+                           (gpu["cache"][:, :, :1000], r"cache: expected \[max_reqs, steps, 1024\]")):
+        guard = cache.clone()
+        with pytest.raises(ValueError, match=message):
+            kernels.step(gpu["base"][:, 0], bias, cache, 0, gpu["idx_map"][:, 0], gpu["pos"][:, 0], gpu["seeds"],
+                         gpu["temperature"], scratch["block_argmax"], scratch["block_max"], scratch["arrivals"],
+                         scratch["tokens"], scratch["emb"], scratch["packets"], 0, 1.0, 1 / 30, 30.0, block=512,
+                         pdl=False)
+        torch.cuda.synchronize()
+        assert torch.equal(bits_of(cache), bits_of(guard))
+
+
+def test_request_ids_past_the_cache_inside_a_graph_write_nothing_outside_it():
+    # Under capture the host cannot read idx_map; a replay with ids >= max_reqs must treat them as padding on the
+    # device. The cache sits inside a larger allocation whose guard rows and columns must stay as they were.
+    from harness.families.markov_fused_kernel import FusedMarkovLoop
+
+    vocab, max_reqs = 4096, 6
+    config = config_of(vocab, block=512, max_reqs=max_reqs)
+    static, first = build_case(vocab=vocab, seed=91, max_reqs=max_reqs)
+    system = FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()}, config, bias_fn=grid_bias)
+    live = to_gpu(first)
+    steps = first["cache"].shape[1]
+    arena = torch.randn(max_reqs + 4, steps, vocab + 16, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
+    arena = arena.cuda()
+    live["cache"] = arena[2:2 + max_reqs, :, 8:8 + vocab]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        system.launch(live, {})  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        system.launch(live, {})
+    torch.cuda.synchronize()
+    before = arena.clone()
+    live["idx_map"].copy_(torch.tensor([[14, 6, 2**40], [7, 9, 100]], dtype=torch.int64).repeat(2, 1)[:, :steps])
+    graph.replay()
+    torch.cuda.synchronize()
+    # Every id of this replay lies past max_reqs: padding, so no cache byte (and no guard byte) changes.
+    assert torch.equal(bits_of(arena.cpu()), bits_of(before.cpu()))
