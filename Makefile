@@ -14,6 +14,8 @@ PYTHON := .venv/bin/python
 VENV_STAMP := .venv/.installed
 endif
 XDIST ?= -n auto
+# GPU tests share the one GPU four processes at a time; a worker whose context a test ended is replaced (tests/cuda_guard.py).
+GPU_XDIST ?= -n 4
 ARGS ?=
 
 .PHONY: help venv test gpu-test validate golden compile bench list clean
@@ -42,7 +44,7 @@ test: $(VENV_STAMP)
 gpu-test: $(VENV_STAMP)
 	@$(PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || \
 		{ echo "make gpu-test: needs a GPU (torch.cuda.is_available() is False for $(PYTHON)); run it on a GPU machine" >&2; exit 1; }
-	$(PYTHON) -m pytest -m gpu -p no:cacheprovider $(ARGS)
+	$(PYTHON) -m pytest -m gpu $(GPU_XDIST) -p no:cacheprovider $(ARGS)
 	$(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml
 
 validate: $(VENV_STAMP)

@@ -1,7 +1,10 @@
 """Project-wide pytest setup: the repository root on sys.path, the scenario
 plugin (``harness.pytest_plugin``: ``pytest scenarios/`` runs the scenarios
 through the harness), and `gpu` tests skipped where no CUDA device exists
-(they run on the device machine through `make gpu-test`).
+(they run on the device machine through `make gpu-test`). After each `gpu`
+test the CUDA context is checked (``tests/cuda_guard.py``): a test that left
+it dead or spinning is named, and its process ends, so no later test inherits
+a trapped context.
 
 "No CUDA device" is the only reason to skip: torch imports, and either it
 is a build without CUDA or the machine has no NVIDIA device node. A broken
@@ -26,9 +29,9 @@ if ROOT not in sys.path:
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-# The scenario items (`pytest scenarios/`), run by the harness. Where rankcheck is installed the plugin also
+# The scenario items (`pytest scenarios/`), run by the harness, and the CUDA-context guard of gpu tests. Where rankcheck is installed the plugin also
 # arrives by its pytest11 entry point, registered under this same name, so it is never registered twice.
-pytest_plugins = ["harness.pytest_plugin"]
+pytest_plugins = ["harness.pytest_plugin", "tests.cuda_guard"]
 
 # CuTe DSL writes the PTX a ``--keep-ptx`` compile keeps (cutlass___*.ptx) into its dump directory, the working
 # directory unless told: the tests' compiles, and the processes they start, dump into a temporary one.
@@ -70,3 +73,4 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
