@@ -58,8 +58,9 @@ these orders on a CPU.
 Deadline: a wait with ``timeout_ns > 0`` that exceeds it commits the
 ``kernels.diag`` record (kind MAILBOX_TAG: the awaited rank, the expected
 tag, the one seen, the launch counter, the draft step) and traps. The
-public default is the seeds' (0: wait forever); the harness passes short
-deadlines.
+default is the public classes' serving deadline, ``kernels.diag.SERVING_DEADLINE_NS``
+(10 minutes: ``docs/interfaces.md``, "Wait deadlines"); 0, the seed's
+wait-forever, only when a caller passes it; the harness passes short deadlines.
 
 Ranks must call every gather in lockstep; a rank that skips one leaves the
 others waiting (until their deadline). The kernel compiles and loads into
@@ -76,6 +77,7 @@ import torch
 
 from kernels import hostcopy
 from kernels.compile import compiled, preload
+from kernels.diag import SERVING_DEADLINE_NS
 from kernels.flight import flight_args
 from kernels.markov.exchange_layout import (
     CONTROL_WORDS,
@@ -90,7 +92,8 @@ from kernels.markov.exchange_layout import (
 
 # Virtual ranks launch from several threads.
 _LAUNCH_LOCK = threading.Lock()
-DEFAULT_TIMEOUT_NS = 0
+# The public deadline policy's default (docs/interfaces.md): a diagnostic record and a trap after 10 minutes.
+DEFAULT_TIMEOUT_NS = SERVING_DEADLINE_NS
 
 
 def compile_gather(unit: int, options: str | None = None, *, flight: bool = True):

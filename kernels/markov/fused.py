@@ -62,7 +62,7 @@ and the compile gate's ``compile_variants``.
 
 Public API (seed 001): ``MarkovKernels(w1, embeds, *, width, has_cap, tp,
 steps, pick_pdl, fill_vector, group=None, max_rows=None, max_steps=None,
-timeout_ns=0, diag=None, rank=None, flight_recorder=True, flight_dir=None)``
+timeout_ns=SERVING_DEADLINE_NS, diag=None, rank=None, flight_recorder=True, flight_dir=None)``
 compiles a loop's kernels (and, given ``group``, builds the device exchange
 collectively) and keeps the loop's flight-recorder ring, which every kernel
 it launches writes, the exchange's gathers included (``kernels.flight``;
@@ -228,7 +228,9 @@ class MarkovKernels:
         max_rows: the most request rows of a call (sizes the exchange).
         max_steps: the most draft steps of a call (sizes the exchange).
         timeout_ns: an exchange wait past it writes the ``kernels.diag``
-            record and traps (0, the default: wait forever, as the seed).
+            record and traps (default ``kernels.diag.SERVING_DEADLINE_NS``,
+            10 minutes, as every public class; 0 waits forever, as the seed,
+            only when passed).
         diag: the ``kernels.diag.DiagRecord`` to write (default: one of its
             own when ``timeout_ns > 0``, ``diag_record``).
         rank: this rank's number in the TP group, for the flight recorder's ring

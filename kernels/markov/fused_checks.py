@@ -146,6 +146,16 @@ def check_step(
     check_rows("idx_map", idx_map, torch.int64, rows, dev)
     check_rows("pos", pos, torch.int64, rows, dev)
     check_vector("seeds", seeds, torch.int64, dev)
+    if not host.sharded:
+        # The kernel writes row idx_map[r] of the cache for every request id in [0, max_reqs), max_reqs being
+        # seeds.shape[0] (any other id is padding, on the device too): the cache must hold each of those rows,
+        # and a whole vocabulary per row.
+        require(cache.shape[2] == vocab, ValueError,
+                f"cache: expected [max_reqs, steps, {vocab}] (a row per request over the whole vocabulary), "
+                f"got {tuple(cache.shape)}")
+        require(cache.shape[0] >= seeds.shape[0], ValueError,
+                f"cache: expected at least max_reqs = seeds.shape[0] = {seeds.shape[0]} request rows (request ids "
+                f"in [0, max_reqs) are written), got {cache.shape[0]}")
     check_tensor("temperature", temperature, torch.float32, tuple(seeds.shape), dev)
     require(temperature.stride(0) == 1, ValueError, f"temperature: expected stride 1, got {temperature.stride(0)}")
     blocks = -(-width // block)

@@ -14,12 +14,14 @@ traced: their Python loops unroll at trace time.
 
 Flight recorder (``flight=True``, the default; ``kernels.flight``): every
 kernel takes a ``FlightRing`` and thread 0 of CTA 0 begins the launch's
-record at entry and ends it at its own end (none of these kernels has a
-grid-wide completion point). Fields: rows (the grid's rows; the fill's
-``rows * steps`` divided by steps), the step's ``col`` as tag and ``aux``,
-digests of the scalars every rank passes alike (never ``vocab_offset``).
-The begin comes before a PDL wait: it stores only into the instance's ring
-and counter words, which no other kernel of the stream reads or writes.
+record and ends it at its own end (none of these kernels has a grid-wide
+completion point). Fields: rows (the grid's rows; the fill's ``rows *
+steps`` divided by steps), the step's ``col`` as tag and ``aux``, digests
+of the scalars every rank passes alike (never ``vocab_offset``). A PDL
+kernel (the step, the pick) begins its record after ``griddepcontrol.wait``:
+its predecessor (the gather, a step) records into the same ring, and a
+record begun before the wait would say the launch started while it was
+still waiting for that predecessor.
 """
 
 from __future__ import annotations
@@ -240,9 +242,6 @@ class StepKernel(KernelVariant):
     ) -> None:
         block, per_thread = self.block, self.per_thread
         rows, _, _ = cute.arch.grid_dim()
-        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "step"), 1, (
-            Uint32(col), Uint32(0), rows, Uint32(0),
-            digest([width, col, *[ptx.f32_bits(v) for v in transform]]), Uint32(col)))
         if const_expr(self.stamps):
             entered = ptx.globaltimer()
         tidx, _, _ = cute.arch.thread_idx()
@@ -281,6 +280,10 @@ class StepKernel(KernelVariant):
         if const_expr(self.pdl):
             # The bias is the preceding GEMV's output; every store waits too.
             cute.arch.griddepcontrol_wait()
+        # The record begins after the wait: before it the predecessor may still run, and this launch has not begun.
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "step"), 1, (
+            Uint32(col), Uint32(0), rows, Uint32(0),
+            digest([width, col, *[ptx.f32_bits(v) for v in transform]]), Uint32(col)))
         if const_expr(self.stamps):
             # Stored after the wait: before it a PDL grid stores nothing.
             self._stamp(results.block_argmax, col, "between", entered)
@@ -422,11 +425,12 @@ class PickKernel(KernelVariant):
     @cute.kernel
     def kernel(self, packets: Int64, rows: Int32, tokens: Int64, tokens_s0: Int64, w1: Int64, emb: Int64,
                ring: FlightRing) -> None:
-        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "pick"), 2,
-              (Uint32(0), Uint32(0), rows, Uint32(0), digest([rows]), Uint32(0)))
         if const_expr(self.pdl):
             # The packets are the gather's output.
             cute.arch.griddepcontrol_wait()
+        # After the wait, as the step's: the record says the launch began only once its predecessor completed.
+        flight_launch = begin(self.flight, ring, flight_ident("markov_fused", "pick"), 2,
+              (Uint32(0), Uint32(0), rows, Uint32(0), digest([rows]), Uint32(0)))
         tidx, _, _ = cute.arch.thread_idx()
         r, _, _ = cute.arch.block_idx()
         row = Int64(r)

@@ -328,6 +328,8 @@ def test_public_deadlines_are_the_serving_policy_and_the_harness_passes_its_own(
     from harness.families import allreduce_mhc_kernel, markov_sharded_kernel
     from kernels.allreduce import AllReduceMHC
     from kernels.diag import SERVING_DEADLINE_NS
+    from kernels.markov.exchange import PeerGather
+    from kernels.markov.fused import MarkovKernels
     from kernels.markov.sharded import ShardedMarkovSampler
 
     def default(function, name):
@@ -336,6 +338,8 @@ def test_public_deadlines_are_the_serving_policy_and_the_harness_passes_its_own(
     assert SERVING_DEADLINE_NS == 600 * 10**9
     assert default(AllReduceMHC.__init__, "timeout_ms") * 10**6 == SERVING_DEADLINE_NS
     assert default(ShardedMarkovSampler.__init__, "timeout_ns") == SERVING_DEADLINE_NS
+    assert default(MarkovKernels.__init__, "timeout_ns") == SERVING_DEADLINE_NS
+    assert default(PeerGather.__init__, "timeout_ns") == SERVING_DEADLINE_NS
 
     monkeypatch.setattr(allreduce_mhc_kernel, "AllReduceMHC", _RecordingConstructor)
     config = {"hidden": 256, "hc": 4, "capacity": 8, "top_k": 2, "tp": 1, "eps": 1e-6, "quantize": False,
