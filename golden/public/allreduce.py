@@ -24,10 +24,11 @@ ACTIVE)``), as the kernel's.
 Protocol. LL below ``bt_min_rows`` rows (finalize: ``bt_min_finalize_rows``),
 BT from there when ``max_num_tokens`` reaches it, ``protocol`` forcing one,
 as the kernel picks. Without ``bt_min_rows`` the kernel resolves a
-threshold per GPU and fabric (``kernels/allreduce/thresholds.json``, else
-the seed's preset) that the golden cannot know: the stand-in then runs LL
-only. A kernel instance's ``public_args`` carries its resolved thresholds,
-so a stand-in rebuilt from them picks as it did. The bits never depend on
+threshold per GPU and fabric (the bench's measurement, the user cache's over
+the shipped ``kernels/allreduce/thresholds.json``, else the seed's preset)
+that the golden cannot know: the stand-in then runs LL only. A kernel
+instance's ``public_args`` carries its resolved thresholds, so a stand-in
+rebuilt from them picks as it did. The bits never depend on
 the protocol; the launch count does.
 
 Flight launches (``flight_launches``): the kernel numbers every launch of

@@ -14,9 +14,10 @@ the results document is rewritten after every case (``results.ResultsWriter``),
 and at the end the summary and the plots are written beside it and the
 summary printed (``harness.bench.report``). A run (not interrupted) that
 timed the all-reduce's LL and BT at some shape merges the crossovers it
-measured into ``kernels/allreduce/thresholds.json`` keyed by platform (arch,
-provider, tp, H), or into ``--thresholds-into PATH``
-(``harness.bench.thresholds.record``); ``AllReduceMHC`` reads that file.
+measured, keyed by platform (arch, provider, tp, H), into the user cache's
+``allreduce_thresholds.json``, which ``AllReduceMHC`` reads over the shipped
+``kernels/allreduce/thresholds.json``, or into ``--thresholds-into PATH``
+(``harness.bench.thresholds.record``); the source tree stays clean.
 
 torchrun cases (``launcher="torchrun"``, none in the default set; ``--list``
 marks them ``torchrun xN``) run after the others, each in N processes
@@ -90,8 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,
                         help=f"timed replays per mode, each of 16 to 512 calls (default {DEFAULT_REPS})")
     parser.add_argument("--thresholds-into", default=None, metavar="PATH",
-                        help="where the LL/BT crossovers the run measured go (default: kernels/allreduce/"
-                             "thresholds.json, which AllReduceMHC reads; harness.bench.thresholds)")
+                        help="where the LL/BT crossovers the run measured go (default: the user cache's "
+                             "allreduce_thresholds.json, which AllReduceMHC reads over the shipped kernels/"
+                             "allreduce/thresholds.json; name that file to change the defaults; "
+                             "harness.bench.thresholds)")
     parser.add_argument("--allow-unavailable", action="store_true",
                         help="exit 0 when a torchrun case is not available here (no GPU) and nothing failed")
     parser.add_argument("--list", action="store_true",
@@ -246,7 +249,7 @@ def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allo
     print(f"bench: results in {path}, summary in {written['summary']}"
           + "".join(f"\nbench: plot {p}" for p in written["plots"]))
     if not interrupted:
-        for line in thresholds.record(document, path, thresholds_into or thresholds.DEFAULT_INTO):
+        for line in thresholds.record(document, path, thresholds_into):
             print(line)
     if written["plot_note"]:
         print(f"bench: no plots: {written['plot_note']}")

@@ -6,8 +6,8 @@ threshold, BT (owner-reduced fragments, three kernels) from it on. The
 crossover depends on the machine, the fabric, the TP size and H, so it is
 measured, never guessed: ``harness bench --family allreduce_mhc`` times both
 protocols at several M for each (tp, H) and source (plain, finalize) on the
-same inputs, and this module turns those medians into entries of
-``kernels/allreduce/thresholds.json``::
+same inputs, and this module turns those medians into entries of a
+thresholds table::
 
     "sm_90a/virtual/tp2/h5120": {
         "bt_min_rows": 64,            # null: BT was never faster (LL only)
@@ -23,13 +23,23 @@ worse there). The provider is part of the key: virtual ranks share one GPU's
 SMs and memory, so their crossover is recorded as theirs and never applied to
 ranks on NVLink.
 
+Where they go: by default this machine's own table in the user cache,
+``allreduce_thresholds.json`` under ``$RANKCHECK_CACHE_DIR`` (else
+``$XDG_CACHE_HOME/rankcheck`` or ``~/.cache/rankcheck``;
+``kernels.allreduce.protocol_rows.user_thresholds_file``), which
+``AllReduceMHC`` reads over the shipped ``kernels/allreduce/thresholds.json``.
+A bench run therefore leaves the source tree clean and never writes into an
+installed, possibly read-only or shared package; the shipped defaults change
+only when asked by name (``--thresholds-into kernels/allreduce/thresholds.json``
+and a commit).
+
 ``harness bench`` does this itself at the end of a run that measured both
-protocols at some shape (``record``: into the kernels' file unless
-``--thresholds-into`` names another), so a run on a node refreshes that
+protocols at some shape (``record``: into the user cache unless
+``--thresholds-into`` names another file), so a run on a node refreshes that
 node's platform keys. ``python -m harness.bench.thresholds RESULT.json
 [--into PATH]`` does it for a results file kept from an earlier run: it
-prints the derived entries and merges them into PATH (default the kernels'
-file).
+prints the derived entries and merges them into PATH (default the user
+cache).
 """
 
 from __future__ import annotations
@@ -41,12 +51,12 @@ import sys
 from typing import Mapping, Sequence
 
 from kernels.allreduce.config import arch_of_capability, threshold_key
+from kernels.allreduce.protocol_rows import read_table, user_thresholds_file
 
 FAMILY = "allreduce_mhc"
 RULE = ("smallest measured M from which the BT graph median is below LL's at it and at every larger "
         "measured M; null when there is none (LL only)")
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DEFAULT_INTO = os.path.join(REPO_ROOT, "kernels", "allreduce", "thresholds.json")
 
 
 def arch_of(capability: str) -> str:
@@ -100,12 +110,11 @@ def derive(document: Mapping, source: str) -> dict[str, dict]:
 
 
 def merge_into(path: str, entries: Mapping[str, dict]) -> dict:
-    """Merge ``entries`` into the JSON table at ``path`` (created if absent), atomically; return the table."""
-    table: dict = {}
-    if os.path.exists(path):
-        with open(path) as fh:
-            table = json.load(fh)
+    """Merge ``entries`` into the table at ``path`` (created, with its directory, if absent), atomically; return
+    the table (ValueError naming the file when what is there is not a table)."""
+    table = read_table(path)
     table.update(entries)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
     with open(tmp, "w") as fh:
         json.dump(dict(sorted(table.items())), fh, indent=1)
@@ -114,12 +123,13 @@ def merge_into(path: str, entries: Mapping[str, dict]) -> dict:
     return table
 
 
-def record(document: Mapping, result_path: str, into: str = DEFAULT_INTO) -> list[str]:
-    """Merge the crossovers measured in ``document`` (written at ``result_path``) into ``into``; the lines to
-    print, none when the document timed no shape with both LL and BT."""
+def record(document: Mapping, result_path: str, into: str | None = None) -> list[str]:
+    """Merge the crossovers measured in ``document`` (written at ``result_path``) into ``into`` (default: the user
+    cache); the lines to print, none when the document timed no shape with both LL and BT."""
     entries = derive(document, os.path.relpath(os.path.abspath(result_path), REPO_ROOT))
     if not entries:
         return []
+    into = into or user_thresholds_file()
     merge_into(into, entries)
     return [f"thresholds: {format_entry(key, entry)}" for key, entry in entries.items()] + [
         f"thresholds: merged {len(entries)} measured LL/BT crossovers into {into}"]
@@ -140,7 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Derive, print and merge the thresholds of one results file; 2 when it holds no LL/BT pair."""
     parser = argparse.ArgumentParser(prog="python -m harness.bench.thresholds", description=__doc__.split("\n")[0])
     parser.add_argument("result", help="a bench results JSON (rankcheck-bench/1)")
-    parser.add_argument("--into", default=DEFAULT_INTO, help="thresholds table to merge into (default: the kernels')")
+    parser.add_argument("--into", metavar="PATH",
+                        help="thresholds table to merge into (default: allreduce_thresholds.json in the user cache, "
+                             "$RANKCHECK_CACHE_DIR, else $XDG_CACHE_HOME/rankcheck or ~/.cache/rankcheck)")
     parser.add_argument("--dry-run", action="store_true", help="print only")
     args = parser.parse_args(argv)
     with open(args.result) as fh:
@@ -149,11 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not entries:
         print(f"thresholds: {args.result} has no {FAMILY} case timed with both LL and BT", file=sys.stderr)
         return 2
-    for key, entry in entries.items():
-        print(format_entry(key, entry))
-    if not args.dry_run:
-        merge_into(args.into, entries)
-        print(f"thresholds: merged {len(entries)} entries into {args.into}")
+    lines = ([format_entry(key, entry) for key, entry in entries.items()] if args.dry_run
+             else record(document, args.result, args.into))
+    print("\n".join(lines))
     return 0
 
 

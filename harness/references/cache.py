@@ -5,8 +5,9 @@ group, for every launch of one call (repeats, replays), for every world size
 whose inputs are equal, and for every later run on the same inputs with the
 same golden code. So it is computed once and kept:
 
-- Where: ``cache_root()``, i.e. ``$RANKCHECK_CACHE_DIR`` or
-  ``~/.cache/rankcheck``, under ``references/<key[:2]>/<key>.safetensors``.
+- Where: ``cache_root()`` (``kernels.cache_dir``: ``$RANKCHECK_CACHE_DIR``,
+  else ``$XDG_CACHE_HOME/rankcheck`` or ``~/.cache/rankcheck``), under
+  ``references/<key[:2]>/<key>.safetensors``.
   ``validate --no-cache`` points the ranks at ``<run>/refcache`` instead: the
   ranks of that run still share their references, no earlier run's are read.
 - The key (``ReferenceCache.key``): sha256 over the golden code's digest
@@ -66,10 +67,10 @@ from safetensors.torch import save_file
 
 from harness.families.registry import ADAPTERS
 from kernels.artifact_cache import ARTIFACTS_VAR, SUFFIX as ARTIFACT_SUFFIX
+from kernels.cache_dir import CACHE_DIR_VAR, cache_root
 from harness.references.code_key import reference_sources
 from harness.wire.processes import process_alive, process_start_time
 
-CACHE_DIR_VAR = "RANKCHECK_CACHE_DIR"
 MAX_BYTES_VAR = "RANKCHECK_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 32 << 30
 REFERENCE_POLL_S = 0.02
@@ -82,12 +83,6 @@ CLAIM_STALE_S = 120.0
 DIGEST_KEY = "rankcheck_payload_sha256"
 ENTRY_KEY = "rankcheck_key"
 REPO_ROOT = Path(__file__).resolve().parents[2]
-
-
-def cache_root() -> Path:
-    """The persistent cache directory: ``$RANKCHECK_CACHE_DIR``, else ``~/.cache/rankcheck``."""
-    configured = os.environ.get(CACHE_DIR_VAR)
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "rankcheck"
 
 
 @functools.lru_cache(maxsize=1)

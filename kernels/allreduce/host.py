@@ -44,10 +44,11 @@ resident at once: each rank then gets an equal share of the SMs and its
 kernels walk the tokens (``_resident_grid_caps``).
 
 Row threshold (``protocol_rows``): ``config.bt_min_rows`` when given.
-Otherwise the measured crossover for (arch, fabric provider, tp, H) from
-``thresholds.json`` beside this module, which ``harness bench`` writes (LL
-only where it measured BT never ahead); without a measurement, seed 004's
-preset (FlashInfer's tp 4/8 crossovers). ``threshold_provenance`` says
+Otherwise the measured crossover for (arch, fabric provider, tp, H): the
+user cache's ``allreduce_thresholds.json``, which ``harness bench`` writes,
+over the shipped ``thresholds.json`` beside this module (LL only where BT
+was measured never ahead); without a measurement, seed 004's preset
+(FlashInfer's tp 4/8 crossovers). ``threshold_provenance`` says
 which, with the key. As in the seed, an instance whose capacity is below
 the threshold builds no BT buffers and runs LL only.
 
@@ -135,7 +136,8 @@ class AllReduceMHC:
         group: a ``torch.distributed`` process group (torch symmetric memory;
             None: the default group) or a ``kernels.fabric`` provider.
         bt_min_rows, bt_min_finalize_rows: the BT row thresholds (default: the
-            bench's measurement in ``thresholds.json``, else LL only).
+            bench's measurement, the user cache's over the shipped
+            ``thresholds.json``, else seed 004's preset; ``protocol_rows``).
         norm_threads, norm_cluster: the consumer layout, which fixes the
             RMSNorm sum-of-squares order (default ``layout.norm_layout``).
         start_generation: the first Lamport generation of both protocols (0..2).
@@ -193,7 +195,7 @@ class AllReduceMHC:
         self._choose_thresholds()
         # The constructor's data arguments by name (not group, device, diag, flight_dir), enough to rebuild an
         # equal object elsewhere (golden.public.AllReduceMHC): the BT thresholds as resolved here, because a
-        # default one is this GPU's and fabric's (thresholds.json) and decides each call's protocol.
+        # default one is this GPU's and fabric's (protocol_rows) and decides each call's protocol.
         self.public_args = dict(
             hidden_size=hidden_size, hc_mult=hc_mult, max_num_tokens=max_num_tokens, top_k=top_k,
             quantize_layer_input=quantize_layer_input, residual_only=residual_only, bt_min_rows=self.bt_min_rows,

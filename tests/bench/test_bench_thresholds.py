@@ -1,6 +1,8 @@
 """The LL/BT crossover rule and the thresholds table the all-reduce reads (harness.bench.thresholds)."""
 
 import json
+import os
+import re
 
 import pytest
 
@@ -54,9 +56,9 @@ def test_derive_and_the_host_reads_what_was_written(tmp_path, capsys):
     assert "bt_min_rows=32 bt_min_finalize_rows=128" in capsys.readouterr().out
     merged = json.loads(table.read_text())
     assert set(merged) == {"sm_100a/symmetric/tp8/h7168", "sm_90a/virtual/tp2/h5120"}
-    read, why = measured_threshold("sm_90a", "virtual", 2, 5120, str(table))
+    read, why = measured_threshold("sm_90a", "virtual", 2, 5120, [str(table)])
     assert read["bt_min_rows"] == 32 and "bench-x.json" in why
-    assert measured_threshold("sm_90a", "symmetric", 2, 5120, str(table))[0] is None
+    assert measured_threshold("sm_90a", "symmetric", 2, 5120, [str(table)])[0] is None
 
 
 def test_nothing_to_derive_is_an_error(tmp_path):
@@ -94,3 +96,47 @@ def test_a_bench_run_merges_the_crossovers_it_measured(tmp_path, monkeypatch, ca
     plain = {**document, "cases": [c for c in document["cases"] if c["family"] != "allreduce_mhc"]}
     assert bench._finish(plain, str(tmp_path), 1, False, thresholds_into=str(other)) == 0
     assert not other.exists()
+
+
+def test_by_default_the_crossovers_go_to_the_user_cache_and_the_shipped_table_is_untouched(tmp_path, monkeypatch,
+                                                                                          capsys):
+    """With $HOME and $XDG_CACHE_HOME in a temporary directory, a bench run's end (``_finish`` without
+    --thresholds-into) and the tool without --into merge into $XDG_CACHE_HOME/rankcheck/allreduce_thresholds.json,
+    creating it, and leave kernels/allreduce/thresholds.json as it was; --thresholds-into names another file."""
+    import harness.bench as bench
+    from harness.bench import report, results
+    from kernels.allreduce.protocol_rows import THRESHOLDS_FILE
+
+    monkeypatch.delenv("RANKCHECK_CACHE_DIR", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    cache = tmp_path / "xdg" / "rankcheck" / "allreduce_thresholds.json"
+    shipped = (open(THRESHOLDS_FILE, "rb").read(), os.stat(THRESHOLDS_FILE).st_mtime_ns)
+    written = tmp_path / "bench-x.json"
+    written.write_text(json.dumps(_document()))
+    monkeypatch.setattr(results, "write_results", lambda document, out_dir: str(written))
+    monkeypatch.setattr(report, "write_report", lambda document, out_dir: {
+        "text": "", "summary": "bench-x.md", "plots": [], "plot_note": None})
+    document = {**_document(), "failed": [], "wall_s": 1.0}
+    assert bench._finish(document, str(tmp_path), len(document["cases"]), False) == 0
+    assert f"into {cache}" in capsys.readouterr().out
+    assert json.loads(cache.read_text())["sm_90a/virtual/tp2/h5120"]["bt_min_rows"] == 32
+    cache.unlink()
+    assert main([str(written)]) == 0
+    assert list(json.loads(cache.read_text())) == ["sm_90a/virtual/tp2/h5120"]
+    assert (open(THRESHOLDS_FILE, "rb").read(), os.stat(THRESHOLDS_FILE).st_mtime_ns) == shipped
+    assert bench.build_parser().parse_args([]).thresholds_into is None
+    named = tmp_path / "named.json"
+    args = bench.build_parser().parse_args(["--thresholds-into", str(named)])
+    assert bench._finish(document, str(tmp_path), len(document["cases"]), False, False, args.thresholds_into) == 0
+    assert list(json.loads(named.read_text())) == ["sm_90a/virtual/tp2/h5120"]
+
+
+def test_merging_into_a_table_that_is_not_one_names_it_and_keeps_it(tmp_path):
+    from harness.bench.thresholds import merge_into
+
+    table = tmp_path / "t.json"
+    table.write_text("{not json")
+    with pytest.raises(ValueError, match=re.escape(str(table))):
+        merge_into(str(table), derive(_document(), "runs/bench/bench-x.json"))
+    assert table.read_text() == "{not json"

@@ -164,13 +164,13 @@ def test_threshold_provenance(tmp_path):
     from kernels.allreduce.protocol_rows import measured_threshold
 
     path = tmp_path / "thresholds.json"
-    entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
+    entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, [str(path)])
     assert entry is None and "no measurement for sm_90a/symmetric/tp8/h5120" in why
     path.write_text(json.dumps({"sm_90a/symmetric/tp8/h5120": {"bt_min_rows": 96, "source": "runs/bench/x.json"}}))
-    entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, str(path))
-    assert entry["bt_min_rows"] == 96 and "runs/bench/x.json" in why
-    assert measured_threshold("sm_90a", "symmetric", 4, 5120, str(path))[0] is None
-    assert measured_threshold("sm_90a", "virtual", 8, 5120, str(path))[0] is None
+    entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, [str(path)])
+    assert entry["bt_min_rows"] == 96 and "runs/bench/x.json" in why and str(path) in why
+    assert measured_threshold("sm_90a", "symmetric", 4, 5120, [str(path)])[0] is None
+    assert measured_threshold("sm_90a", "virtual", 8, 5120, [str(path)])[0] is None
 
 
 def _instance_thresholds(provider: str, tp: int, hidden: int, capacity: int, **given):
@@ -202,7 +202,7 @@ def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ra
     table.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {
         "bt_min_rows": None, "bt_min_finalize_rows": None, "source": "runs/bench/bench-z.json"}}))
     monkeypatch.setattr(host, "choose_thresholds", functools.partial(protocol_rows.choose_thresholds,
-                                                                     path=str(table)))
+                                                                     files=[str(table)]))
     distinct = _instance_thresholds("symmetric", 2, 5120, 128)
     assert (distinct.bt_min_rows, distinct.bt_min_finalize_rows, distinct.bt_enabled) == (37, 43, True)
     assert distinct.threshold_provenance.startswith("seed preset") and "sm_90a/symmetric/tp2/h5120" in \
@@ -210,7 +210,7 @@ def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ra
     shared = _instance_thresholds("virtual", 2, 5120, 128)
     assert (shared.bt_min_rows, shared.bt_min_finalize_rows, shared.bt_enabled) == (129, 129, False)
     assert shared.threshold_provenance == (
-        "measured: runs/bench/bench-z.json (sm_90a/virtual/tp2/h5120): BT never ahead, LL only")
+        f"measured: runs/bench/bench-z.json (sm_90a/virtual/tp2/h5120 in {table}): BT never ahead, LL only")
     assert _instance_thresholds("symmetric", 8, 5120, 16).bt_enabled is False  # capacity below the preset
     given = _instance_thresholds("symmetric", 2, 5120, 128, bt_min_rows=8)
     assert (given.bt_min_rows, given.threshold_provenance) == (8, "config.bt_min_rows")
@@ -223,8 +223,74 @@ def test_a_measured_crossover_is_taken_as_measured(tmp_path):
     path = tmp_path / "thresholds.json"
     path.write_text(json.dumps({"sm_90a/virtual/tp4/h7168": {"bt_min_rows": 64, "bt_min_finalize_rows": None,
                                                              "source": "runs/bench/bench-y.json"}}))
-    chosen = choose_thresholds("sm_90a", "virtual", 4, 7168, 256, str(path))
-    assert chosen == (64, 257, "measured: runs/bench/bench-y.json (sm_90a/virtual/tp4/h7168)")
+    chosen = choose_thresholds("sm_90a", "virtual", 4, 7168, 256, [str(path)])
+    assert chosen == (64, 257, f"measured: runs/bench/bench-y.json (sm_90a/virtual/tp4/h7168 in {path})")
+
+
+def _tables(tmp_path, monkeypatch, cache: str):
+    """A shipped table (tp2 and tp4 measured) patched in as the defaults, and ``cache`` as the user cache's
+    table under ``$RANKCHECK_CACHE_DIR``; the cache file's path."""
+    from kernels.allreduce import protocol_rows
+
+    shipped = tmp_path / "shipped.json"
+    shipped.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {"bt_min_rows": 64, "source": "shipped-2"},
+                                   "sm_90a/virtual/tp4/h5120": {"bt_min_rows": 32, "source": "shipped-4"}}))
+    monkeypatch.setattr(protocol_rows, "THRESHOLDS_FILE", str(shipped))
+    monkeypatch.setenv("RANKCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    path = tmp_path / "cache" / "allreduce_thresholds.json"
+    path.write_text(cache)
+    return path
+
+
+def test_the_user_cache_overrides_the_shipped_table_key_by_key(tmp_path, monkeypatch):
+    """By default the lookup reads the shipped table, then the user cache over it: a key in both takes the
+    cache's entry, a key only in the cache is used, a key only in the shipped table still applies."""
+    from kernels.allreduce import protocol_rows
+
+    cache = _tables(tmp_path, monkeypatch, json.dumps({
+        "sm_90a/virtual/tp4/h5120": {"bt_min_rows": 96, "source": "cache-4"},
+        "sm_90a/virtual/tp8/h5120": {"bt_min_rows": 16, "source": "cache-8"}}))
+    assert protocol_rows.threshold_files() == (str(tmp_path / "shipped.json"), str(cache))
+    chosen = {tp: protocol_rows.choose_thresholds("sm_90a", "virtual", tp, 5120, 256) for tp in (2, 4, 8)}
+    assert [chosen[tp].bt_min_rows for tp in (2, 4, 8)] == [64, 96, 16]
+    assert chosen[4].provenance == f"measured: cache-4 (sm_90a/virtual/tp4/h5120 in {cache})"
+    assert chosen[2].provenance.startswith("measured: shipped-2")
+    assert protocol_rows.read_table(os.path.join(os.path.dirname(protocol_rows.__file__), "thresholds.json"))
+
+
+@pytest.mark.parametrize("cache", ["{not json", "[1, 2]", '{"sm_90a/virtual/tp4/h5120": {"bt_min_rows": "96"}}'])
+def test_a_broken_user_cache_is_ignored_with_a_warning_naming_it(tmp_path, monkeypatch, cache):
+    """A cache table that is not JSON, not an object of entries, or holds a threshold that is not a whole
+    number warns with its path and is ignored: the shipped entry applies and the construction goes on."""
+    from kernels.allreduce import protocol_rows
+
+    path = _tables(tmp_path, monkeypatch, cache)
+    with pytest.warns(RuntimeWarning, match=re.escape(str(path))):
+        chosen = protocol_rows.choose_thresholds("sm_90a", "virtual", 4, 5120, 256)
+    assert (chosen.bt_min_rows, chosen.provenance.split(" (")[0]) == (32, "measured: shipped-4")
+
+
+def test_a_broken_shipped_table_raises(tmp_path):
+    from kernels.allreduce.protocol_rows import measured_threshold
+
+    shipped = tmp_path / "shipped.json"
+    shipped.write_text("{not json")
+    with pytest.raises(ValueError, match=re.escape(str(shipped))):
+        measured_threshold("sm_90a", "virtual", 4, 5120, [str(shipped), str(tmp_path / "absent.json")])
+
+
+def test_the_cache_directory_follows_rankcheck_cache_dir_then_xdg_cache_home_then_home(tmp_path, monkeypatch):
+    from kernels.cache_dir import cache_root
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("RANKCHECK_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    assert cache_root() == tmp_path / "home" / ".cache" / "rankcheck"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_root() == tmp_path / "xdg" / "rankcheck"
+    monkeypatch.setenv("RANKCHECK_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_root() == tmp_path / "mine"
 
 
 def test_device_arch_maps_capabilities(monkeypatch):
