@@ -14,8 +14,9 @@ PYTHON := .venv/bin/python
 VENV_STAMP := .venv/.installed
 endif
 XDIST ?= -n auto
-# GPU tests share the one GPU four processes at a time; a worker whose context a test ended is replaced (tests/cuda_guard.py).
-GPU_XDIST ?= -n 4
+# GPU tests share the one GPU four processes at a time; a worker whose context a test ended is replaced (tests/cuda_guard.py);
+# tests of one xdist_group (a shared expensive fixture) run on one worker.
+GPU_XDIST ?= -n 4 --dist loadgroup
 ARGS ?=
 
 .PHONY: help venv test gpu-test validate golden compile bench list clean

@@ -155,7 +155,9 @@ def graph_runs(tmp_path_factory):
     return run_of
 
 
+# One xdist worker runs both GPU tests (make gpu-test: --dist loadgroup), so each tp's graph run is made once.
 @pytest.mark.gpu
+@pytest.mark.xdist_group("graph_desync")
 @pytest.mark.parametrize("tp", [2, 4])
 def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, graph_runs):
     graph = graph_runs(tp)
@@ -166,6 +168,7 @@ def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, g
 
 
 @pytest.mark.gpu
+@pytest.mark.xdist_group("graph_desync")
 @pytest.mark.parametrize("tp", [2, 4])
 def test_the_eager_recording_replayed_on_the_cpu_names_what_the_flight_recorder_named(tp, graph_runs, tmp_path):
     graph, (eager, eager_rings) = graph_runs(tp), eager_runs(tp, tmp_path)
