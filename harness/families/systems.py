@@ -94,19 +94,20 @@ def _in_tests_dir(origin: str | None) -> bool:
     return origin is not None and Path(os.path.realpath(origin)).is_relative_to(os.path.realpath(TESTS_DIR))
 
 
-def check_test_module(module: str) -> None:
-    """Raise ValueError unless ``module`` and each package above it come from this repository's ``tests/``
-    (a namespace package has no file and passes; its modules are checked in turn), before any of them runs."""
+def check_test_module(module: str, var: str = PLANTED_SYSTEM_VAR) -> None:
+    """Raise ValueError (naming ``$var``) unless ``module`` and each package above it come from this repository's
+    ``tests/`` (a namespace package has no file and passes; its modules are checked in turn), before any of them
+    runs."""
     parts = module.split(".")
     if parts[0] != "tests":
-        raise ValueError(f"${PLANTED_SYSTEM_VAR}: a test-only substitute must be a class under tests., got {module!r}")
+        raise ValueError(f"${var}: a test-only substitute must be under tests., got {module!r}")
     for depth in range(1, len(parts) + 1):
         name = ".".join(parts[:depth])
         spec = importlib.util.find_spec(name)  # imports the packages above ``name``, each already checked
         if spec is None:
-            raise ValueError(f"${PLANTED_SYSTEM_VAR}: no module {name}")
+            raise ValueError(f"${var}: no module {name}")
         if spec.has_location and not _in_tests_dir(spec.origin):
-            raise ValueError(f"${PLANTED_SYSTEM_VAR}: {name} is {spec.origin}, not a file of {TESTS_DIR}")
+            raise ValueError(f"${var}: {name} is {spec.origin}, not a file of {TESTS_DIR}")
 
 
 def planted_system(family: str) -> type | None:

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 # How long past every case's budget a node whose cases are all settled keeps its agent for the other nodes'
-# (the one holding the rendezvous store must outlive them): time for their watchdogs to end theirs first.
+# (in torchrun's exit barrier): time for their watchdogs to end theirs first.
 EXIT_BARRIER_MARGIN_S = 10.0
 
 

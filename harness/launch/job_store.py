@@ -11,20 +11,31 @@ endpoint's machine binds ``Rendezvous.job_endpoint(i)`` before starting its
 agent; on one host the first harness to bind it wins), and every agent is
 told it is not the host (``--rdzv-conf is_host=false``).
 
-The harness must then keep the store until every node is done with the
-job, and torchrun's agents wait for each other in an exit barrier (up to
-300 s) that an ended agent never reaches. Each node's job runner therefore
-says, once, that its node needs nothing more from the job (``NodesDone.mark``:
-its cases are all settled, or its watchdog ended its agent): one ``add`` on
-a counter in the job's store under a key of the job's own
-(``rankcheck/<rdzv id>/done``). A node whose cases are all settled ends its
-waiting agent as soon as the counter says every node is done
-(``all_done``), and the holder closes the store then (``HeldStores``), or
-at the job's last deadline, whichever comes first.
+The harness must then keep the store until no agent of the job uses it any
+more, whichever node finishes last. torchrun's agents wait for each other
+in an exit barrier (up to 300 s) that an ended agent never reaches, and an
+agent that leaves by itself still writes to the store afterwards (it shuts
+its rendezvous down); an agent still waiting in the barrier, or shutting
+down, when the store closes leaves a traceback in its node's log. So each
+node's job runner says two things in the job's store, each once, each an
+``add`` on a counter under a key of the job's own:
+
+1. ``NodesDone.mark`` (``rankcheck/<rdzv id>/done``): its node needs nothing
+   more from the job (its cases are all settled, or its watchdog ended its
+   agent). A node whose cases are all settled ends its agent waiting in the
+   barrier as soon as the counter says every node is done (``all_done``).
+2. ``NodesDone.mark_exited`` (``rankcheck/<rdzv id>/exited``): its agent's
+   process tree is gone (it left by itself, or its harness ended it).
+
+The holder closes the store (``HeldStores``) once every node has said the
+second, or at the job's last deadline (every node's agent ended by then),
+whichever comes first: its own node may finish first and go on to the next
+job; the store waits for the other nodes' agents.
 
 A store that cannot be reached answers nothing (the caller keeps its
 deadline); a failed connection is not retried for ``RETRY_S``, so a poll
-never waits on it more than once in a while.
+never waits on it more than once in a while (the exited mark, a node's last
+word, tries once more regardless).
 """
 
 from __future__ import annotations
@@ -40,8 +51,13 @@ STORE_TIMEOUT_S = 60.0
 
 
 def done_key(job_id: str) -> str:
-    """The key of a job's done-counter in its store."""
+    """The key of a job's done-counter in its store (nodes whose cases are settled)."""
     return f"rankcheck/{job_id}/done"
+
+
+def exited_key(job_id: str) -> str:
+    """The key of a job's exited-counter in its store (nodes whose agent is gone)."""
+    return f"rankcheck/{job_id}/exited"
 
 
 def split_endpoint(endpoint: str) -> tuple[str, int | None]:
@@ -60,13 +76,14 @@ def on_this_machine(host: str) -> bool:
 
 
 class NodesDone:
-    """The done-counter of one multi-node job in its c10d store at ``endpoint`` (``host:port``)."""
+    """The done- and exited-counters of one multi-node job in its c10d store at ``endpoint`` (``host:port``)."""
 
     def __init__(self, endpoint: str, job_id: str, nnodes: int) -> None:
         self.host, self.port = split_endpoint(endpoint)
-        self.key = done_key(job_id)
+        self.key, self.exited_key = done_key(job_id), exited_key(job_id)
         self.nnodes = nnodes
         self.marked = False
+        self.exited = False
         self._store = None
         self._failed_at: float | None = None
 
@@ -85,34 +102,40 @@ class NodesDone:
             self._failed_at = time.monotonic()
         return self._store
 
-    def _add(self, amount: int) -> int | None:
-        """``add`` on the counter (None when the store cannot be reached)."""
+    def _add(self, key: str, amount: int) -> int | None:
+        """``add`` on the counter ``key`` (None when the store cannot be reached)."""
         store = self._connect()
         if store is None:
             return None
         try:
-            return int(store.add(self.key, amount))
+            return int(store.add(key, amount))
         except Exception:  # noqa: BLE001 - the store went away meanwhile
             self._store, self._failed_at = None, time.monotonic()
             return None
 
     def mark(self) -> None:
         """Count this node as done with the job (once; nothing happens when the store is gone)."""
-        if not self.marked and self._add(1) is not None:
+        if not self.marked and self._add(self.key, 1) is not None:
             self.marked = True
+
+    def mark_exited(self) -> None:
+        """Count this node's agent as gone (once, after its process tree ended; one more connection attempt)."""
+        self._failed_at = None
+        if not self.exited and self._add(self.exited_key, 1) is not None:
+            self.exited = True
 
     def all_done(self) -> bool:
         """Whether every node of the job has said it is done (False when the store cannot tell)."""
-        count = self._add(0)
+        count = self._add(self.key, 0)
         return count is not None and count >= self.nnodes
 
 
 class HeldStore:
-    """A job's c10d store, served by this harness process until every node is done with it or its deadline passes."""
+    """A job's c10d store, served by this harness process until every node's agent is gone or its deadline passes."""
 
     def __init__(self, server, job_id: str, nnodes: int) -> None:
         self.server = server
-        self.key = done_key(job_id)
+        self.key = exited_key(job_id)
         self.nnodes = nnodes
         self.deadline: float | None = None  # monotonic; None while the job runs here
 
@@ -132,7 +155,8 @@ class HeldStore:
         return cls(server, job_id, nnodes)
 
     def finished(self, now: float) -> bool:
-        """Whether no node needs the store any more: every node said so, or the job's last deadline has passed."""
+        """Whether no agent uses the store any more: every node said its agent is gone, or the job's last deadline
+        has passed."""
         if self.deadline is not None and now > self.deadline:
             return True
         try:
@@ -169,4 +193,4 @@ class HeldStores:
                 self.held = []  # a job that never ended here has no deadline: nothing to wait for
 
 
-__all__ = ["HeldStore", "HeldStores", "NodesDone", "done_key", "on_this_machine", "split_endpoint"]
+__all__ = ["HeldStore", "HeldStores", "NodesDone", "done_key", "exited_key", "on_this_machine", "split_endpoint"]

@@ -41,8 +41,12 @@ it once every node has said it is done with the job (a counter in the job's
 store; a grace period after the last) or, failing that, once every case of
 the job would have run out of time on any node (``harness.launch.job_clock.EXIT_BARRIER_MARGIN_S``
 after the budgets). A node whose group hangs thus costs the job about its
-deadline, not torchrun's 300 s; the next job meets at the endpoint's port
-plus its job number (``Rendezvous.job_endpoint``), in a store of its own.
+deadline, not torchrun's 300 s. Once its agent's process tree is gone, each
+node says so in a second counter; the holder keeps the store until every
+node has (an agent leaving by itself still shuts its rendezvous down in the
+store), or until the job's last deadline and a grace period, and meanwhile
+goes on: the next job meets at the endpoint's port plus its job number
+(``Rendezvous.job_endpoint``), in a store of its own.
 
 Each job leaves ``timing/job<i>[.node<k>].json``: its start, whether a
 standby spare ran it (``ready`` or still ``starting`` when handed the job),
@@ -300,13 +304,16 @@ class JobRunner:
         return still
 
     def _leave_job_store(self, outcome, clock: JobClock, nodes_done: NodesDone, held: Any) -> None:
-        """Say this node is done with the job's store, and when the other nodes can start the next job."""
+        """Say this node is done with the job's store and its agent is gone, and when the other nodes can start
+        the next job."""
         nodes_done.mark()  # this node needs nothing more from the job's store
+        nodes_done.mark_exited()  # called once the agent's tree ended (Supervised.wait): it uses the store no more
         # ended by itself, every agent passed torchrun's exit barrier: the other nodes are done with the job
         together = (outcome.returncode == 0 and not outcome.timed_out) or clock.all_done_at is not None
         self.job_numbers.others_free_at = time.monotonic() if together else clock.others_done_by()
         if held is not None:
-            held.deadline = clock.others_done_by()
+            # every node ends its agent by its own others_done_by at the latest, which takes up to grace_s
+            held.deadline = clock.others_done_by() + self.settings.grace_s
         self.job_numbers.stores.release_finished()
 
     def _after_job(self, pending: list[Pending], runs: list[GroupRun], outcome, world: int,
@@ -527,9 +534,9 @@ class _JobWatch:
         """With every case here settled: whether this node's torchrun agent may be ended.
 
         It waits (up to 300 s) in torchrun's exit barrier for every other
-        node's agent, and the one holding the rendezvous store must outlive
-        them: so not before every node has said it is done (and a grace
-        period to leave by itself has passed), or no node's case may run any
+        node's agent, and leaves by itself only once all have reached it: so
+        it is ended once every node has said it is done (and a grace period
+        to leave by itself has passed), or no node's case may run any
         longer."""
         clock = self.clock
         if self.nodes_done is not None:

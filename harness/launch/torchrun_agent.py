@@ -14,6 +14,13 @@ signal (128 + its number). An exception Python can only report as
 itself while the agent shuts down after its store went away) is one line
 too (``sys.unraisablehook``). Anything else the agent raises is left as
 torchrun would leave it.
+
+Tests of the harness itself plant an agent that misbehaves on purpose (one
+node's agent slow to shut its rendezvous down) through
+``$RANKCHECK_TEST_PLANTED_AGENT`` (``tests.module:function``, called before
+torchrun runs): like the planted golden system
+(``harness.families.systems``), the function must come from this
+repository's ``tests/``, and the agent's log says it was planted.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import signal
 import sys
 
 AGENT_MODULE = "torch.distributed.run"
+PLANTED_AGENT_VAR = "RANKCHECK_TEST_PLANTED_AGENT"
 
 
 def one_line_unraisable(unraisable) -> None:
@@ -33,12 +41,26 @@ def one_line_unraisable(unraisable) -> None:
           f"({unraisable.err_msg or 'Exception ignored'} {unraisable.object!r})", file=sys.stderr, flush=True)
 
 
+def plant_test_agent() -> None:
+    """Call the test-only function ``$RANKCHECK_TEST_PLANTED_AGENT`` names, if any, saying so in the agent's log."""
+    dotted = os.environ.get(PLANTED_AGENT_VAR, "")
+    if not dotted:
+        return
+    from harness.families.systems import check_test_module, resolve  # noqa: PLC0415 - tests of the harness only
+
+    check_test_module(dotted.partition(":")[0], PLANTED_AGENT_VAR)
+    print(f"rankcheck: TEST-ONLY: torchrun agent {os.getpid()} planted with {dotted} (${PLANTED_AGENT_VAR})",
+          file=sys.stderr, flush=True)
+    resolve(dotted)()
+
+
 def main(argv: list[str]) -> int:
     """Run the module ``argv[0]`` as ``__main__`` with ``argv[1:]``; a signal that ends it is one line, not a traceback."""
     from torch.distributed.elastic.multiprocessing.api import SignalException  # noqa: PLC0415 - torch: the agent only
 
     module, sys.argv = argv[0], argv
     sys.unraisablehook = one_line_unraisable
+    plant_test_agent()
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SignalException as exc:

@@ -1,9 +1,10 @@
 """Several nodes: each job meets at its own port, in a store a harness holds, and the nodes count in it when done.
 
 A harness serves a job's store (``HeldStore``) when the endpoint is its
-machine's and the port is free; three nodes' counters meet in it, each
-counting once however often it says so, and the store is finished when all
-have or its deadline has passed; a store that is gone makes every question
+machine's and the port is free; three nodes' counters meet in it (done,
+then exited), each counting once however often it says so, and the store is
+finished when every node's agent has exited, not merely every node is done,
+or when its deadline has passed; a store that is gone makes every question
 unanswered (False), quickly, without raising.
 """
 
@@ -39,6 +40,13 @@ def test_the_nodes_are_counted_once_each_in_the_store_the_harness_holds():
     nodes[2].mark()
     assert all(n.all_done() for n in nodes)
     assert not NodesDone(f"127.0.0.1:{port}", "J-job1", 3).all_done()  # another job's counter
+    # every node is done, but an agent may still shut its rendezvous down in the store: kept until each is gone
+    assert not held.finished(time.monotonic())
+    for node in nodes[:2]:
+        node.mark_exited()
+        node.mark_exited()
+    assert not held.finished(time.monotonic())
+    nodes[2].mark_exited()
     assert held.finished(time.monotonic())
     stores.release_all()
     assert stores.held == []

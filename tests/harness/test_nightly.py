@@ -10,7 +10,9 @@ it to ``--nproc-per-node``) and swaps only the launcher (``cpu``: the golden
 implementation over torchrun + gloo) and adds a two-scenario selection; it
 starts both agents (node 1 first, so that c10d meets the agents out of
 node order), merges with README's merge line and checks the merged report.
-Every wait has a deadline; the teardown ends every process tree the test
+The store test runs the same line with node 0's harness holding the job's
+store and node 1's agent planted slow to shut its rendezvous down
+(``planted_agent``): the store must outlive it. Every wait has a deadline; the teardown ends every process tree the test
 started (``harness.launch.supervision.Supervised``), verified gone.
 """
 
@@ -37,6 +39,8 @@ from harness.scale.measure import world_costs
 from harness.scale.nightly import free_ports, one_host_env, run_agents
 from harness.launch.supervision import Supervised
 from harness.launch.load_scale import load_factor
+from harness.launch.torchrun_agent import PLANTED_AGENT_VAR
+from planted_agent import PLANTED_SLOW_AGENT, WAITS_FOR_VAR
 from test_cpu_launcher import free_port, processes_of
 from hang_guard import HANG_GUARD_S
 
@@ -308,6 +312,51 @@ def test_readme_nightly_job_on_two_agents_merges_into_one_green_report(tmp_path,
     assert int(suites[0].get("tests")) == len(cases)  # the cases; the stored-bits checks are a suite of their own
     assert sum(int(s.get("tests")) for s in suites) == len(doc["results"])
     assert all(s.get("failures") == s.get("errors") == "0" for s in suites)
+    assert processes_of(tmp_path) == []
+
+
+def listening(port: int) -> bool:
+    """Whether a socket of this host listens on TCP ``port`` (``/proc/net/tcp`` and ``tcp6``)."""
+    rows = [line.split() for name in ("tcp", "tcp6") for line in
+            Path(f"/proc/net/{name}").read_text().splitlines()[1:]]
+    return any(row[1].endswith(f":{port:04X}") and row[3] == "0A" for row in rows)
+
+
+def test_the_job_store_outlives_an_agent_slow_to_shut_down_after_the_holders_node_finished(tmp_path, agents):
+    """README's nightly on two agents of 2 processes; node 0's harness holds the job's store, node 1's agent is
+    planted slow to shut its rendezvous down (``planted_agent``): it does so only once node 0's run has ended (its
+    report says so), the order that left a traceback in a healthy node's log (issue 40).
+
+    Node 0 starts alone and its harness binds the store before starting its agent (the port listens before node 1
+    starts: node 0 holds it). The store must answer node 1's agent to the end: neither node's job log holds a
+    traceback or a RendezvousConnectionError, both exit codes are 0 and every verdict is a pass."""
+    validate_line, _ = readme_nightly_lines()
+    port = free_ports()
+    holder_ended = tmp_path / "nightly.node0.json"
+    planted = {PLANTED_AGENT_VAR: PLANTED_SLOW_AGENT, WAITS_FOR_VAR: str(holder_ended)}
+    logs = []
+    for node in range(NODES_HERE):
+        argv = as_here(validate_line, node=node, endpoint=f"127.0.0.1:{port}", out_dir=tmp_path)
+        argv += ["--scenario", SCENARIOS[0], "--run-dir", str(tmp_path / f"run{node}")]
+        logs.append(open(tmp_path / f"agent{node}.log", "w"))
+        env = one_host_env(NODES_HERE * PER_NODE_HERE, **(planted if node == 1 else {}))
+        agents.append(Supervised(argv, env=env, cwd=str(ROOT), stdout=logs[-1], stderr=subprocess.STDOUT))
+        wait_for_torchrun(tmp_path / f"run{node}", deadline_s=HANG_GUARD_S)
+        assert listening(port), f"node {node}'s harness started its agent with no store at port {port}"
+    outcomes = [tree.wait(AGENT_DEADLINE_S) for tree in agents]
+    for log in logs:
+        log.close()
+    outputs = [(tmp_path / f"agent{node}.log").read_text() for node in range(NODES_HERE)]
+    job_logs = [(tmp_path / f"run{node}" / "logs" / f"job0.node{node}.log").read_text() for node in range(NODES_HERE)]
+    assert [(o.returncode, o.timed_out, o.leftovers) for o in outcomes] == [(0, False, [])] * NODES_HERE, outputs
+    # the planted order happened: node 1's agent shut its rendezvous down after node 0's run had ended
+    assert f"s for {holder_ended} (found)" in job_logs[1], job_logs[1]
+    assert [("Traceback" in text, "RendezvousConnectionError" in text) for text in job_logs] == [
+        (False, False)] * NODES_HERE, job_logs
+    for node in range(NODES_HERE):
+        doc = json.loads((tmp_path / f"nightly.node{node}.json").read_text())
+        cases = [r for r in doc["results"] if r["launcher"] == "cpu"]
+        assert [(r["group"], r["status"]) for r in cases] == [(node, "pass")], doc["results"]
     assert processes_of(tmp_path) == []
 
 

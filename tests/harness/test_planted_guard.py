@@ -1,9 +1,11 @@
-"""The test-substitution hook: only a class from this repository's tests/ is accepted, and reports name it.
+"""The test-substitution hooks: only a class from this repository's tests/ is accepted, and reports name it.
 
 A ``tests`` package elsewhere on the path is the accident to rule out: as a
 regular package (with an ``__init__.py`` that would run on import) and as a
 namespace portion merged with the repository's ``tests/``. Each is tried in
-a fresh interpreter with the foreign directory first on ``PYTHONPATH``.
+a fresh interpreter with the foreign directory first on ``PYTHONPATH``. The
+planted torchrun agent (``harness.launch.torchrun_agent``) passes the same
+gate, its errors naming its own variable.
 """
 
 import os
@@ -11,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from harness.families.systems import PLANTED_SYSTEM_VAR, planted_system, substitution
+from harness.launch.torchrun_agent import PLANTED_AGENT_VAR, plant_test_agent
 from harness.reports import provenance
 from hang_guard import HANG_GUARD_S
 
@@ -65,3 +70,11 @@ def test_a_substitution_is_named_in_the_provenance(monkeypatch):
     named = provenance.collect(0.0)["substituted_system"]
     assert named == substitution() and "tests.harness.planted_wrong:EveryLaunchWrong" in named
     assert named.startswith("TEST-ONLY SUBSTITUTE")
+
+
+def test_a_planted_agent_outside_tests_is_refused_naming_its_variable(monkeypatch):
+    monkeypatch.setenv(PLANTED_AGENT_VAR, "harness.launch.torchrun_agent:main")
+    with pytest.raises(ValueError, match=r"\$RANKCHECK_TEST_PLANTED_AGENT: a test-only substitute must be under tests"):
+        plant_test_agent()
+    monkeypatch.delenv(PLANTED_AGENT_VAR)
+    plant_test_agent()  # unset: nothing happens
