@@ -5,7 +5,8 @@ This package is a leaf: it imports torch and the standard library only, so
 other packages) may both import it, and so may ``scenarios/`` and
 ``harness/``. ``contracts.markov_sharded`` and ``contracts.allreduce_mhc``
 hold each family's limits, config keys, call tensor specifications and the
-checks that apply them; ``contracts.rendezvous`` is the slot-table meeting
+checks that apply them; ``contracts.markov_fused`` the fused step's ``base``
+forms, the one rule its public API and golden stand-in share; ``contracts.rendezvous`` is the slot-table meeting
 point of in-process ranks and their thread runner; ``contracts.wire_header`` packs a JSON header
 into a fixed-size byte tensor for a collective.
 """

@@ -58,6 +58,7 @@ from typing import Any, Iterable
 
 import torch
 
+from contracts.markov_fused import step_base_start
 from golden.arch import load_facts
 from golden.argmax import first_nan_first_max
 from golden.fp32 import reciprocal_bits
@@ -65,6 +66,7 @@ from golden.markov_fused import cache_fill, pick, rank_step, step_values, w1_row
 from golden.markov_sharded import as_padding
 from golden.public.common import (
     DEFAULT_ARCH,
+    SERVING_DEADLINE_NS,
     LaunchCount,
     check_dims,
     check_flag,
@@ -126,7 +128,7 @@ class MarkovKernels:
         group: Any = None,
         max_rows: int | None = None,
         max_steps: int | None = None,
-        timeout_ns: int = 0,
+        timeout_ns: int = SERVING_DEADLINE_NS,
         diag: Any = None,
         rank: int | None = None,
         flight_recorder: bool = True,
@@ -224,12 +226,12 @@ class MarkovKernels:
     def step(self, base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max, arrivals,
              tokens, emb, packets, vocab_offset, mult, inv_cap, cap, *, block, pdl) -> None:
         """One draft step ``col`` over ``width`` vocab entries from ``vocab_offset`` (the kernel's ``step``)."""
-        self._check_step(base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max, arrivals,
-                         tokens, emb, packets, vocab_offset, block)
+        start = self._check_step(base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max,
+                                 arrivals, tokens, emb, packets, vocab_offset, block)
         width = self.width
         requests = as_padding(idx_map, seeds.shape[0])
         reciprocals = self._reciprocals(temperature, requests)
-        args = (base[:, vocab_offset : vocab_offset + width], bias, requests, pos, seeds, temperature, reciprocals)
+        args = (base[:, start : start + width], bias, requests, pos, seeds, temperature, reciprocals)
         params = dict(col=col, vocab_offset=vocab_offset, mult=float(mult), inv_cap=float(inv_cap), cap=float(cap),
                       has_cap=self.has_cap)
         if self.sharded:
@@ -247,14 +249,13 @@ class MarkovKernels:
         self._launches.add(1)
 
     def _check_step(self, base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max,
-                    arrivals, tokens, emb, packets, vocab_offset, block) -> None:
-        """The step's arguments (the kernel's ``check_step`` rules on dtypes, shapes and ranges)."""
+                    arrivals, tokens, emb, packets, vocab_offset, block) -> int:
+        """The step's arguments (the kernel's ``check_step`` rules on dtypes, shapes and ranges); returns the first
+        column of ``base`` the step reads (``contracts.markov_fused``)."""
         check_dims("base", base, 2, "a BF16 [rows, V] tensor (one step of the base logits)")
         rows, width = base.shape[0], self.width
-        check_tensor("base", base, torch.bfloat16, (rows, self.vocab))
-        _require(0 <= vocab_offset and vocab_offset + width <= self.vocab,
-                 ValueError, f"vocab_offset: expected columns [{vocab_offset}, {vocab_offset} + {width}) inside "
-                 f"[0, {self.vocab})")
+        check_tensor("base", base, torch.bfloat16, (rows, base.shape[1]))
+        start = step_base_start(base.shape[1], self.vocab, width, vocab_offset)
         check_tensor("bias", bias, torch.bfloat16, (rows, width))
         check_dims("cache", cache, 3, "a BF16 [max_reqs, steps, V] (sharded: [rows, steps, width]) tensor")
         check_tensor("cache", cache, torch.bfloat16, tuple(cache.shape))
@@ -278,6 +279,7 @@ class MarkovKernels:
         _require(0 <= col < tokens.shape[1], ValueError, f"tokens: step {col} outside {tuple(tokens.shape)}")
         self._check_emb(emb, rows)
         check_tensor("packets", packets, torch.int32, (rows, 4))
+        return start
 
     def _gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's ``tensor`` stacked ``[tp, ...]`` (the exchange's all-gather), counted as one launch."""

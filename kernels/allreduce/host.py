@@ -48,8 +48,10 @@ Otherwise the measured crossover for (arch, fabric provider, tp, H): the
 user cache's ``allreduce_thresholds.json``, which ``harness bench`` writes,
 over the shipped ``thresholds.json`` beside this module (LL only where BT
 was measured never ahead); without a measurement, seed 004's preset
-(FlashInfer's tp 4/8 crossovers). ``threshold_provenance`` says
-which, with the key. As in the seed, an instance whose capacity is below
+(``protocol_rows.seed_preset``: FlashInfer's H 5120 crossovers, published
+for tp 4 and 8 only, so tp 1-2 take tp 4's and tp 16-32 tp 8's; the
+finalize threshold is the top_k 6 crossover whatever ``top_k``).
+``threshold_provenance`` says which, with the key. As in the seed, an instance whose capacity is below
 the threshold builds no BT buffers and runs LL only.
 
 Timeout: ``timeout_ms`` (default ``kernels.diag.SERVING_DEADLINE_NS``, 10
@@ -137,7 +139,9 @@ class AllReduceMHC:
             None: the default group) or a ``kernels.fabric`` provider.
         bt_min_rows, bt_min_finalize_rows: the BT row thresholds (default: the
             bench's measurement, the user cache's over the shipped
-            ``thresholds.json``, else seed 004's preset; ``protocol_rows``).
+            ``thresholds.json``, else seed 004's preset for the nearest
+            published tp, tp 4's at tp 2, the finalize one taken at top_k 6
+            whatever ``top_k``; ``protocol_rows``).
         norm_threads, norm_cluster: the consumer layout, which fixes the
             RMSNorm sum-of-squares order (default ``layout.norm_layout``).
         start_generation: the first Lamport generation of both protocols (0..2).

@@ -16,7 +16,9 @@ at which LL was still ahead, measured on GB200 NVLink) put the crossover at
 
 (``SEED_PRESETS``: the first M past each ``LL_MAX``). Another tp takes the
 preset of the smallest published tp at or above it, else the largest: LL's
-per-rank traffic grows with tp, so a smaller tp keeps LL at least as long.
+per-rank traffic grows with tp, so a smaller tp keeps LL at least as long
+(tp 2 borrows tp 4's). The finalize threshold is the top_k 6 column
+whatever the instance's ``top_k``.
 
 Rule (``choose_thresholds``), per platform ``(arch, fabric provider, tp,
 H)``, keyed as ``config.threshold_key``:

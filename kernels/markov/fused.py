@@ -76,10 +76,17 @@ below own no ring: their kernels compile without the recorder. Beside the class,
 inv_cap, cap, *, has_cap, sharded, block, pdl)``, ``markov_pick(packets,
 rows, tokens, step, w1, emb, *, tp, pdl)`` and ``cache_fill(gathered,
 src_s0, cache, idx_map, rows, steps, shard, vocab)`` (compiled on first
-use, cached by configuration). ``base`` of a step is always that step's
-logits over the whole vocabulary, ``[rows, V]`` (``fused_checks.py``). The
-loop a serving engine writes is in ``docs/interfaces.md``; the harness's
-driver is ``harness/families/markov_fused_kernel.py``.
+use, cached by configuration), and the seed's helpers: ``compile_step(*,
+block, blocks, vector, has_cap, sharded, pdl, row_bytes, chunk, w1_rows)``
+(the compiled step, through ``compile_kernel``), the variant rules of
+``fused_layout.py`` (``Operand``, ``vectorized``, ``fill_vectorized``,
+``copy_chunk``, ``vector_bytes``, ``finish_warps``) and ``BLOCK_SIZES``
+(the seed takes any power of two from 128; these are those compiled and
+gated, up to 4096). ``base`` of a step is that step's logits over the whole
+vocabulary, ``[rows, V]``, or the seed's view from the rank's first entry
+(``contracts.markov_fused``). The loop a serving engine writes is in
+``docs/interfaces.md``; the harness's driver is
+``harness/families/markov_fused_kernel.py``.
 ``StampedMarkovKernels`` (not the seed's: bench only) compiles the steps
 with ``%globaltimer`` phase stamps (``StepKernel``'s docstring).
 """
@@ -112,17 +119,28 @@ from kernels.markov.fused_layout import (
     PICK_THREADS,
     THREADS,
     WARP,
+    Operand,
     copy_chunk,
     fill_vectorized,
     finish_warps,
-    step_vectorized,
     vector_bytes,
+    vectorized,
 )
 
 
 def compile_kernel(cls, options: str | None = None, **config):
     """The compiled ``cls(**config)`` with ``options`` (``kernels.compile``: cached; ``CaptureError`` under capture)."""
     return compiled(cls(**config), options, remedy="build MarkovKernels (or run the variant once)")
+
+
+def compile_step(*, block: int, blocks: int, vector: bool, has_cap: bool, sharded: bool, pdl: bool, row_bytes: int,
+                 chunk: int, w1_rows: int, stamps: bool = False, flight: bool = False, options: str | None = None):
+    """The compiled step kernel of this configuration (``compile_kernel(StepKernel, ...)``: cached by configuration,
+    ``CaptureError`` under CUDA graph capture); the seed's nine keywords, then this project's: ``stamps`` (bench
+    only), ``flight`` (the flight recorder; off, as the seed's functions compile it) and the compile ``options``."""
+    return compile_kernel(StepKernel, options, block=block, blocks=blocks, vector=vector, has_cap=has_cap,
+                          sharded=sharded, pdl=pdl, row_bytes=row_bytes, chunk=chunk, w1_rows=w1_rows, stamps=stamps,
+                          flight=flight)
 
 
 def compile_variants(arch: str):
@@ -145,7 +163,7 @@ def compile_variants(arch: str):
                     for sharded in (False, True):
                         for pdl in (False, True):
                             fw = finish_warps(blocks)
-                            chunk = copy_chunk(row_bytes, WARP * fw, ())
+                            chunk = copy_chunk(row_bytes, WARP * fw)
                             entry(
                                 f"markov.step[b{block},n{blocks},{'vec' if vector else 'scalar'},"
                                 f"{'cap' if has_cap else 'nocap'},{'shard' if sharded else 'full'},{'pdl' if pdl else 'nopdl'}]",
@@ -156,20 +174,20 @@ def compile_variants(arch: str):
     for pdl in (False, True):
         entry(f"markov.step[b1024,n160,vec,nocap,full,{'pdl' if pdl else 'nopdl'},stamps]", StepKernel,
               block=1024, blocks=160, vector=True, has_cap=False, sharded=False, pdl=pdl, row_bytes=row_bytes,
-              chunk=copy_chunk(row_bytes, WARP * finish_warps(160), ()), w1_rows=4096, stamps=True)
+              chunk=copy_chunk(row_bytes, WARP * finish_warps(160)), w1_rows=4096, stamps=True)
     for tp in (1, 2, 4, 8, 16, 32):
         for pdl in (False, True):
             entry(f"markov.pick[tp{tp},{'pdl' if pdl else 'nopdl'}]", PickKernel, tp=tp, pdl=pdl,
-                  row_bytes=row_bytes, chunk=copy_chunk(row_bytes, PICK_THREADS, ()), w1_rows=4096)
+                  row_bytes=row_bytes, chunk=copy_chunk(row_bytes, PICK_THREADS), w1_rows=4096)
     for vector in (False, True):
         entry(f"markov.cache_fill[{'vec' if vector else 'scalar'}]", CacheFillKernel, vector=vector)
     # Without the flight recorder (MarkovKernels(flight_recorder=False)): one variant of each kernel.
     entry("markov.anchor[noflight]", AnchorKernel, row_bytes=row_bytes, chunk=4, w1_rows=4096, flight=False)
     entry("markov.step[b1024,n160,vec,nocap,shard,pdl,noflight]", StepKernel, block=1024, blocks=160, vector=True,
           has_cap=False, sharded=True, pdl=True, row_bytes=row_bytes,
-          chunk=copy_chunk(row_bytes, WARP * finish_warps(160), ()), w1_rows=4096, flight=False)
+          chunk=copy_chunk(row_bytes, WARP * finish_warps(160)), w1_rows=4096, flight=False)
     entry("markov.pick[tp8,pdl,noflight]", PickKernel, tp=8, pdl=True, row_bytes=row_bytes,
-          chunk=copy_chunk(row_bytes, PICK_THREADS, ()), w1_rows=4096, flight=False)
+          chunk=copy_chunk(row_bytes, PICK_THREADS), w1_rows=4096, flight=False)
     entry("markov.cache_fill[vec,noflight]", CacheFillKernel, vector=True, flight=False)
     return variants
 
@@ -355,7 +373,7 @@ class MarkovKernels:
 
     def row_copy_chunk(self, threads: int) -> int:
         """Row-copy access width for ``threads`` threads, within the alignment of ``w1`` and ``embeds``."""
-        return copy_chunk(self.row_bytes, threads, (self.w1.data_ptr(), self.embeds.data_ptr()))
+        return copy_chunk(self.row_bytes, threads, self.w1, self.embeds)
 
     def _anchor_kernel(self):
         """The compiled anchor kernel (compiled on first use, never under capture)."""
@@ -379,8 +397,8 @@ class MarkovKernels:
         if kernel is None:
             require(block in BLOCK_SIZES, ValueError, f"block: expected one of {BLOCK_SIZES}, got {block}")
             blocks = -(-self.width // block)
-            kernel = self._steps[block, pdl, vector] = compile_kernel(
-                StepKernel, block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
+            kernel = self._steps[block, pdl, vector] = compile_step(
+                block=block, blocks=blocks, vector=vector, has_cap=self.has_cap,
                 sharded=self.sharded, pdl=pdl, row_bytes=self.row_bytes,
                 chunk=self.row_copy_chunk(WARP * finish_warps(blocks)), w1_rows=self.w1.shape[0],
                 stamps=self.stamps, flight=self.flight,
@@ -440,11 +458,12 @@ class MarkovKernels:
         """One draft step ``col`` over ``width`` vocab entries from ``vocab_offset`` for the ``base.shape[0]`` rows.
 
         Args:
-            base: [rows, V] BF16 base logits of this step over the whole
-                vocabulary (``base[:, col]`` of the [rows, steps, V] base
-                logits), vocab stride 1; the kernel reads the columns
-                [vocab_offset, vocab_offset + width). Any other width raises
-                (a rank's shard view is refused).
+            base: BF16 base logits of this step, vocab stride 1: the whole
+                vocabulary [rows, V] (``base[:, col]`` of the [rows, steps, V]
+                base logits; the kernel reads columns [vocab_offset,
+                vocab_offset + width)), or the seed's view from the rank's
+                first entry [rows, n], width <= n < V (column 0 is vocab id
+                ``vocab_offset``; ``contracts.markov_fused``).
             bias: [rows, width] BF16 output of the caller's GEMV, vocab stride 1.
             cache: BF16 draft-logits cache, vocab stride 1: unsharded
                 [max_reqs, steps, V] (row ``idx_map[r]``, step ``col`` written),
@@ -463,20 +482,21 @@ class MarkovKernels:
             emb: [rows, R] BF16 Markov embedding rows: read by the caller's GEMV;
                 unsharded, the next step's rows are written.
             packets: [rows, 4] int32; sharded, (score bits, id, 0, 0) written for ``pick``.
-            vocab_offset: this rank's first vocab id (rank * width).
+            vocab_offset: this rank's first global vocab id (rank * width): the
+                ids of the noise and the argmax, and where a whole-vocab ``base`` is read.
             mult: FP32 logit multiplier.
             inv_cap: FP32 1 / cap (given, not derived).
             cap: FP32 soft cap (read with ``has_cap``).
             block: vocab entries per CTA.
             pdl: launch with programmatic dependent launch (the bias is read after the wait).
         """
-        check_step(self, base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max,
-                   arrivals, tokens, emb, packets, vocab_offset, block)
+        start = check_step(self, base, bias, cache, col, idx_map, pos, seeds, temperature, block_argmax, block_max,
+                           arrivals, tokens, emb, packets, vocab_offset, block)
         rows, width = base.shape[0], self.width
-        base_ptr = base.data_ptr() + vocab_offset * 2
+        base_ptr = base.data_ptr() + start * 2
         cache_ptr, cache_s0 = cache.data_ptr() + col * cache.stride(1) * 2, cache.stride(0)
-        vector = step_vectorized(block, width, (
-            (base_ptr, base.stride(0)), (bias.data_ptr(), bias.stride(0)), (cache_ptr, cache_s0)))
+        vector = vectorized(block, width=width, col=col, base=Operand(base_ptr, tuple(base.stride())),
+                            bias=Operand.of(bias), cache=Operand.of(cache))
         i64 = Int64
         self._step(block, pdl, vector)(
             i64(base_ptr), i64(base.stride(0)), i64(bias.data_ptr()), i64(bias.stride(0)),
@@ -559,8 +579,8 @@ class MarkovKernels:
             rows, steps, shard, vocab: the sizes above.
         """
         check_cache_fill(self, gathered, src_s0, cache, idx_map, rows, steps, shard, vocab)
-        vector = fill_vectorized(shard, vocab, gathered.data_ptr(), src_s0, cache.data_ptr(),
-                                 (cache.stride(0), cache.stride(1)))
+        vector = fill_vectorized(gathered=gathered.data_ptr(), src_s0=src_s0, cache=Operand.of(cache), shard=shard,
+                                 vocab=vocab)
         i64 = Int64
         self._fill(vector)(
             i64(gathered.data_ptr()), i64(src_s0), i64(cache.data_ptr()), i64(cache.stride(0)),
@@ -608,8 +628,8 @@ def markov_step(base: torch.Tensor, bias: torch.Tensor, cache: torch.Tensor, col
                 emb: torch.Tensor, packets: torch.Tensor, width: int, vocab_offset: int, mult: float,
                 inv_cap: float, cap: float, *, has_cap: bool, sharded: bool, block: int, pdl: bool) -> None:
     """One step over ``width`` vocab entries from ``vocab_offset`` for the ``base.shape[0]`` rows:
-    ``MarkovKernels.step`` over ``w1`` (its docstring has the operands; ``base`` is this step's logits over
-    the whole vocabulary, ``[rows, V]``), sharded or not."""
+    ``MarkovKernels.step`` over ``w1`` (its docstring has the operands; ``base`` this step's logits over the
+    whole vocabulary ``[rows, V]`` or the seed's view from ``vocab_offset``), sharded or not."""
     require(isinstance(w1, torch.Tensor) and w1.dim() == 2, ValueError, "w1: expected a BF16 [V, R] tensor")
     # Sharded, the step writes packets for a pick over some tp; the step itself does not depend on it.
     loop = _loop_of(w1, emb, width=width, has_cap=has_cap, tp=1 if sharded else None)
@@ -640,6 +660,7 @@ __all__ = [
     "CaptureError",
     "FILL_BLOCK",
     "MarkovKernels",
+    "Operand",
     "PICK_THREADS",
     "PickKernel",
     "StampedMarkovKernels",
@@ -649,12 +670,13 @@ __all__ = [
     "anchor_embed",
     "cache_fill",
     "compile_kernel",
+    "compile_step",
     "compile_variants",
     "copy_chunk",
     "fill_vectorized",
     "finish_warps",
     "markov_pick",
     "markov_step",
-    "step_vectorized",
     "vector_bytes",
+    "vectorized",
 ]

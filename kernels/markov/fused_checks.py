@@ -13,12 +13,12 @@ row-copy width of ``embeds``. The building blocks ``require``, ``check_tensor``,
 (``harness/families/markov_fused_kernel.py``) checks its own arguments with
 them.
 
-``base`` of a step has one convention: this step's logits over the whole
-vocabulary, ``[rows, V]`` with ``V`` the rows of ``w1`` (e.g. ``base[:,
-col]`` of the ``[rows, steps, V]`` base logits); the kernel reads the rank's
-columns ``[vocab_offset, vocab_offset + width)`` itself. Any other width
-raises, so a rank's shard view (``base[:, col, off:]``, which would be read
-from ``2 * off``) is refused.
+``base`` of a step is this step's logits in either form of
+``contracts.markov_fused``: the whole vocabulary ``[rows, V]`` (``V`` the
+rows of ``w1``; read from column ``vocab_offset``), or the seed's view from
+the rank's first entry ``[rows, n]``, ``width <= n < V`` (column 0 is vocab
+id ``vocab_offset``, as in the seed). ``check_step`` returns the first
+column the kernel reads.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from contracts.markov_fused import step_base_start
 from kernels.markov.fused_layout import WARP
 
 
@@ -117,19 +118,15 @@ def check_step(
     host: Any, base: Any, bias: Any, cache: Any, col: int, idx_map: Any, pos: Any, seeds: Any, temperature: Any,
     block_argmax: Any, block_max: Any, arrivals: Any, tokens: Any, emb: Any, packets: Any, vocab_offset: int,
     block: int,
-) -> None:
-    """The arguments of ``MarkovKernels.step`` (its docstring has the shapes)."""
+) -> int:
+    """The arguments of ``MarkovKernels.step`` (its docstring has the shapes); returns the first column of ``base``
+    the kernel reads (``contracts.markov_fused``)."""
     require(isinstance(base, torch.Tensor) and base.dim() == 2, ValueError,
              "base: expected a BF16 [rows, V] tensor (one step of the base logits)")
     rows, dev, width = base.shape[0], host.device, host.width
     check_tensor("base", base, torch.bfloat16, (rows, base.shape[1]), dev)
     vocab = host.w1.shape[0]
-    require(base.shape[1] == vocab, ValueError,
-            f"base: expected this step's logits over the whole vocabulary, [rows, {vocab}] (e.g. base[:, col]; "
-            f"the kernel reads columns [vocab_offset, vocab_offset + width) itself), got shape {tuple(base.shape)}: "
-            "a rank's shard view is not accepted")
-    require(0 <= vocab_offset and vocab_offset + width <= vocab, ValueError,
-            f"vocab_offset: expected columns [{vocab_offset}, {vocab_offset + width}) inside [0, {vocab})")
+    start = step_base_start(base.shape[1], vocab, width, vocab_offset)
     require(base.stride(1) == 1 and base.stride(0) >= 0, ValueError,
             f"base: expected vocab stride 1, got strides {base.stride()}")
     check_tensor("bias", bias, torch.bfloat16, (rows, width), dev)
@@ -172,6 +169,7 @@ def check_step(
              "packets: expected a contiguous, 16-byte aligned tensor")
     for scratch in (block_argmax, block_max, arrivals):
         require(scratch.is_contiguous(), ValueError, "block_argmax, block_max, arrivals: expected contiguous")
+    return start
 
 
 def check_pick(host: Any, packets: Any, rows: int, tokens: Any, step: int, emb: Any) -> None:

@@ -252,9 +252,10 @@ def fused_stand_in(static: dict, config: dict, comm) -> MarkovKernels:
                          rank=comm.rank, arch=ARCH, **exchange)
 
 
-def fused_public_loop(api, static: dict, config: dict, inputs: dict, rank: int) -> dict:
+def fused_public_loop(api, static: dict, config: dict, inputs: dict, rank: int, seed_view: bool = False) -> dict:
     """One family call as ``FusedMarkovLoop.launch`` drives ``api`` (stand-in or kernel class); the GEMV is the
-    golden's model, run on the CPU (``static`` on the CPU, ``inputs`` on the device of ``api``)."""
+    golden's model, run on the CPU (``static`` on the CPU, ``inputs`` on the device of ``api``). ``seed_view``:
+    each step's ``base`` is the rank's own columns (the seed's view from ``vocab_offset``), not the whole row."""
     rows, steps, vocab = inputs["base"].shape
     width, block, sharded = api.width, config["block"], api.sharded
     offset = rank * width
@@ -274,7 +275,8 @@ def fused_public_loop(api, static: dict, config: dict, inputs: dict, rank: int) 
     assert torch.equal(arrivals, torch.zeros_like(arrivals))
     for col in range(steps):
         bias = gemv(emb.cpu(), w2_shard).to(device)
-        api.step(inputs["base"][:, col], bias, draft if sharded else cache, col, inputs["idx_map"][:, col],
+        base = inputs["base"][:, col, offset : offset + width] if seed_view else inputs["base"][:, col]
+        api.step(base, bias, draft if sharded else cache, col, inputs["idx_map"][:, col],
                  inputs["pos"][:, col], inputs["seeds"], inputs["temperature"], block_argmax, block_max, arrivals,
                  tokens, emb, packets, offset, config["mult"], config["inv_cap"], config["cap"], block=block,
                  pdl=False)
@@ -292,7 +294,7 @@ def fused_launches(steps: int, sharded: bool) -> int:
     return 1 + steps * (3 if sharded else 1) + (2 if sharded else 0)
 
 
-def fused_rank(name: str, world: int):
+def fused_rank(name: str, world: int, seed_view: bool = False):
     """Per-rank check of one markov_fused scenario: stand-in vs golden system, call by call."""
     static, config, calls = scenario_calls("markov_fused", name, world)
 
@@ -302,7 +304,7 @@ def fused_rank(name: str, world: int):
         launches = 0
         for index, (inputs, params) in enumerate(calls):
             want = golden.launch(inputs, params)
-            got = fused_public_loop(api, static, config, inputs, comm.rank)
+            got = fused_public_loop(api, static, config, inputs, comm.rank, seed_view)
             for key in want:
                 assert_same_bits(got[key], want[key], f"call {index} {key}")
             launches += fused_launches(inputs["base"].shape[1], world > 1)
@@ -312,10 +314,12 @@ def fused_rank(name: str, world: int):
     return run
 
 
-@pytest.mark.parametrize("name, world", [("basic", 1), ("basic", 2), ("padding_rows", 2), ("soft_cap", 2)])
-def test_fused_stand_in_equals_the_golden_system(name, world):
-    """Tokens, cache and emb bits and the loop's flight launch count agree over the scenario's calls."""
-    results = run_ranks(world, fused_rank(name, world))
+@pytest.mark.parametrize("name, world, seed_view", [("basic", 1, False), ("basic", 2, False), ("basic", 4, True),
+                                                     ("padding_rows", 2, False), ("soft_cap", 2, False)])
+def test_fused_stand_in_equals_the_golden_system(name, world, seed_view):
+    """Tokens, cache and emb bits and the loop's flight launch count agree over the scenario's calls (``base``
+    the whole row, or the seed's view of each rank's own columns)."""
+    results = run_ranks(world, fused_rank(name, world, seed_view))
     assert len(set(results)) == 1 and results[0] > 0
 
 

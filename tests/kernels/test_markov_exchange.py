@@ -202,19 +202,31 @@ def _step_arguments(width: int, rows: int = 3, steps: int = 2) -> dict:
     )
 
 
-@pytest.mark.parametrize("tp, rank", [(4, 1), (8, 1), (8, 2), (8, 3)])
-def test_a_ranks_shard_view_of_base_is_refused(tp, rank):
+@pytest.mark.parametrize("tp, rank", [(4, 1), (8, 1), (8, 3)])
+def test_the_seeds_shard_view_of_base_is_read_from_its_first_column(tp, rank):
+    """``base[:, col, off:off + width]`` and ``base[:, col, off:]`` start at id ``vocab_offset`` (the seed's
+    meaning, read from column 0); the whole-vocab ``base[:, col]`` is read from column ``vocab_offset``."""
+    from kernels.markov.fused_checks import check_step
+
     kernels = _sharded_kernels_on_cpu(tp)
     width = 1024 // tp
     offset = rank * width
     args = _step_arguments(width)
     full = torch.zeros(3, 2, 1024, dtype=torch.bfloat16)
-    # tp >= 2 rank + 1: the view is wide enough for the old check, and the kernel would read from 2 * offset.
-    assert full[:, 1, offset:].shape[1] >= offset + width
-    args["base"] = full[:, 1, offset:]
+    for base, start in ((full[:, 1], offset), (full[:, 1, offset:offset + width], 0), (full[:, 1, offset:], 0)):
+        args["base"] = base
+        assert check_step(kernels, **{k: v for k, v in args.items() if k not in ("mult", "inv_cap", "cap")},
+                          vocab_offset=offset, block=512) == start
+
+
+def test_a_base_narrower_than_the_width_says_how_to_pass_the_row():
+    kernels = _sharded_kernels_on_cpu(4)
+    args = _step_arguments(256)
+    args["base"] = torch.zeros(3, 2, 1024, dtype=torch.bfloat16)[:, 1, 256:500]
     with pytest.raises(ValueError, match=r"^base: expected this step's logits over the whole vocabulary, "
-                                         r"\[rows, 1024\].*a rank's shard view is not accepted"):
-        kernels.step(**args, vocab_offset=offset, block=512, pdl=False)
+                                         r"\[rows, 1024\] \(e.g. base\[:, col\]; read from column vocab_offset\), "
+                                         r"or the seed's view .* got 244 columns"):
+        kernels.step(**args, vocab_offset=256, block=512, pdl=False)
 
 
 def test_the_whole_vocab_view_of_base_passes_the_base_check():

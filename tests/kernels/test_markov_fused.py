@@ -22,34 +22,94 @@ def test_vector_bytes_only_for_8_or_16_byte_groups():
     assert [fused.vector_bytes(b) for b in fused.BLOCK_SIZES] == [0, 0, 8, 16, 0, 0]
 
 
+def test_block_sizes_are_the_seeds_powers_of_two_and_every_one_is_gated():
+    """The seed takes any power of two from 128 (a multiple of the 128 threads); these are compiled and gated."""
+    assert fused.BLOCK_SIZES == tuple(128 << i for i in range(6))
+    names = [name for name, _thunk, _spill in fused.compile_variants("sm_90a")]
+    for block in fused.BLOCK_SIZES:
+        assert any(name.startswith(f"markov.step[b{block},") for name in names), block
+    with pytest.raises(ValueError, match=r"^block must be one of \(128, .*4096\), got 8192"):
+        fused.compile_step(block=8192, blocks=1, vector=False, has_cap=False, sharded=False, pdl=False,
+                           row_bytes=128, chunk=4, w1_rows=64)
+
+
+def test_operand_is_a_bf16_tensors_address_and_strides():
+    cache = torch.zeros(3, 4, 64, dtype=torch.bfloat16)[:, 1]
+    operand = fused.Operand.of(cache)
+    assert operand._fields == ("address", "strides")
+    assert operand == (cache.data_ptr(), (256, 1)) and operand.address == cache.data_ptr()
+    with pytest.raises(ValueError, match=r"^Operand.of: expected a BF16 tensor, got torch.float32"):
+        fused.Operand.of(torch.zeros(4))
+
+
+ROW = fused.Operand(256, (4096, 1))
+CACHE = fused.Operand(1024, (16384, 4096, 1))
+
+
 @pytest.mark.parametrize(
-    "operands, width, expected",
+    "change, expected",
     [
-        (((256, 4096), (512, 4096), (1024, 16384)), 4096, True),
-        (((258, 4096), (512, 4096), (1024, 16384)), 4096, False),  # base pointer off by one element
-        (((256, 4099), (512, 4096), (1024, 16384)), 4096, False),  # odd row stride
-        (((256, 4096), (512, 4096), (1024, 16384)), 4090, False),  # width not whole groups
+        ({}, True),
+        ({"base": fused.Operand(258, (4096, 1))}, False),  # base pointer off by one element
+        ({"bias": fused.Operand(256, (4099, 1))}, False),  # odd row stride
+        ({"width": 4090}, False),  # width not whole groups
+        ({"cache": fused.Operand(1024, (16384, 4099, 1))}, True),  # step 0: the odd step stride adds nothing
+        ({"cache": fused.Operand(1024, (16384, 4099, 1)), "col": 1}, False),  # step 1 starts mid-group
+        ({"cache": fused.Operand(1032, (16384, 4096, 1))}, False),  # 8 bytes: half a 16-byte group
     ],
 )
-def test_step_vectorized_follows_alignment(operands, width, expected):
-    assert fused.step_vectorized(1024, width, operands) is expected
-    # 512: 4-element (8-byte) groups; 256 never vectorizes.
-    assert fused.step_vectorized(256, 4096, ((256, 4096),)) is False
+def test_vectorized_needs_every_group_aligned(change, expected):
+    args = {**dict(width=4096, col=0, base=ROW, bias=ROW, cache=CACHE), **change}
+    assert fused.vectorized(1024, **args) is expected
+    assert fused.vectorized(256, **args) is False  # 2 elements a thread: never one access
+
+
+def test_vectorized_groups_are_a_threads_elements():
+    """Block 512 moves 4 elements (8 bytes) a thread, 1024 moves 8 (16 bytes): an 8-byte-aligned cache suffices
+    for the first only."""
+    args = dict(width=4096, col=0, base=ROW, bias=ROW, cache=fused.Operand(1032, (16384, 4096, 1)))
+    assert fused.vectorized(512, **args) and not fused.vectorized(1024, **args)
+    assert fused.vectorized(512, **{**args, "width": 4092}) and not fused.vectorized(512, **{**args, "width": 4094})
 
 
 def test_fill_vectorized_needs_16_byte_everything():
-    assert fused.fill_vectorized(512, 4096, 256, 8192, 1024, (8192, 4096))
-    assert not fused.fill_vectorized(500, 4000, 256, 8000, 1024, (8000, 4000))
-    assert not fused.fill_vectorized(512, 4096, 258, 8192, 1024, (8192, 4096))
-    assert not fused.fill_vectorized(512, 4096, 256, 8192, 1024, (8193, 4096))
+    args = dict(gathered=256, src_s0=8192, cache=fused.Operand(1024, (8192, 4096, 1)), shard=512, vocab=4096)
+    assert fused.fill_vectorized(**args)
+    for change in ({"shard": 500}, {"vocab": 4004}, {"src_s0": 8196}, {"gathered": 258},
+                   {"cache": fused.Operand(1032, (8192, 4096, 1))}, {"cache": fused.Operand(1024, (8193, 4096, 1))},
+                   {"cache": fused.Operand(1024, (8192, 4095, 1))}):
+        assert not fused.fill_vectorized(**{**args, **change}), change
+    with pytest.raises(TypeError):
+        fused.fill_vectorized(256, 8192, args["cache"], 512, 4096)  # keywords only, as the seed's
 
 
-def test_finish_warps_and_copy_chunk():
+def test_copy_chunk_within_a_threads_share_and_every_tensors_alignment():
     assert fused.finish_warps(128) == 1 and fused.finish_warps(129) == 4
-    assert fused.copy_chunk(512, 32, (256,)) == 16
-    assert fused.copy_chunk(512, 128, (256,)) == 4  # a thread's share is 4 bytes
-    assert fused.copy_chunk(200, 32, (256,)) == 4  # 8 divides 200 but exceeds a 6-byte share
-    assert fused.copy_chunk(512, 32, (258,)) == 2  # misaligned table
+    buffer = torch.zeros(512, dtype=torch.uint8)
+    aligned = buffer[(-buffer.data_ptr()) % 16:]
+    assert aligned.data_ptr() % 16 == 0
+    assert fused.copy_chunk(512, 32) == 16  # no tensor: the share alone
+    assert fused.copy_chunk(512, 32, aligned, aligned[32:]) == 16
+    assert fused.copy_chunk(512, 128, aligned) == 4  # a thread's share is 4 bytes
+    assert fused.copy_chunk(64, 128, aligned) == 2  # a row narrower than the threads: 2
+    assert fused.copy_chunk(200, 32, aligned) == 4  # 8 divides 200 but exceeds a 6-byte share
+    assert fused.copy_chunk(512, 32, aligned, aligned[8:]) == 8  # the least aligned tensor decides
+    assert fused.copy_chunk(512, 32, aligned[2:]) == 2  # misaligned table
+
+
+def test_compile_step_compiles_the_seeds_variant_once():
+    """The seed's keywords compile one ``StepKernel`` through ``compile_kernel`` (cached by configuration),
+    without the flight recorder, as the seed's functions; here block 4096, the largest."""
+    config = dict(block=4096, blocks=2, vector=False, has_cap=False, sharded=True, pdl=False, row_bytes=128,
+                  chunk=4, w1_rows=64)
+    options = "--keep-ptx --gpu-arch sm_90a"
+    kernel = fused.compile_step(**config, options=options)
+    assert fused.compile_step(**config, options=options) is kernel
+    assert fused.compile_kernel(fused.StepKernel, options, **config, flight=False) is kernel
+    text = kernel.artifacts.PTX
+    text = text if isinstance(text, str) else text.decode()
+    # No flight recorder: no timer read and no ring; the 32 elements of a thread are scalar BF16 loads.
+    assert "%globaltimer" not in text and "ld.global.nc.b16" in text
 
 
 @pytest.mark.parametrize(

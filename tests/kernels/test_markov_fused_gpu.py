@@ -236,7 +236,8 @@ def test_misaligned_strides_take_the_scalar_path():
     gpu = to_gpu(inputs)
     gpu["base"], gpu["cache"] = base_big[:, :, 1:vocab + 1], cache_big[:, :, 3:vocab + 3]
     base = gpu["base"]
-    assert not fused.step_vectorized(1024, vocab, ((base.data_ptr(), base.stride(0)),))
+    aligned = fused.Operand(0, (vocab, 1))
+    assert not fused.vectorized(1024, width=vocab, col=0, base=fused.Operand.of(base), bias=aligned, cache=aligned)
     system = driver.FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()}, {**config, "pdl": True},
                                    bias_fn=grid_bias)
     out = system.launch(gpu, {})
@@ -434,3 +435,36 @@ def test_request_ids_past_the_cache_inside_a_graph_write_nothing_outside_it():
     torch.cuda.synchronize()
     # Every id of this replay lies past max_reqs: padding, so no cache byte (and no guard byte) changes.
     assert torch.equal(bits_of(arena.cpu()), bits_of(before.cpu()))
+
+
+def test_the_seeds_shard_view_of_base_steps_as_the_whole_row():
+    """Rank 1 of tp 2 through the seed's ``markov_step``: ``base`` as the whole row (read from ``vocab_offset``),
+    as the seed's view of the rank's columns (read from column 0; vector path) and as a copy of that view one
+    element off alignment (scalar path) give the same packets and draft logits."""
+    from kernels.markov import fused
+
+    vocab, width, block = 1024, 512, 512
+    static, inputs = build_case(vocab=vocab, seed=92, nan=True)
+    gpu = to_gpu(inputs)
+    w1, rows, steps = static["w1"].cuda(), gpu["base"].shape[0], gpu["base"].shape[1]
+    emb = torch.empty(rows, 64, dtype=torch.bfloat16, device="cuda")
+    bias = grid_bias(w1[:rows], static["w2"][width:].cuda())
+    shifted = torch.empty(rows, width + 1, dtype=torch.bfloat16, device="cuda")[:, 1:]
+    shifted.copy_(gpu["base"][:, 1, width:])
+    results = []
+    for base in (gpu["base"][:, 1], gpu["base"][:, 1, width:], shifted):
+        draft = torch.zeros(rows, steps, width, dtype=torch.bfloat16, device="cuda")
+        packets = torch.zeros(rows, 4, dtype=torch.int32, device="cuda")
+        emb.copy_(w1[:rows])
+        fused.markov_step(base, bias, draft, 1, gpu["idx_map"][:, 1], gpu["pos"][:, 1], gpu["seeds"],
+                          gpu["temperature"], torch.empty(rows, dtype=torch.int64, device="cuda"),
+                          torch.empty(rows, device="cuda"), torch.zeros(rows, dtype=torch.int32, device="cuda"),
+                          torch.zeros(rows, steps, dtype=torch.int64, device="cuda"), w1, emb, packets, width, width,
+                          1.0, 1 / 30, 30.0, has_cap=False, sharded=True, block=block, pdl=False)
+        torch.cuda.synchronize()
+        results.append((packets.cpu(), bits_of(draft.cpu())))
+    aligned = fused.Operand(0, (width, 1))
+    assert not fused.vectorized(block, width=width, col=0, base=fused.Operand.of(shifted), bias=aligned, cache=aligned)
+    for packets, draft in results[1:]:
+        assert torch.equal(packets, results[0][0]) and torch.equal(draft, results[0][1])
+    assert bool((results[0][0][:, 1] >= width).all())  # the winning ids are the rank's own

@@ -1,0 +1,43 @@
+"""The one argument rule of seed 001's fused Markov step that its golden stand-in and its kernel share: ``base``.
+
+``MarkovKernels.step`` (``kernels.markov.fused``) and its golden stand-in
+(``golden.public.markov_fused``) take ``base``, this step's BF16 logits, in
+either of two forms, and ``vocab_offset``, the global vocab id of the
+rank's first entry (as in the seed: the ids the Gumbel noise and the argmax
+number, ``rank * width`` under a vocab shard):
+
+- the whole vocabulary, ``[rows, V]`` (``base[:, col]`` of ``[rows, steps,
+  V]``): the step reads columns ``[vocab_offset, vocab_offset + width)``;
+- the seed's view from the rank's first entry, ``[rows, n]`` with ``width
+  <= n < V`` (``base[:, col, off:off + width]``, or ``base[:, col, off:]``):
+  column 0 is vocab id ``vocab_offset``, and the step reads columns ``[0,
+  width)``, as the seed's kernel does.
+
+The two never meet: a view whose column 0 is id ``vocab_offset > 0`` holds
+at most ``V - vocab_offset`` ids, so ``V`` columns always mean the whole
+vocabulary; at ``vocab_offset = 0`` both read the same columns. Torch and
+the standard library only (``contracts/``'s rule); no tensor is read.
+"""
+
+from __future__ import annotations
+
+
+def step_base_start(columns: int, vocab: int, width: int, vocab_offset: int) -> int:
+    """The first column of ``base`` (``columns`` wide) a step over ``width`` ids from ``vocab_offset`` reads, or a
+    ValueError (TypeError for a non-int offset) naming ``vocab_offset`` or ``base`` (module docstring)."""
+    if isinstance(vocab_offset, bool) or not isinstance(vocab_offset, int):
+        raise TypeError(f"vocab_offset: expected an int, got {type(vocab_offset).__name__}")
+    if not 0 <= vocab_offset <= vocab - width:
+        raise ValueError(f"vocab_offset: expected columns [{vocab_offset}, {vocab_offset + width}) inside [0, {vocab})")
+    if columns == vocab:
+        return vocab_offset
+    if width <= columns < vocab:
+        return 0
+    raise ValueError(
+        f"base: expected this step's logits over the whole vocabulary, [rows, {vocab}] (e.g. base[:, col]; read "
+        f"from column vocab_offset), or the seed's view from the rank's first id, [rows, n] with {width} <= n < "
+        f"{vocab} (e.g. base[:, col, vocab_offset:vocab_offset + {width}]; column 0 is vocab id vocab_offset), "
+        f"got {columns} columns")
+
+
+__all__ = ["step_base_start"]
