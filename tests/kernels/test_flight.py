@@ -176,14 +176,19 @@ def test_instance_names_count_per_family_rank_and_directory(tmp_path):
     assert flight.instance_name("markov_fused", 901, tmp_path / "next_case") == first
 
 
-def test_a_dropped_recorder_unmaps_its_ring_and_the_file_keeps_the_records(tmp_path):
+def test_a_dropped_recorder_is_retired_then_released_at_a_safe_point_and_the_file_keeps_the_records(tmp_path):
     import gc
 
+    flight.release_retired()
     recorder = FlightRecorder("markov_sharded", rank=0, world=1, capacity=4, directory=tmp_path, name="s.0")
     recorder.write(_record(2))
     backing, path = recorder.backing, recorder.path
     del recorder
     gc.collect()
+    # Dropping makes no CUDA call (a finalizer may run in any thread, while a peer's exchange spins): the mapping
+    # waits for release_retired, which a new ring's registration or an owner at a safe point calls.
+    assert not backing.closed
+    assert flight.release_retired() == 1
     assert backing.closed
     assert [r.launch for r in flight.read_ring(path).records] == [2]
 
