@@ -9,7 +9,9 @@ default each call is made as ``test_markov_fused_gpu.run_kernels`` makes it:
 every rank builds its loop, calls once and drops the loop right away, while a
 slower peer may still be launching (the idiom that stalled, module docstring
 of ``kernels.flight``); ``--keep`` builds the loops once and calls them
-``--runs`` times. The exchange deadline is the harness's 10 s: a stall traps
+``--runs`` times. ``--release-on-drop`` puts back the old teardown (a dropped
+flight recorder unregisters its ring at once, in whichever thread drops it)
+to show the stall the fix removed. The exchange deadline is the harness's 10 s: a stall traps
 the context, which ends the process with the configuration and run named on
 stderr. Prints one line per configuration and exits 0 only when every run of
 every configuration was golden.
@@ -80,11 +82,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=50, help="calls per configuration (default 50)")
     parser.add_argument("--keep", action="store_true", help="build the loops once per configuration")
+    parser.add_argument("--release-on-drop", action="store_true",
+                        help="the old teardown, for comparison: a dropped recorder unregisters its ring at once")
     args = parser.parse_args(argv)
     if args.runs < 1:
         parser.error("--runs: expected >= 1")
+    if args.release_on_drop:
+        from kernels import flight
+
+        flight._retire = flight._release  # the finalizer binds _retire when a recorder is built
     print(f"fused loop stall stress: {args.runs} runs per configuration, "
-          f"{'loops kept' if args.keep else 'a loop built and dropped per call'}; {torch.cuda.get_device_name()}")
+          f"{'loops kept' if args.keep else 'a loop built and dropped per call'}"
+          f"{', old release on drop' if args.release_on_drop else ''}; {torch.cuda.get_device_name()}")
     total = failed = 0
     for tp, dim, injected in CONFIGS:
         label = f"tp {tp} R {dim} {'padding+corrupt+wrap' if injected else 'plain'}"
