@@ -13,7 +13,7 @@ stores through the peer table; no multicast); ``bar.sync``; thread 0 does
 cta)`` with ``st.release.sys``; threads ``k < world`` poll this rank's flag
 ``(parity, k, cta)`` with ``ld.acquire.sys`` until it carries the tag (past
 a positive ``timeout_ns``: the ``kernels.diag`` record, kind MAILBOX_TAG,
-then ``trap``); ``bar.sync``; the CTA copies its share of every rank's slot
+written by the rank's first thread to claim ``CLAIM_WORD``, then ``trap``); ``bar.sync``; the CTA copies its share of every rank's slot
 (``ld.global.cg``: written by other agents) to the output; the last CTA to
 finish (``atom.add.acq_rel.gpu`` on the end count) clears the count and
 advances the counter, so a graph replay advances it as an eager launch does.
@@ -39,6 +39,7 @@ from kernels.flight import ident as flight_ident, kernel_index
 from kernels import flight_device, ptx  # flight_device.begin/end by module: the kernel's `begin`/`end` are its share
 from kernels.flight_device import FlightRing, checked_flag, digest, key_part
 from kernels.markov.exchange_layout import (
+    CLAIM_WORD,
     END_WORD,
     FLAG_BYTES,
     FLAGS_BYTES,
@@ -56,10 +57,11 @@ GATHER_KERNEL = kernel_index("markov_fused", "gather")
 
 
 @cute.jit
-def _await_tag(address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, rank: Int32, launch: Uint32,
-               step: Int32, awaited: Int32):
+def _await_tag(address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, claim: Int64, rank: Int32,
+               launch: Uint32, step: Int32, awaited: Int32):
     """Poll the flag at ``address`` (``ld.acquire.sys``) until it carries ``tag``; past a positive
-    ``timeout_ns`` commit the diagnostic record at ``diag`` (if any) naming ``awaited``, and trap."""
+    ``timeout_ns`` the first thread of the rank to claim the word at ``claim`` commits the diagnostic record at
+    ``diag`` (if any) naming ``awaited``; every thread that timed out traps."""
     seen = ptx.ld_ordered_b32(address, "acquire", "sys")
     if seen != tag:
         start = ptx.globaltimer()
@@ -68,9 +70,13 @@ def _await_tag(address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, rank
             if timeout_ns > 0:
                 elapsed = ptx.globaltimer() - start
                 if elapsed > timeout_ns:
+                    # One writer per rank: several CTAs (and several awaited ranks) can time out together, and
+                    # two writers could interleave their words into one torn record.
                     if diag != 0:
-                        write_diag_and_trap(diag, rank, Int32(launch), step, awaited, tag, seen,
-                                            Int32(int(WaitKind.MAILBOX_TAG)), elapsed, timeout_ns)
+                        claimed = ptx.atom_add_u32(claim, Uint32(1), "relaxed", "gpu")
+                        if claimed == Uint32(0):
+                            write_diag_and_trap(diag, rank, Int32(launch), step, awaited, tag, seen,
+                                                Int32(int(WaitKind.MAILBOX_TAG)), elapsed, timeout_ns)
                     ptx.trap()
 
 
@@ -146,7 +152,8 @@ class PeerGatherKernel(KernelVariant):
         own = ptx.ld_global_nc_b64(peers + Int64(rank) * 8, Int32(1))
         if tidx < world:
             awaited = Int64(((parity * MAX_RANKS + Int64(tidx)) * MAX_CTAS + Int64(cta)) * FLAG_BYTES)
-            _await_tag(own + awaited, tag, timeout_ns, diag, rank, launch, step, Int32(tidx))
+            _await_tag(own + awaited, tag, timeout_ns, diag, control + CLAIM_WORD * 4, rank, launch, step,
+                       Int32(tidx))
         cute.arch.barrier()
         span = end - begin
         for task in cutlass.range(tidx, span * world, THREADS, unroll=1):

@@ -17,7 +17,9 @@ fabric, zero-filled):
 
 Control words (this rank only, int32 ``[CONTROL_WORDS]``, zero at
 construction): ``LAUNCH_WORD`` the uint32 launch counter, ``END_WORD`` the
-CTAs that finished the current launch.
+CTAs that finished the current launch, ``CLAIM_WORD`` the timeout claim (the
+first thread whose wait times out adds 1 and, finding 0, alone writes the
+diagnostic record; it is never reset: the trap ends the context).
 
 Tag and parity of a launch whose counter reads n: ``tag = 1 + n mod 2**31``
 (never 0, the zero-filled flag) and ``parity = n & 1``. Slot ``(p, k)`` is
@@ -40,7 +42,7 @@ MAX_RANKS = 32
 MAX_CTAS = 16
 FLAG_BYTES = 4
 FLAGS_BYTES = 2 * MAX_RANKS * MAX_CTAS * FLAG_BYTES
-LAUNCH_WORD, END_WORD = 0, 1
+LAUNCH_WORD, END_WORD, CLAIM_WORD = 0, 1, 2
 CONTROL_WORDS = 4
 TAG_PERIOD = 1 << 31
 # Pieces one CTA moves before another CTA is worth adding.
@@ -146,6 +148,7 @@ class ExchangeModel:
 
 
 __all__ = [
+    "CLAIM_WORD",
     "CONTROL_WORDS",
     "END_WORD",
     "ExchangeModel",
