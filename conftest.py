@@ -29,8 +29,9 @@ if ROOT not in sys.path:
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-# The scenario items (`pytest scenarios/`), run by the harness, and the CUDA-context guard of gpu tests. Where rankcheck is installed the plugin also
-# arrives by its pytest11 entry point, registered under this same name, so it is never registered twice.
+# The scenario items (`pytest scenarios/`), run by the harness, and the CUDA-context guard of gpu tests. Where
+# rankcheck is installed the scenario plugin also arrives by its pytest11 entry point, registered under this same
+# name, so it is never registered twice.
 pytest_plugins = ["harness.pytest_plugin", "tests.cuda_guard"]
 
 # CuTe DSL writes the PTX a ``--keep-ptx`` compile keeps (cutlass___*.ptx) into its dump directory, the working

@@ -52,7 +52,7 @@ def _ratio(value: float | None) -> str:
 def _is_number(text: str) -> bool:
     """Whether a table cell reads as a number (thousands separators and a trailing method mark allowed)."""
     try:
-        float(text.replace(",", "").rstrip(tables.EAGER_MARK + tables.L2_MARK))
+        float(text.replace(",", "").rstrip(tables.EAGER_MARK + tables.L2_MARK + tables.WRONG_MARK))
     except ValueError:
         return False
     return True
@@ -92,7 +92,8 @@ def method_lines(settings: Mapping, torchrun: bool) -> list[str]:
         "kernels per call x the empty launch in a CUDA graph",
         "- ratios: unfused / best and eager / kernel: the eager torch baseline over ours (speedup); best peer / "
         "best: the fastest peer over ours; best / floor and x floor: ours over the floor (1.00 = at the floor); "
-        "best: the faster of LL and BT at that size",
+        f"best: the faster of LL and BT at that size; a peer's time marked `{tables.WRONG_MARK}` failed its golden sanity "
+        "check there: no ratio is taken against it",
     ]
     if torchrun:
         lines.append("- torchrun cases: every rank captures and replays its own graph, the ranks in lockstep (a "
@@ -170,7 +171,9 @@ def _golden_lines(document: Mapping) -> list[str]:
     lines = []
     for impl, checks in tables.peer_checks(document).items():
         shapes = ", ".join(f"tp {c['tp']} M {c['rows']}: " + "/".join(str(v) for v in c["ulp"].values())
-                           + ("" if c["plausible"] in (True, None) else " (BEYOND the sanity tolerance)")
+                           + ("" if c["plausible"] in (True, None) else
+                              f" (BEYOND the sanity tolerance: its times are marked `{tables.WRONG_MARK}` and "
+                              "no ratio is taken against them)")
                            for c in checks)
         held = checks[0]["held_to"] or "not stated"
         lines.append(f"- {IMPL_LABELS.get(impl, impl)} against the golden bits, largest BF16 ulp distance "

@@ -14,7 +14,10 @@ Each family has a layout (``LAYOUTS``; any other family gets ``generic``):
   (``best``): ``speedup`` = unfused / best, ``vs_peer`` = fastest peer /
   best, ``x_floor`` = best / floor. A cell's ``marks`` say how it was
   measured where that differs from the rest (``EAGER_MARK``: eager launches,
-  not capturable; ``L2_MARK``: inputs that may have stayed in the L2); an
+  not capturable; ``L2_MARK``: inputs that may have stayed in the L2;
+  ``WRONG_MARK``: a peer whose outputs failed the golden sanity check there,
+  which ``vs_peer`` never compares against: a peer that is not right is no
+  comparison); an
   implementation the document lists as not available at that shape is in
   the row's ``unavailable`` (the summary writes ``n/a`` there). ``crossovers``
   gives the LL/BT crossover of each (tp, H, source) by the rule that sets
@@ -45,6 +48,7 @@ PEERS = ("symm_one_shot", "symm_two_shot", "nccl")
 ALLREDUCE_IMPLS = ("ll", "bt", "unfused", *PEERS)
 EAGER_MARK = "e"  # timed with eager launches: not capturable in a CUDA graph
 L2_MARK = "w"  # input footprint below the rotation's target: may have been L2-resident
+WRONG_MARK = "x"  # a peer whose outputs failed the golden sanity check there: timed, never compared
 # Documents written before references carried tp/hidden/rows said so only in their note.
 _NOTE_SHAPE = re.compile(r"H=(?P<hidden>\d+), M=(?P<rows>\d+), TP(?P<tp>\d+)")
 
@@ -87,14 +91,22 @@ def _impl_of(params: Mapping) -> str | None:
 
 
 def marks(case: Mapping) -> str:
-    """How an entry's median was measured where that differs from the method: ``EAGER_MARK``, ``L2_MARK``."""
-    return (EAGER_MARK if "graph_mode" in case else "") + ("" if case.get("l2_cold", True) else L2_MARK)
+    """How an entry's median was measured where that differs from the method (``EAGER_MARK``, ``L2_MARK``), and
+    ``WRONG_MARK`` where its outputs failed the golden sanity check."""
+    return (EAGER_MARK if "graph_mode" in case else "") + ("" if case.get("l2_cold", True) else L2_MARK) + (
+        WRONG_MARK if failed_its_check(case) else "")
+
+
+def failed_its_check(case: Mapping) -> bool:
+    """Whether a case recorded that its outputs lie beyond the sanity tolerance of the golden bits (a peer that is
+    not right: its time is shown, marked, and no ratio is taken against it)."""
+    return case.get("params", {}).get("plausible") is False
 
 
 def _new_row(key: tuple) -> dict:
     """An empty all-reduce row for ``(source, tp, hidden, rows)``."""
     return {"source": key[0], "tp": key[1], "hidden": key[2], "rows": key[3], **{name: None for name in ALLREDUCE_IMPLS},
-            "floor": None, "flashinfer": None, "marks": {}, "unavailable": {}}
+            "floor": None, "flashinfer": None, "marks": {}, "unavailable": {}, "wrong": set()}
 
 
 def allreduce_rows(document: Mapping) -> list[dict]:
@@ -110,6 +122,8 @@ def allreduce_rows(document: Mapping) -> list[dict]:
         row = rows.setdefault(key, _new_row(key))
         row[impl] = case["graph"]["median_us"]
         row["marks"][impl] = marks(case)
+        if failed_its_check(case):
+            row["wrong"].add(impl)
         row["floor"] = row["floor"] if row["floor"] is not None else case["floor_us"]["graph"]
         if impl in ("ll", "bt") and row["flashinfer"] is None:
             row["flashinfer"] = _published_at(case, shape)
@@ -126,9 +140,9 @@ def allreduce_rows(document: Mapping) -> list[dict]:
 
 def _ratios(row: Mapping) -> dict:
     """The row's best protocol, fastest peer and the ratios between them, the baseline and the floor (None where a
-    side is missing)."""
+    side is missing); a peer that failed its golden check is no peer here."""
     kernels = [row[name] for name in ("ll", "bt") if row[name] is not None]
-    peers = {name: row[name] for name in PEERS if row[name] is not None}
+    peers = {name: row[name] for name in PEERS if row[name] is not None and name not in row["wrong"]}
     best = min(kernels) if kernels else None
     best_peer = min(peers, key=peers.get) if peers else None
     return {

@@ -224,11 +224,13 @@ def peer_document() -> dict:
 
 
 def test_summary_puts_peers_ratios_and_reasons_side_by_side():
+    from harness.bench import tables
+
     text = summary_markdown(peer_document())
     plain, torchrun = markdown_tables(section(text, "allreduce_mhc"))
     (row,) = torchrun
     assert (row["LL"], row["BT"], row["unfused"], row["floor"]) == ("20.20", "25.25", "80.80", "3.03")
-    assert (row["symm-mem one-shot"], row["symm-mem two-shot"], row["NCCL"]) == ("40.40w", "50.50e", "n/a")
+    assert (row["symm-mem one-shot"], row["symm-mem two-shot"], row["NCCL"]) == ("40.40w", f"50.50e{tables.WRONG_MARK}", "n/a")
     assert (row["unfused / best"], row["best peer / best"], row["best / floor"]) == (
         f"{80.80 / 20.20:.2f}", f"{40.40 / 20.20:.2f}", f"{20.20 / 3.03:.2f}")
     assert "best peer / best" not in plain[0]  # the virtual-rank source has no peer, and says so
@@ -236,13 +238,14 @@ def test_summary_puts_peers_ratios_and_reasons_side_by_side():
     assert "- NCCL n/a (tp 2 M 8): not available: needs a GPU per rank (2 ranks share one GPU here" in text
     assert ("- symm-mem two-shot against the golden bits, largest BF16 ulp distance residual_out/layer_input (held to "
             "nothing (a peer summing in its own order); within 4 BF16 ulps of the operands' magnitude is plausible): "
-            "tp 2 M 8: 1/2 (BEYOND the sanity tolerance)") in text
+            "tp 2 M 8: 1/2 (BEYOND the sanity tolerance: its times are marked `x` and no ratio is taken against them)") in text
     assert "- symm-mem one-shot against the golden bits" in text and "tp 2 M 8: 1/2\n" in text
     assert f"- floor: {ar.FLOOR_RULE}" in text
     head = text.split("\n## ")[0]
     assert "a time marked `w` did not reach that" in head and "(marked `e`) is timed the same way with eager" in head
     assert "at least 2 x the L2" in head and "after 3 warm-up replays, 20 replays are timed" in head
     assert "floor = bytes the call must move" in head and "best peer / best: the fastest peer over ours" in head
+    assert "a peer's time marked `x` failed its golden sanity check there: no ratio is taken against it" in head
     assert "torchrun cases: every rank captures and replays its own graph" in head
 
 

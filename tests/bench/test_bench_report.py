@@ -180,3 +180,29 @@ def test_report_command_exit_codes(document_path, tmp_path, capsys):
     assert "no case in common" in capsys.readouterr().err
     assert report.main(["--compare", STORED_EARLIER_RUN, STORED_RUN]) == 0
     assert "markov_fused/r8_s8_v129280_tp1 |" in capsys.readouterr().out
+
+
+def test_a_peer_that_failed_its_golden_check_is_timed_marked_and_never_compared():
+    # Issue 43: the symmetric-memory peer at tp 4 differed from the golden bits by ~30,600 ulps while its ratio was
+    # printed beside ours. Here one-shot is wrong (plausible False) and two-shot right: best peer / best compares
+    # against two-shot only; with two-shot gone there is no ratio at all.
+    from bench_documents import allreduce
+
+    from harness.bench import tables
+
+    def peer(impl, graph, plausible):
+        case = allreduce(4, 5120, 1, impl, graph, 1.0)
+        case["params"].update(plausible=plausible, golden_ulp={"residual_out": {"max_ulp": 30600 if not plausible else 0},
+                                                              "layer_input": {"max_ulp": 0}}, held_to="1 ulp")
+        return case
+
+    ll = allreduce(4, 5120, 1, "ll", 6.0, 1.0)
+    wrong, right = peer("symm_one_shot", 3.0, False), peer("symm_two_shot", 9.0, True)
+    document = {**small_document(), "cases": [ll, wrong, right]}
+    [row] = tables.allreduce_rows(document)
+    assert row["best_peer_name"] == "symm_two_shot" and row["vs_peer"] == 9.0 / 6.0
+    assert row["marks"]["symm_one_shot"] == tables.WRONG_MARK and row["symm_one_shot"] == 3.0
+    text = summary_markdown(document)
+    assert f"3.00{tables.WRONG_MARK}" in text and "no ratio is taken against them" in text
+    [row] = tables.allreduce_rows({**document, "cases": [ll, wrong]})
+    assert row["vs_peer"] is None and row["best_peer_name"] is None
