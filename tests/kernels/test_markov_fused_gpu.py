@@ -146,6 +146,19 @@ def assert_same(got: dict, want: dict, label: str) -> None:
         )
 
 
+def captured_call(system, live: dict):
+    """``(graph, outputs)``: one call of ``system`` on ``live`` made on a side stream (warm-up), then captured."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        system.launch(live, {})  # warm-up outside the graph
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = system.launch(live, {})
+    return graph, out
+
+
 def golden(static, config, inputs):
     """The golden reference (world 1) with the GPU's reciprocals."""
     return reference(static, config, inputs, {}, rcp_table=rcp_table(inputs["temperature"]))
@@ -256,14 +269,7 @@ def test_cuda_graph_captured_once_replayed_with_new_inputs(sharded, pdl):
     system = FusedMarkovLoop(None, {k: v.cuda() for k, v in static.items()},
                              {**config, "pdl": pdl, "sharded": sharded}, bias_fn=grid_bias)
     live = to_gpu(first)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        system.launch(live, {})  # warm-up outside the graph
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = system.launch(live, {})
+    graph, out = captured_call(system, live)
     for seed in (51, 52, 53):
         _, new = build_case(vocab=vocab, seed=seed, nan=seed == 52, padding=seed != 51, wrap=seed == 53)
         for name, tensor in live.items():
@@ -420,14 +426,7 @@ def test_request_ids_past_the_cache_inside_a_graph_write_nothing_outside_it():
     arena = torch.randn(max_reqs + 4, steps, vocab + 16, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16)
     arena = arena.cuda()
     live["cache"] = arena[2:2 + max_reqs, :, 8:8 + vocab]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        system.launch(live, {})  # warm-up outside the graph
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        system.launch(live, {})
+    graph, _ = captured_call(system, live)
     torch.cuda.synchronize()
     before = arena.clone()
     live["idx_map"].copy_(torch.tensor([[14, 6, 2**40], [7, 9, 100]], dtype=torch.int64).repeat(2, 1)[:, :steps])
