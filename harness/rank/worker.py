@@ -58,6 +58,7 @@ from harness.wire.errors import NotAvailable
 from harness.wire.phases import count_start_up_from, mark_startup, process_started_at
 from harness.wire.rank_result import RankResult
 from harness.wire.worker_evidence import register_worker
+from kernels.flight import release_retired  # stdlib only: no CuTe DSL
 
 
 # ----------------------------------------------------------------------------- distributed (torchrun)
@@ -169,6 +170,9 @@ def run_virtual(job: dict, world: int) -> int:
                 from kernels.fabric import VirtualFabric  # noqa: PLC0415 - imported by the try above
 
                 results = VirtualFabric.run(fabrics, lambda fab: body(fab, lambda fam, fab=fab: fab))
+                # Every rank's thread has ended: no kernel of this process waits for a host thread, so the flight
+                # rings the case's systems dropped can be unregistered now (kernels.flight: never mid-exchange).
+                release_retired()
             elif impl == "kernel":
                 results = ThreadWorld(tp, timeout_s=timeout_s).run(
                     lambda comm: body(comm, _unavailable_handle(reason)))
