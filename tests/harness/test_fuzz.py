@@ -2,12 +2,17 @@
 
 The planted fault (``planted_fault.ShardEdgeFault``: a wrong draft token
 when a call has >= 5 rows and a NaN sits on an inner shard edge) runs through
-the real machinery: cpu launcher, torchrun processes, the substitute
-selected by ``$RANKCHECK_TEST_PLANTED_SYSTEM``. Seed 3 draws such a case
-second (at world 4); the shrinker must reach the minimal case for that
-fault: one call of exactly 5 rows, world 2, one NaN at an inner shard edge.
-The same search runs in milliseconds over a model of the fault
-(``fault_shows``, ``ModelRunner``) for the shrinker and the fuzz loop alone.
+the real machinery: ``harness fuzz`` on the virtual launcher (worker
+processes), the substitute selected by ``$RANKCHECK_TEST_PLANTED_SYSTEM``.
+Seed 160 draws such a case second (at world 4, vocabulary 256, two calls,
+two steps); the shrinker must reach the minimal case for that fault: one
+call of exactly 5 rows, world 2, one NaN at an inner shard edge. Of seeds 0
+to 2999 whose first batch holds a world-4 failure that shrinks to that
+minimum, it needs the fewest harness runs (the first batch, four shrink
+batches, then the replay: about 45 s on 2 shared cores; seed 3's case took
+nine). The same search runs in milliseconds over a model of the fault
+(``fault_shows``, ``ModelRunner``), from seed 3's larger case, for the
+shrinker and the fuzz loop alone.
 """
 
 import os
@@ -160,11 +165,11 @@ def test_a_clean_fuzz_run_exits_0_and_counts_its_cases(tmp_path):
 def test_the_fuzzer_finds_and_shrinks_the_planted_fault(tmp_path):
     # the virtual launcher (one worker process a job, no torchrun agent): each of the shrink's many batches costs
     # less than half of the cpu launcher's; fuzzing on the cpu launcher is test_a_clean_fuzz_run_exits_0_...'s
-    done = run_fuzz(["--family", "markov_sharded", "--launcher", "virtual", "--budget-s", "30", "--seed", "3"],
+    done = run_fuzz(["--family", "markov_sharded", "--launcher", "virtual", "--budget-s", "30", "--seed", "160"],
                     tmp_path, {PLANTED_SYSTEM_VAR: PLANTED})
     out = done.stdout + done.stderr
     assert done.returncode == 1, out
-    assert "4 cases tried (seed 3); fuzz_0001 failed" in out
+    assert "4 cases tried (seed 160); fuzz_0001 failed" in out
     shrunk = tmp_path / "run" / "fuzz" / "shrunk" / "markov_sharded" / "fuzz_0001_min.yaml"
     assert "shrunk in" in out and str(shrunk) in out
     assert_minimal_for_the_fault(yaml.safe_load(shrunk.read_text()))

@@ -1,6 +1,8 @@
 """Verdicts under fire: a clean and a faulty validation side by side, twenty times, each verdict right.
 
-Each round starts two ``python -m harness validate`` at once on the tiny
+The twenty rounds are twenty tests (one round each, about 12 s on 2 shared
+cores; under xdist rounds on other workers may run at the same time). Each
+round starts two ``python -m harness validate`` at once on the tiny
 scenario at world 1, on the cpu launcher (torchrun and a rank process) in
 even rounds and the virtual launcher (one worker process, no spares) in odd
 ones, so each launcher's run directory, rendezvous and cache use meet a
@@ -96,22 +98,22 @@ def round_faults(clean: tuple, faulty: tuple) -> list[str]:
 
 
 @pytest.mark.slow
-def test_a_clean_and_a_faulty_validation_side_by_side_keep_their_verdicts():
-    wrong = []
-    for round_ in range(ROUNDS):
-        failed = ["unfinished"]
-        launcher = LAUNCHERS[round_ % len(LAUNCHERS)]
-        clean_proc, faulty_proc = start(False, launcher), start(True, launcher)
-        clean, faulty = finish(clean_proc), finish(faulty_proc)
-        try:
-            failed = round_faults(clean, faulty)
-            wrong += [f"round {round_} ({launcher[1]}): {fault} (run dirs {clean[2]} {faulty[2]})" for fault in failed]
-            print(f"round {round_}: exits {clean[0]} and {faulty[0]}, {len(failed)} fault(s)", flush=True)
-        finally:
-            if not failed:  # a failing round keeps its run directories for the reader
-                for run_dir in (clean[2], faulty[2]):
-                    shutil.rmtree(run_dir, ignore_errors=True)
-    assert not wrong, wrong
+@pytest.mark.parametrize("round_", range(ROUNDS), ids=lambda r: f"round{r}-{LAUNCHERS[r % len(LAUNCHERS)][1]}")
+def test_a_clean_and_a_faulty_validation_side_by_side_keep_their_verdicts(round_):
+    """One round: the clean and the faulty run at once on the round's launcher, both verdicts right."""
+    failed = ["unfinished"]
+    launcher = LAUNCHERS[round_ % len(LAUNCHERS)]
+    clean_proc, faulty_proc = start(False, launcher), start(True, launcher)
+    clean, faulty = finish(clean_proc), finish(faulty_proc)
+    try:
+        failed = round_faults(clean, faulty)
+        print(f"round {round_}: exits {clean[0]} and {faulty[0]}, {len(failed)} fault(s)", flush=True)
+    finally:
+        if not failed:  # a failing round keeps its run directories for the reader
+            for run_dir in (clean[2], faulty[2]):
+                shutil.rmtree(run_dir, ignore_errors=True)
+    assert not failed, [f"round {round_} ({launcher[1]}): {fault} (run dirs {clean[2]} {faulty[2]})"
+                        for fault in failed]
 
 
 def test_a_round_tells_a_run_cut_short_from_a_false_verdict():

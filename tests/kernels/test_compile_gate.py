@@ -1,9 +1,13 @@
 """The compile gate on the CPU.
 
-The full gate, as ``make compile`` runs it, once per arch (sm_90a, sm_100a;
-``slow``: 2-3 minutes each on 2 shared cores): every module that
-registers ``compile_variants`` reports ptxas's figures for every variant it
-registers, and no must-not-spill variant spills. Besides: a small in-process
+The full gate, as ``make compile`` runs it, per arch (sm_90a, sm_100a):
+every module that registers ``compile_variants`` reports ptxas's figures
+for every variant it registers, and no must-not-spill variant spills. It
+runs as ``FULL_GATE_SLICES`` tests per arch (``slow``: 2-3 minutes per arch
+on 2 shared cores in all, so each slice stays under a minute), each the
+command line over its slice of the registered names (``--filter``); a cheap
+listing checks that the slices together hold every registered variant
+exactly once. Besides: a small in-process
 subset of real Markov variants (the ``--filter`` and ``--json`` paths), the
 ptxas report parser (plain, and word-wrapped as the DSL quotes it inside a
 remark), and the gate's failure modes (compile error, missing report, spill
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -26,6 +31,9 @@ from harness import compile_gate  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # A deadline for one full gate (measured on 2 shared cores: 118-169 s per arch, 111 s each with both in parallel).
 FULL_GATE_TIMEOUT_S = 1800
+# The full gate of an arch runs as this many tests, each over every FULL_GATE_SLICES-th registered name (sorted),
+# so every slice holds some of each kernel family (measured alone on 2 shared cores: 14-17 s each, 2 s of it starting).
+FULL_GATE_SLICES = 6
 
 # One of each kernel class, both access paths and both finishing layouts.
 SUBSET = r"markov\.anchor$|markov\.step\[b1024,n8,vec,cap,full,pdl\]|markov\.step\[b128,n160,scalar,nocap,shard,nopdl\]" \
@@ -285,15 +293,38 @@ def _registered(arch: str) -> dict[str, tuple[str, bool]]:
     return names
 
 
-@pytest.mark.slow
+def _gate_slice(registered: dict[str, tuple[str, bool]], index: int) -> list[str]:
+    """Slice ``index`` of the full gate: every ``FULL_GATE_SLICES``-th of the registered names, sorted."""
+    return sorted(registered)[index::FULL_GATE_SLICES]
+
+
 @pytest.mark.parametrize("arch", compile_gate.ARCHES)
-def test_full_gate(arch, tmp_path):
-    """`python -m harness compile --arch <arch>` (what `make compile` runs) over every variant, in a child
-    process as on the command line: exit 0, ptxas's figures for every registered variant, no spills where
-    they are not allowed."""
+def test_the_full_gate_slices_hold_every_registered_variant_once(arch):
+    """The slices of ``test_full_gate`` together are the whole gate: each registered variant in exactly one,
+    none empty, the markov and allreduce registries among them."""
+    registered = _registered(arch)
+    slices = [_gate_slice(registered, i) for i in range(FULL_GATE_SLICES)]
+    assert all(slices), [len(s) for s in slices]
+    assert sum(len(s) for s in slices) == len(registered)
+    assert set().union(*slices) == set(registered)
+    modules = {module for module, _ in registered.values()}
+    assert {"kernels.markov.fused", "kernels.allreduce.variants"} <= modules, modules
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("index", range(FULL_GATE_SLICES), ids=lambda i: f"{i + 1}of{FULL_GATE_SLICES}")
+@pytest.mark.parametrize("arch", compile_gate.ARCHES)
+def test_full_gate(arch, index, tmp_path):
+    """`python -m harness compile --arch <arch>` (what `make compile` runs) over slice ``index`` of the
+    registered variants (``--filter`` naming exactly its variants), in a child process as on the command line:
+    exit 0, ptxas's figures for every variant of the slice and for nothing else, no spills where they are not
+    allowed."""
+    registered = _registered(arch)
+    names = _gate_slice(registered, index)
+    only = "^(?:" + "|".join(re.escape(name) for name in names) + ")$"
     out = tmp_path / "gate.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "harness", "compile", "--arch", arch, "--quiet", "--json", str(out)],
+        [sys.executable, "-m", "harness", "compile", "--arch", arch, "--filter", only, "--quiet", "--json", str(out)],
         cwd=ROOT, capture_output=True, text=True, timeout=FULL_GATE_TIMEOUT_S,
         env={**os.environ, "CUTE_DSL_ARCH": arch,
              "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
@@ -301,14 +332,12 @@ def test_full_gate(arch, tmp_path):
     summary = proc.stdout[-4000:] + proc.stderr[-2000:]
     assert proc.returncode == 0, summary
     results = json.loads(out.read_text())
-    registered = _registered(arch)
     by_name = {r["name"]: r for r in results}
     assert len(by_name) == len(results), "a variant reported twice"
-    missing, extra = sorted(set(registered) - set(by_name)), sorted(set(by_name) - set(registered))
+    missing, extra = sorted(set(names) - set(by_name)), sorted(set(by_name) - set(names))
     assert not missing and not extra, (missing, extra)
-    modules = {module for module, _ in registered.values()}
-    assert {"kernels.markov.fused", "kernels.allreduce.variants"} <= modules, modules
-    for name, (module, must_not_spill) in registered.items():
+    for name in names:
+        module, must_not_spill = registered[name]
         r = by_name[name]
         assert r["arch"] == arch and r["ok"] and r["error"] is None, (module, r)
         assert r["must_not_spill"] == must_not_spill, (module, r)
