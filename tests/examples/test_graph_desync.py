@@ -39,6 +39,7 @@ sys.path.insert(0, str(EXAMPLE.parent))
 
 import graph_desync  # noqa: E402
 from bounded_run import output, run_bounded  # noqa: E402
+from harness.launch.load_scale import load_factor  # noqa: E402
 
 DESYNC_RANK = 1
 REPLAYS = 4
@@ -47,6 +48,12 @@ REPLAYS = 4
 LL_LAUNCHES_PER_CALL = 2
 JOB_DEADLINE_S = 540  # startup (CuTe DSL compiles at construction) plus the kernels' 5 s deadline, with margin
 READ_DEADLINE_S = 300
+# What an eager run waits out, by impl: the job's gloo timeout (with golden stand-ins, rank 0 waits in the all-reduce
+# of step K for a rank that never comes) and the replay's collective deadline (rank 0's thread waits there again).
+# The kernel run keeps 30 s and 20 s (CuTe DSL compiles at construction, before the first collective); the golden
+# stand-ins' healthy waits are short: 10 s and 5 s on a quiet host, times the load per core as the harness scales
+# its own defaults (harness.launch.load_scale).
+EAGER_WAITS_S = {"kernel": (30.0, 20.0), "golden": (10.0, 5.0)}
 SHARED_GPU_ENV = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1", "NCCL_NVLS_ENABLE": "0",
                   "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # The replay's verdict line: "first divergence: rank 1 made 8 calls ... (ar.__call__, flight launch 8)".
@@ -94,13 +101,17 @@ def graph_run(tp: int, work: Path) -> Run:
 
 
 def eager_runs(tp: int, work: Path, impl: str = "kernel") -> tuple[Run, Run]:
-    """Eager mode recorded: the offline golden replay of its recording, and ``rankcheck flight`` on its rings
-    (the golden stand-ins keep none)."""
+    """Eager mode recorded: the offline golden replay of its recording (one intra-op thread: its ranks are threads
+    of one process), and ``rankcheck flight`` on its rings (the golden stand-ins keep none)."""
     recording, rings = work / f"recording_{impl}_tp{tp}", work / f"eager_flight_{impl}_tp{tp}"
+    pg_timeout_s, replay_deadline_s = EAGER_WAITS_S[impl]
+    if impl == "golden":
+        pg_timeout_s, replay_deadline_s = pg_timeout_s * load_factor(), replay_deadline_s * load_factor()
     job = torchrun(tp, "--eager", "--impl", impl, "--record", str(recording), "--flight-dir", str(rings),
-                   "--pg-timeout-s", "30")
+                   "--pg-timeout-s", f"{pg_timeout_s:g}")
     read = run_bounded([sys.executable, "-m", "harness", "replay", "--bundle", str(recording), "--impl", "golden",
-                        "--deadline", "20", "--run-dir", str(work / f"replay_{impl}_tp{tp}")], READ_DEADLINE_S)
+                        "--deadline", f"{replay_deadline_s:g}", "--run-dir", str(work / f"replay_{impl}_tp{tp}")],
+                       READ_DEADLINE_S, {"OMP_NUM_THREADS": "1"})
     named = REPLAY_NAMES.search(read.stdout)
     rank, launch = (int(named.group(1)), int(named.group(2))) if named else (None, None)
     replayed = Run(tp, f"eager {impl}", job.returncode, read.returncode, rank, launch, output(job) + output(read), "ar")

@@ -27,7 +27,7 @@ from golden.markov_fused import (
 NAN = float("nan")
 
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/golden/conftest.py
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/conftest.py
 
 
 def bf16_value(bits: int) -> float:

@@ -32,7 +32,7 @@ ARCH = "sm_90"
 GOLDEN_ONLY = {"arch"}
 
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/golden/conftest.py
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/conftest.py
 
 
 def bits(value: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 import rankcheck
@@ -36,15 +35,7 @@ import test_stand_ins as drivers  # noqa: E402
 from public_recording_child import sampler_job  # noqa: E402
 
 WORLD = 2
-
-
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """Small tensors on a shared CPU: one intra-op thread per rank (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/conftest.py: one intra-op thread per rank
 
 
 def _replay(directory: Path, capsys, *extra: str) -> tuple[int, str]:

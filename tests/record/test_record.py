@@ -22,6 +22,8 @@ from harness.recording.replay import replay_one
 from harness.recording.world import load_world
 from scenarios.bundle import MANIFEST, PAYLOAD
 
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/conftest.py
+
 
 @pytest.fixture(scope="module")
 def sharded_recording(tmp_path_factory) -> Path:

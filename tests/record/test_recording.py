@@ -26,7 +26,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-from recording_child import sharded_system  # noqa: E402
+from recording_child import child_system, sharded_system  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")  # tests/conftest.py
 
 
 class _Counter:
@@ -158,7 +160,7 @@ def test_a_rank_killed_inside_a_call_keeps_what_it_did(tmp_path, capsys):
     rank = load_world(tmp_path).ranks[0]
     assert rank.entry["ended"] == "running" and rank.entry["calls"] == [0, 1, 2] and rank.entry["in_flight"]
     assert rank.ended.startswith("killed or crashed: last write at call 2"), rank.ended
-    _, _, _, calls = sharded_system()
+    _, _, _, calls = child_system()
     for index in (0, 1, 2):
         inputs = rank.bundle.inputs(rank.position(index))
         assert decode_plain(rank.call(index)["arguments"]["call_params"]) == calls[index][1]
