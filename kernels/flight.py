@@ -30,8 +30,8 @@ device to idle; run by the garbage collector in a virtual rank's thread
 while that rank's exchange kernel spins for a peer, it blocked the peer's
 launch in the driver, and the exchange timed out and trapped (seen on the
 H200: a loop dropped right after its last launch, and garbage of an earlier
-test collected mid-call). Without CUDA (``device=None``) the ring is only a file, for the
-CPU tests and the reader.
+test collected mid-call). Without CUDA (``device=None``) the ring is only a
+file, for the CPU tests and the reader.
 
 File layout (little-endian). A 64-byte header, then ``capacity`` records
 of 64 bytes (``capacity`` a power of two, so ``slot = launch mod
