@@ -166,10 +166,11 @@ def graph_runs(tmp_path_factory):
     return run_of
 
 
-# One xdist worker runs both GPU tests (make gpu-test: --dist loadgroup), so each tp's graph run is made once.
+# One xdist worker runs both GPU tests of a tp (make gpu-test: --dist loadgroup), so each tp's graph run is made once,
+# and the two tps run on two workers side by side.
 @pytest.mark.gpu
-@pytest.mark.xdist_group("graph_desync")
-@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("tp", [pytest.param(2, marks=pytest.mark.xdist_group("graph_desync_tp2")),
+                                pytest.param(4, marks=pytest.mark.xdist_group("graph_desync_tp4"))])
 def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, graph_runs):
     graph = graph_runs(tp)
     assert graph.job_exit != 0, graph.output  # the waiting ranks' kernels timed out and trapped
@@ -179,8 +180,8 @@ def test_the_flight_recorder_alone_names_the_rank_that_replayed_once_fewer(tp, g
 
 
 @pytest.mark.gpu
-@pytest.mark.xdist_group("graph_desync")
-@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("tp", [pytest.param(2, marks=pytest.mark.xdist_group("graph_desync_tp2")),
+                                pytest.param(4, marks=pytest.mark.xdist_group("graph_desync_tp4"))])
 def test_the_eager_recording_replayed_on_the_cpu_names_what_the_flight_recorder_named(tp, graph_runs, tmp_path):
     graph, (eager, eager_rings) = graph_runs(tp), eager_runs(tp, tmp_path)
     assert eager.job_exit != 0 and eager.read_exit == 1, eager.output
