@@ -103,6 +103,7 @@ class WaitKind(enum.IntEnum):
     LAMPORT_SLOT = 3  # a mailbox slot still held the -0.0 sentinel (seed 004)
     PEER_FLAG = 4  # a flag or counter in a peer's buffer did not reach its value
     GENERATION = 5  # a generation word did not advance (seed 004)
+    CALL_MISMATCH = 6  # a peer's launch carried another call size: expected = this rank's bytes, seen = the peer's
 
 
 class DiagFormatError(ValueError):
@@ -155,6 +156,12 @@ class DiagReport:
         awaited = "any rank" if self.awaited_rank < 0 else f"rank {self.awaited_rank}"
         step = "" if self.step < 0 else f" step {self.step}"
         torn = " (record torn: several threads timed out at once)" if self.torn else ""
+        if self.kind == WaitKind.CALL_MISMATCH:
+            return (
+                f"rank {self.rank} launch {self.launch}{step}: CALL_MISMATCH: {awaited} called with "
+                f"{self.seen_tag} bytes where rank {self.rank} called with {self.expected_tag} "
+                f"[block {self.block}, thread {self.thread}]{torn}"
+            )
         return (
             f"rank {self.rank} launch {self.launch}{step}: {self.kind_name} wait for {awaited} timed out "
             f"after {self.elapsed_ns / 1e6:.3f} ms (deadline {self.timeout_ns / 1e6:.3f} ms): expected tag "

@@ -12,7 +12,7 @@ one GPU, one stream each), ``SymmetricFabric`` with ranks sharing a GPU
 NVLink multicast is never used.
 
 Buffers (``exchange_layout.py`` has the byte layout): a peer buffer per
-rank from ``fabric.alloc`` (flags ``[2][32][16]`` uint32, then payload
+rank from ``fabric.alloc`` (flags ``[2][32][16]`` uint64: tag and call size, then payload
 ``[2 parity][world][slot_bytes]``), this rank's control words (launch
 counter, end count) and a fixed output ``[world][slot_bytes]``; ``gather``
 returns a view of the output, so the pointers a graph captured stay valid.
@@ -23,10 +23,11 @@ Protocol of launch n (every rank launches its gathers in the same order;
 the counter starts at 0 on every rank and advances once per launch, on the
 device, so eager calls and graph replays count alike): tag ``t = 1 + n mod
 2**31``, parity ``p = n & 1``. CTA c of rank k stores its share of the
-payload into slot ``(p, k)`` of every buffer, then posts ``t`` into flag
-``(p, k, c)`` of every buffer; it then waits until flags ``(p, j, c)`` of
-its own buffer carry ``t`` for every rank j, and copies share c of every
-slot ``(p, j)`` into the output.
+payload into slot ``(p, k)`` of every buffer, then posts ``t`` with the
+call's payload bytes into flag ``(p, k, c)`` of every buffer; it then waits
+until flags ``(p, j, c)`` of its own buffer carry ``t`` for every rank j,
+checks that each carries its own size, and copies share c of every slot
+``(p, j)`` into the output.
 
 The tag travels in a flag word per (rank, CTA) rather than inside the
 payload, so one mechanism serves the packets and the draft logits (which
@@ -62,8 +63,14 @@ default is the public classes' serving deadline, ``kernels.diag.SERVING_DEADLINE
 (10 minutes: ``docs/interfaces.md``, "Wait deadlines"); 0, the seed's
 wait-forever, only when a caller passes it; the harness passes short deadlines.
 
-Ranks must call every gather in lockstep; a rank that skips one leaves the
-others waiting (until their deadline). The kernel compiles and loads into
+Ranks must call every gather in lockstep, with the same sizes. Ranks that
+disagree are named by the kernel itself, eagerly and in a replayed graph: a
+peer whose flag carries this launch's tag with another size ends the launch
+at once in the record (kind CALL_MISMATCH: the peer, its bytes and this
+rank's) and a trap; a rank that skips a call, or never calls, leaves the
+others waiting until their deadline, whose record (MAILBOX_TAG) names it
+and the tag it last posted (a repeated call is the same disagreement seen
+from the other side: the repeating rank waits for the others' next call). The kernel compiles and loads into
 the context at construction (a first launch would load it while a peer's
 grid spins); nothing compiles in ``gather``.
 """

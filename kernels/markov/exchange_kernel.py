@@ -10,10 +10,15 @@ A CTA: reads the launch counter (tag, parity); stores its share of the
 source, piece by piece, into its rank's slot of every rank's buffer (weak
 stores through the peer table; no multicast); ``bar.sync``; thread 0 does
 ``fence.sc.sys`` and posts the tag into every rank's flag ``(parity, rank,
-cta)`` with ``st.release.sys``; threads ``k < world`` poll this rank's flag
-``(parity, k, cta)`` with ``ld.acquire.sys`` until it carries the tag (past
-a positive ``timeout_ns``: the ``kernels.diag`` record, kind MAILBOX_TAG,
-written by the rank's first thread to claim ``CLAIM_WORD``, then ``trap``); ``bar.sync``; the CTA copies its share of every rank's slot
+cta)``, together with the call's payload bytes in one 64-bit
+``st.release.sys``; threads ``k < world`` poll this rank's flag ``(parity,
+k, cta)`` with ``ld.acquire.sys`` until it carries the tag (past a positive
+``timeout_ns``: the ``kernels.diag`` record, kind MAILBOX_TAG, written by
+the rank's first thread to claim ``CLAIM_WORD``, then ``trap``) and then
+compare its size with their own (another size: the record, kind
+CALL_MISMATCH, naming rank k and both sizes, then ``trap``: ranks that
+called with different sizes are named at once, in eager calls and graph
+replays alike); ``bar.sync``; the CTA copies its share of every rank's slot
 (``ld.global.cg``: written by other agents) to the output; the last CTA to
 finish (``atom.add.acq_rel.gpu`` on the end count) clears the count and
 advances the counter, so a graph replay advances it as an eager launch does.
@@ -57,27 +62,43 @@ GATHER_KERNEL = kernel_index("markov_fused", "gather")
 
 
 @cute.jit
-def _await_tag(address: Int64, tag: Uint32, timeout_ns: Int64, diag: Int64, claim: Int64, rank: Int32,
-               launch: Uint32, step: Int32, awaited: Int32):
-    """Poll the flag at ``address`` (``ld.acquire.sys``) until it carries ``tag``; past a positive
-    ``timeout_ns`` the first thread of the rank to claim the word at ``claim`` commits the diagnostic record at
-    ``diag`` (if any) naming ``awaited``; every thread that timed out traps."""
-    seen = ptx.ld_ordered_b32(address, "acquire", "sys")
+def _await_flag(address: Int64, tag: Uint32, nbytes: Uint32, timeout_ns: Int64, diag: Int64, claim: Int64,
+                rank: Int32, launch: Uint32, step: Int32, awaited: Int32):
+    """Poll the flag at ``address`` (``ld.acquire.sys``, 64 bits) until its low word carries ``tag``, then
+    compare its high word with this call's ``nbytes``; past a positive ``timeout_ns`` (MAILBOX_TAG), or on
+    another size (CALL_MISMATCH), the first thread of the rank to claim the word at ``claim`` commits the
+    diagnostic record at ``diag`` (if any) naming ``awaited``; every such thread traps."""
+    word = ptx.ld_ordered_b64(address, "acquire", "sys")
+    seen = Uint32(word & 0xFFFFFFFF)
     if seen != tag:
         start = ptx.globaltimer()
         while seen != tag:
-            seen = ptx.ld_ordered_b32(address, "acquire", "sys")
+            word = ptx.ld_ordered_b64(address, "acquire", "sys")
+            seen = Uint32(word & 0xFFFFFFFF)
             if timeout_ns > 0:
                 elapsed = ptx.globaltimer() - start
                 if elapsed > timeout_ns:
-                    # One writer per rank: several CTAs (and several awaited ranks) can time out together, and
-                    # two writers could interleave their words into one torn record.
-                    if diag != 0:
-                        claimed = ptx.atom_add_u32(claim, Uint32(1), "relaxed", "gpu")
-                        if claimed == Uint32(0):
-                            write_diag_and_trap(diag, rank, Int32(launch), step, awaited, tag, seen,
-                                                Int32(int(WaitKind.MAILBOX_TAG)), elapsed, timeout_ns)
-                    ptx.trap()
+                    _claim_record_and_trap(diag, claim, rank, launch, step, awaited, tag, seen,
+                                           Int32(int(WaitKind.MAILBOX_TAG)), elapsed, timeout_ns)
+    peer_bytes = Uint32((word >> 32) & 0xFFFFFFFF)
+    if peer_bytes != nbytes:
+        # Gathering on would mix two calls' data (or wait for CTAs the peer never launched): name it now.
+        _claim_record_and_trap(diag, claim, rank, launch, step, awaited, nbytes, peer_bytes,
+                               Int32(int(WaitKind.CALL_MISMATCH)), Int64(0), timeout_ns)
+
+
+@cute.jit
+def _claim_record_and_trap(diag: Int64, claim: Int64, rank: Int32, launch: Uint32, step: Int32, awaited: Int32,
+                           expected: Uint32, seen: Uint32, kind: Int32, elapsed: Int64, timeout_ns: Int64):
+    """The first thread of the rank to claim the word at ``claim`` commits the record at ``diag`` (if any);
+    every caller traps."""
+    # One writer per rank: several CTAs (and several awaited ranks) can fail together, and two writers could
+    # interleave their words into one torn record.
+    if diag != 0:
+        claimed = ptx.atom_add_u32(claim, Uint32(1), "relaxed", "gpu")
+        if claimed == Uint32(0):
+            write_diag_and_trap(diag, rank, Int32(launch), step, awaited, expected, seen, kind, elapsed, timeout_ns)
+    ptx.trap()
 
 
 class PeerGatherKernel(KernelVariant):
@@ -144,16 +165,17 @@ class PeerGatherKernel(KernelVariant):
         if tidx == 0:
             # The CTA's stores (ordered before by bar.sync) reach every peer before its tags.
             ptx.fence("fence.sc.sys")
+            posted = (Int64(Uint32(pieces * unit)) << 32) | (Int64(tag) & 0xFFFFFFFF)
             for peer in cutlass.range(world, unroll=1):
                 base = ptx.ld_global_nc_b64(peers + Int64(peer) * 8, Int32(1))
-                ptx.st_ordered_b32(base + flag, tag, "release", "sys")
+                ptx.st_ordered_b64(base + flag, posted, "release", "sys")
 
         # Every rank's CTA `cta` posted this launch's share to this rank.
         own = ptx.ld_global_nc_b64(peers + Int64(rank) * 8, Int32(1))
         if tidx < world:
             awaited = Int64(((parity * MAX_RANKS + Int64(tidx)) * MAX_CTAS + Int64(cta)) * FLAG_BYTES)
-            _await_tag(own + awaited, tag, timeout_ns, diag, control + CLAIM_WORD * 4, rank, launch, step,
-                       Int32(tidx))
+            _await_flag(own + awaited, tag, Uint32(pieces * unit), timeout_ns, diag, control + CLAIM_WORD * 4,
+                        rank, launch, step, Int32(tidx))
         cute.arch.barrier()
         span = end - begin
         for task in cutlass.range(tidx, span * world, THREADS, unroll=1):

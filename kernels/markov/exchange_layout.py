@@ -9,9 +9,12 @@ interleavings a slow rank allows.
 Peer buffer of one gather (bytes; one per rank, allocated through the
 fabric, zero-filled):
 
-- ``[0, FLAGS_BYTES)``: flags, uint32 ``[2 parity][MAX_RANKS][MAX_CTAS]``;
-  word ``(p, k, c)`` is written by rank k's CTA c (a tag) and read by the
-  owner of the buffer.
+- ``[0, FLAGS_BYTES)``: flags, uint64 ``[2 parity][MAX_RANKS][MAX_CTAS]``;
+  flag ``(p, k, c)`` is written by rank k's CTA c and read by the owner of
+  the buffer: bytes 0-3 the launch's tag, bytes 4-7 the call's payload bytes
+  (``flag_word``). One 64-bit store posts both, so a reader that sees the
+  tag sees the size the writer called with; a size other than its own is a
+  call mismatch, named at once instead of gathered as mixed data.
 - ``[FLAGS_BYTES, ...)``: payload, ``[2 parity][world][slot_bytes]``;
   ``(p, k)`` holds rank k's contribution of a launch of parity p.
 
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field
 THREADS = 128
 MAX_RANKS = 32
 MAX_CTAS = 16
-FLAG_BYTES = 4
+FLAG_BYTES = 8
 FLAGS_BYTES = 2 * MAX_RANKS * MAX_CTAS * FLAG_BYTES
 LAUNCH_WORD, END_WORD, CLAIM_WORD = 0, 1, 2
 CONTROL_WORDS = 4
@@ -53,6 +56,11 @@ UNITS = (16, 2)
 def tag_of(launch: int) -> int:
     """The tag of the launch whose counter reads ``launch`` (uint32): ``1 + launch mod 2**31``, never 0."""
     return 1 + (launch & 0xFFFFFFFF) % TAG_PERIOD
+
+
+def flag_word(tag: int, nbytes: int) -> int:
+    """The 64-bit flag a launch posts: its ``tag`` in the low word, the call's payload ``nbytes`` in the high."""
+    return (tag & 0xFFFFFFFF) | (nbytes & 0xFFFFFFFF) << 32
 
 
 def parity_of(launch: int) -> int:
@@ -99,56 +107,69 @@ def cta_share(pieces: int, ctas: int, cta: int) -> tuple[int, int]:
     return begin, min(begin + share, pieces)
 
 
+class CallMismatch(RuntimeError):
+    """A peer's flag carried this launch's tag with another call size (the kernel's CALL_MISMATCH record)."""
+
+
 @dataclass
 class ExchangeModel:
     """A pure-Python model of the protocol for CPU tests: ranks' launches as explicit phases.
 
-    ``post(rank)`` is a rank's launch up to and including its flags (payload
-    into every rank's slot, then the tag); ``finish(rank)`` is the rest (wait
-    for every rank's tag, copy out, advance the counter) and returns what it
-    copied, or raises ``RuntimeError`` when a flag does not carry the tag (a
-    real kernel would keep polling). ``post`` refuses to run ahead of what
-    stream order allows: a rank posts launch n only after it finished n - 1.
+    ``post(rank, payload, nbytes)`` is a rank's launch up to and including
+    its flags (payload into every rank's slot, then ``flag_word(tag,
+    nbytes)``); ``finish(rank)`` is the rest (wait for every rank's tag,
+    compare its size, copy out, advance the counter) and returns what it
+    copied, raises ``RuntimeError`` when a flag does not carry the tag (a
+    real kernel would keep polling) and ``CallMismatch`` when a flag carries
+    the tag with another size than the rank's own. ``post`` refuses to run
+    ahead of what stream order allows: a rank posts launch n only after it
+    finished n - 1.
     """
 
     world: int
     launches: list = field(default_factory=list)
-    flags: dict = field(default_factory=dict)  # (owner, parity, writer) -> tag
+    flags: dict = field(default_factory=dict)  # (owner, parity, writer) -> flag_word(tag, nbytes)
     slots: dict = field(default_factory=dict)  # (owner, parity, writer) -> payload
-    posted: list = field(default_factory=list)
+    posted: list = field(default_factory=list)  # a rank's posted size, or None
 
     def __post_init__(self) -> None:
         self.launches = [0] * self.world
-        self.posted = [False] * self.world
+        self.posted = [None] * self.world
 
-    def post(self, rank: int, payload: object) -> None:
+    def post(self, rank: int, payload: object, nbytes: int = 16) -> None:
         """Rank ``rank`` writes ``payload`` into every rank's slot of its launch's parity, then its flag."""
-        if self.posted[rank]:
+        if self.posted[rank] is not None:
             raise RuntimeError(f"rank {rank} posts launch {self.launches[rank] + 1} before finishing its previous")
         n = self.launches[rank]
         for owner in range(self.world):
             self.slots[owner, parity_of(n), rank] = payload
-            self.flags[owner, parity_of(n), rank] = tag_of(n)
-        self.posted[rank] = True
+            self.flags[owner, parity_of(n), rank] = flag_word(tag_of(n), nbytes)
+        self.posted[rank] = nbytes
 
     def ready(self, rank: int) -> bool:
         """Whether every flag of rank ``rank``'s current launch carries its tag (its wait would end)."""
         n = self.launches[rank]
-        return all(self.flags.get((rank, parity_of(n), k), 0) == tag_of(n) for k in range(self.world))
+        return all(self.flags.get((rank, parity_of(n), k), 0) & 0xFFFFFFFF == tag_of(n) for k in range(self.world))
 
     def finish(self, rank: int) -> list:
-        """Rank ``rank``'s wait and copy-out: every rank's payload of its current launch."""
+        """Rank ``rank``'s wait, size check and copy-out: every rank's payload of its current launch."""
         n = self.launches[rank]
-        if not self.posted[rank] or not self.ready(rank):
+        if self.posted[rank] is None or not self.ready(rank):
             raise RuntimeError(f"rank {rank} launch {n}: a flag does not carry tag {tag_of(n)} yet")
+        for k in range(self.world):
+            size = self.flags[rank, parity_of(n), k] >> 32
+            if size != self.posted[rank]:
+                raise CallMismatch(f"rank {rank} launch {n}: rank {k} called with {size} bytes, "
+                                   f"this rank with {self.posted[rank]}")
         out = [self.slots[rank, parity_of(n), k] for k in range(self.world)]
         self.launches[rank] = (n + 1) & 0xFFFFFFFF
-        self.posted[rank] = False
+        self.posted[rank] = None
         return out
 
 
 __all__ = [
     "CLAIM_WORD",
+    "CallMismatch",
     "CONTROL_WORDS",
     "END_WORD",
     "ExchangeModel",
@@ -163,6 +184,7 @@ __all__ = [
     "buffer_bytes",
     "cta_share",
     "flag_offset",
+    "flag_word",
     "gather_ctas",
     "parity_of",
     "round_up",

@@ -30,7 +30,7 @@ def test_flags_and_slots_do_not_overlap():
     world, slot = 4, 48
     flags = {layout.flag_offset(p, k, c) for p in range(2) for k in range(layout.MAX_RANKS)
              for c in range(layout.MAX_CTAS)}
-    assert len(flags) == 2 * layout.MAX_RANKS * layout.MAX_CTAS and max(flags) + 4 == layout.FLAGS_BYTES
+    assert len(flags) == 2 * layout.MAX_RANKS * layout.MAX_CTAS and max(flags) + layout.FLAG_BYTES == layout.FLAGS_BYTES
     slots = sorted(layout.slot_offset(p, k, world, slot) for p in range(2) for k in range(world))
     assert slots[0] == layout.FLAGS_BYTES and all(b - a == slot for a, b in zip(slots, slots[1:]))
     assert layout.buffer_bytes(world, slot) == slots[-1] + slot
@@ -61,7 +61,7 @@ def _run_schedule(world: int, launches: int, rng: random.Random) -> list:
         for rank in range(world):
             if done[rank] == launches:
                 continue
-            if not model.posted[rank]:
+            if model.posted[rank] is None:
                 moves.append(("post", rank))
             elif model.ready(rank):
                 moves.append(("finish", rank))
@@ -95,6 +95,32 @@ def test_model_a_stale_slot_is_not_taken():
         model.finish(0)
     model.post(1, "fresh 1")
     assert model.finish(0) == ["fresh 0", "fresh 1"]
+
+
+def test_model_a_peer_calling_with_another_size_is_named_not_gathered():
+    model = ExchangeModel(2)
+    model.post(0, "rows 4", nbytes=64)
+    model.post(1, "rows 2", nbytes=32)
+    assert model.ready(0) and model.ready(1)  # the tags agree: only the size word tells the calls apart
+    with pytest.raises(layout.CallMismatch, match="rank 0 launch 0: rank 1 called with 32 bytes, this rank with 64"):
+        model.finish(0)
+    with pytest.raises(layout.CallMismatch, match="rank 1 launch 0: rank 0 called with 64 bytes, this rank with 32"):
+        model.finish(1)
+
+
+def test_model_a_rank_that_skips_a_call_leaves_its_peer_waiting_on_the_older_tag():
+    model = ExchangeModel(2)
+    for rank in (0, 1):
+        model.post(rank, rank)
+    model.finish(0), model.finish(1)
+    model.post(0, "call 1")  # rank 1 skips its call 1: rank 0 sees rank 1's flag of launch -1 (never posted)
+    assert not model.ready(0)
+    assert model.flags.get((0, parity_of(1), 1), 0) & 0xFFFFFFFF != tag_of(1)
+
+
+def test_the_flag_word_holds_the_tag_low_and_the_size_high():
+    assert layout.flag_word(tag_of(5), 48) == tag_of(5) | 48 << 32
+    assert layout.flag_word(0xFFFFFFFF, 0xFFFFFFFF) == (1 << 64) - 1
 
 
 def test_model_refuses_a_post_ahead_of_stream_order():
@@ -315,9 +341,10 @@ def test_the_gather_records_its_launch_in_the_loops_ring_and_the_variant_without
     recorded, bare = _gather_ptx(True), _gather_ptx(False)
     # the ring's counter taken once, six 8-byte stores of the begin and two of the end, at system scope, relaxed;
     # the end (the last CTA, not the one that began) reads the launch number back
-    # (the other relaxed atom of both variants is the timeout's claim of the diagnostic record, CLAIM_WORD)
-    assert recorded.count("atom.add.relaxed.gpu.global.u32") == 2
-    assert bare.count("atom.add.relaxed.gpu.global.u32") == 1
+    # (the other relaxed atoms of both variants are the claims of the diagnostic record, CLAIM_WORD: one on a
+    # timeout, one on a call mismatch)
+    assert recorded.count("atom.add.relaxed.gpu.global.u32") == 3
+    assert bare.count("atom.add.relaxed.gpu.global.u32") == 2
     assert recorded.count("st.relaxed.sys.global.b64") == 8
     assert recorded.count("ld.relaxed.gpu.global.b32") == 1
     assert "st.relaxed.sys.global.b64" not in bare
@@ -333,3 +360,10 @@ def test_a_timed_out_gather_claims_the_record_before_it_writes_it():
     claim = bare.index("atom.add.relaxed.gpu.global.u32")
     assert "membar.sys" in bare and claim < bare.index("membar.sys")
     assert claim < bare.index("trap;")
+
+
+def test_the_flag_posts_tag_and_size_in_one_release_and_is_polled_whole():
+    # The reader that sees the tag must see the size the writer called with: one 64-bit word, never two stores.
+    bare = _gather_ptx(False)
+    assert bare.count("st.release.sys.global.b64") == 1 and "st.release.sys.global.b32" not in bare
+    assert "ld.acquire.sys.global.b64" in bare and "ld.acquire.sys.global.b32" not in bare

@@ -107,3 +107,75 @@ def test_stale_tag_is_never_taken(tmp_path):
     assert report["kind_name"] == "MAILBOX_TAG" and report["rank"] == 0 and report["awaited_rank"] == 1, report
     assert report["expected_tag"] == tag_of(0) and report["seen_tag"] == tag_of((0 - 2) & 0xFFFFFFFF), report
     assert report["launch"] == 0, report
+
+
+@pytest.fixture(scope="module")
+def disagreements(tmp_path_factory):
+    """Every (mode, case) of ``markov_disagree_child.py``, each in its own process (each ends in a trap), run side
+    by side; the children share one artifact directory, so the loop's kernels compile once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    work = tmp_path_factory.mktemp("disagree")
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "markov_disagree_child.py")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+           "RANKCHECK_KERNEL_ARTIFACTS": str(work / "kernels")}
+    keys = [(mode, case) for mode in ("eager", "graph") for case in ("never", "sizes", "skip")]
+
+    def run(key):
+        """One child; its JSON result, or what it printed when it wrote none."""
+        dump = work / f"{key[0]}_{key[1]}.json"
+        proc = subprocess.run([sys.executable, child, *key, str(dump)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300, env=env)
+        if not dump.exists():
+            return {"missing": f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"}
+        return json.loads(dump.read_text())
+
+    with ThreadPoolExecutor(len(keys)) as pool:
+        return dict(zip(keys, pool.map(run, keys)))
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_a_rank_that_never_calls_is_named_at_the_deadline(mode, disagreements):
+    from kernels.markov.exchange_layout import tag_of
+
+    result = disagreements[mode, "never"]
+    assert "missing" not in result, result
+    assert result["failed"][0], result
+    report = result["reports"][0]
+    assert report is not None, result
+    assert (report["kind_name"], report["rank"], report["awaited_rank"], report["launch"]) == (
+        "MAILBOX_TAG", 0, 1, 0), report
+    assert (report["expected_tag"], report["seen_tag"]) == (tag_of(0), 0), report  # rank 1 never posted
+    assert report["timeout_ns"] == 2_000_000_000 <= report["elapsed_ns"], report
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_ranks_calling_with_different_sizes_are_named_with_both_sizes(mode, disagreements):
+    result = disagreements[mode, "sizes"]
+    assert "missing" not in result, result
+    assert any(result["failed"]), result
+    committed = [r for r in result["reports"] if r is not None]
+    assert committed, result
+    for report in committed:  # each rank that wrote one names the other and both sizes, at once
+        me, other = report["rank"], 1 - report["rank"]
+        sizes = {0: 4 * 16, 1: 2 * 16}
+        assert (report["kind_name"], report["awaited_rank"], report["launch"]) == ("CALL_MISMATCH", other, 0), report
+        assert (report["expected_tag"], report["seen_tag"]) == (sizes[me], sizes[other]), report
+        assert report["elapsed_ns"] == 0 and not report["torn"], report
+        assert f"rank {other} called with {sizes[other]} bytes where rank {me} called with {sizes[me]}" in (
+            report["describe"]), report
+
+
+@pytest.mark.parametrize("mode", ["eager", "graph"])
+def test_a_rank_that_skips_a_call_is_named_by_the_rank_it_left_waiting(mode, disagreements):
+    from kernels.markov.exchange_layout import tag_of
+
+    result = disagreements[mode, "skip"]
+    assert "missing" not in result, result
+    assert result["failed"][0], result
+    report = result["reports"][0]
+    assert report is not None and result["reports"][1] is None, result
+    # Rank 0's third call (launch 2) waits for rank 1, whose flag of that parity still holds launch 0's tag.
+    assert (report["kind_name"], report["rank"], report["awaited_rank"], report["launch"]) == (
+        "MAILBOX_TAG", 0, 1, 2), report
+    assert (report["expected_tag"], report["seen_tag"]) == (tag_of(2), tag_of(0)), report

@@ -154,3 +154,13 @@ def test_device_writer_ptx_order_sm90a():
         ["ld.relaxed.sys"] + ["st.relaxed.sys"] * 15 + ["membar.sys", "st.relaxed.sys", "membar.sys"]
         + ["call.uni (retval0), vprintf", "trap"]
     ), ops
+
+
+def test_a_call_mismatch_names_both_ranks_and_both_sizes():
+    from dataclasses import replace
+
+    report = replace(REPORT, kind=int(WaitKind.CALL_MISMATCH), step=2, expected_tag=64, seen_tag=32, elapsed_ns=0)
+    text = decode(encode(report)).describe()
+    assert text.startswith("rank 3 launch 4294967294 step 2: CALL_MISMATCH: rank 7 called with 32 bytes where "
+                           "rank 3 called with 64"), text
+    assert "timed out" not in text

@@ -1,0 +1,79 @@
+"""Child process of the disagreement tests: two virtual ranks of the public ``MarkovKernels`` that call its
+exchange (``gather_packets``) differently, eagerly or through a captured graph, under a 2 s deadline.
+
+Cases (``argv[2]``): ``never``, rank 1 builds its loop and never gathers; ``sizes``, rank 0 gathers 4 rows and
+rank 1 2 rows; ``skip``, rank 0 gathers three times and rank 1 twice. Mode (``argv[1]``): ``eager`` calls
+``gather_packets`` directly; ``graph`` captures one call per rank (its own size) and replays it as often as the
+case calls. The exchange's own check ends every case in a trap (a timeout or a call mismatch), which ends the
+CUDA context, so each case runs in a process of its own. Writes ``{"failed": [per rank], "reports": [per rank's
+decoded record or None]}`` as JSON to ``argv[3]`` and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+
+from kernels.fabric import VirtualFabric
+from kernels.markov.fused import MarkovKernels
+
+TIMEOUT_NS = 2_000_000_000
+VOCAB, DIM, TP = 256, 64, 2
+# Per case: the rows each rank's packets have, and how many calls (or replays) each rank makes.
+CASES = {
+    "never": {"rows": (4, 4), "calls": (1, 0)},
+    "sizes": {"rows": (4, 2), "calls": (1, 1)},
+    "skip": {"rows": (4, 4), "calls": (3, 2)},
+}
+# Every rank's loop stays alive until the process exits: a peer may still be writing into a buffer it owns.
+_KEPT: list = []
+
+
+def main(mode: str, case: str, path: str) -> None:
+    """Run ``case`` in ``mode`` on two virtual ranks; write what each rank's launch and record said."""
+    device = torch.device("cuda", torch.cuda.current_device())
+    w1 = (torch.arange(VOCAB * DIM, device=device) % 7).to(torch.bfloat16).view(VOCAB, DIM)
+    spec = CASES[case]
+
+    def body(fabric):
+        """Build the public loop collectively, make this rank's calls, report whether its stream failed."""
+        embeds = torch.zeros(4, DIM, dtype=torch.bfloat16, device=device)
+        loop = MarkovKernels(w1, embeds, width=VOCAB // TP, has_cap=False, tp=TP, steps=[], pick_pdl=False,
+                             fill_vector=False, group=fabric, max_rows=4, max_steps=2, timeout_ns=TIMEOUT_NS)
+        _KEPT.append(loop)
+        packets = torch.full((spec["rows"][fabric.rank], 4), fabric.rank, dtype=torch.int32, device=device)
+        calls = spec["calls"][fabric.rank]
+        failed = False
+        try:
+            if mode == "eager":
+                for step in range(calls):
+                    loop.gather_packets(packets, step)
+            else:
+                graph = torch.cuda.CUDAGraph()
+                fabric.barrier()
+                graph.capture_begin(capture_error_mode="thread_local")
+                loop.gather_packets(packets, 0)
+                graph.capture_end()
+                _KEPT.append(graph)
+                fabric.barrier()
+                for _ in range(calls):
+                    graph.replay()
+            torch.cuda.current_stream().synchronize()
+        except RuntimeError:
+            failed = True
+        report = loop.diag_record.read()
+        return {"failed": failed, "report": None if report is None else {**report.to_json(),
+                                                                         "describe": report.describe()}}
+
+    results = VirtualFabric.run(VirtualFabric.create(TP, device, timeout_s=120), body)
+    with open(path, "w") as fh:
+        json.dump({"failed": [r["failed"] for r in results], "reports": [r["report"] for r in results]}, fh)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
