@@ -2,7 +2,9 @@
 this test session, never in the user's ~/.cache/rankcheck (scenario items of `pytest scenarios/` use the
 user's cache, as `make validate` does). The tests' own compiles really compile (they read the fresh module's
 PTX and IR): an artifact directory of the user's (``$RANKCHECK_KERNEL_ARTIFACTS``) is not used; the tests of
-that cache set one of their own. The process that made the session's cache removes it when it exits (xdist's
+that cache set one of their own. A session of gpu tests (``-m gpu``: no gpu test reads a fresh module's PTX or
+IR) shares one artifact directory in the session's cache instead, so a kernel variant compiles once for all of
+its xdist workers and the jobs its tests start, not once per process. The process that made the session's cache removes it when it exits (xdist's
 workers and the tests' children inherit it and leave it alone). ``one_intra_op_thread``: a module's golden work in
 the test process on one intra-op thread."""
 
@@ -17,6 +19,13 @@ if "RANKCHECK_CACHE_DIR" not in os.environ:
     os.environ["RANKCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-cache-")
     atexit.register(shutil.rmtree, os.environ["RANKCHECK_CACHE_DIR"], ignore_errors=True)
 os.environ.pop("RANKCHECK_KERNEL_ARTIFACTS", None)
+
+
+def pytest_configure(config):
+    """A gpu session's compiled kernels go to the session cache's ``kernels`` directory (module docstring)."""
+    marks = config.getoption("markexpr", "") or ""
+    if "gpu" in marks and "not gpu" not in marks:
+        os.environ["RANKCHECK_KERNEL_ARTIFACTS"] = os.path.join(os.environ["RANKCHECK_CACHE_DIR"], "kernels")
 
 
 @pytest.fixture(scope="module")
