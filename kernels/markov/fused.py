@@ -525,6 +525,8 @@ class MarkovKernels:
         require(isinstance(packets, torch.Tensor) and packets.dim() == 2 and 1 <= packets.shape[0] <= self.max_rows,
                 ValueError, f"packets: expected an int32 [rows <= max_rows={self.max_rows}, 4] tensor")
         check_tensor("packets", packets, torch.int32, (packets.shape[0], 4), self.device)
+        require(packets.is_contiguous(), ValueError, f"packets: expected a contiguous tensor, got strides "
+                f"{tuple(packets.stride())}")
         gathered = self.packet_gather.gather(packets, step=step)
         self._count_launch()
         return gathered
@@ -543,6 +545,8 @@ class MarkovKernels:
                 and draft.shape[1] <= self.max_steps, ValueError,
                 f"draft: expected a BF16 [rows <= {self.max_rows}, steps <= {self.max_steps}, {self.width}] tensor")
         check_tensor("draft", draft, torch.bfloat16, (draft.shape[0], draft.shape[1], self.width), self.device)
+        require(draft.is_contiguous(), ValueError, f"draft: expected a contiguous tensor, got strides "
+                f"{tuple(draft.stride())}")
         gathered = self.draft_gather.gather(draft)
         self._count_launch()
         return gathered
@@ -595,7 +599,7 @@ def _loop_of(w1: Any, emb: Any, *, width: int, has_cap: bool = False, tp: int | 
              pick_pdl: bool = False) -> MarkovKernels:
     """A ``MarkovKernels`` over ``w1`` with ``emb`` as its rows and nothing compiled yet: the seed's functions
     below check their arguments through it and compile (cached by configuration) only what they launch."""
-    check_weights(w1, emb, width, tp)
+    check_weights(w1, emb, width, tp, embeds_name="emb")
     loop = MarkovKernels.__new__(MarkovKernels)
     loop._bind(w1, emb, width, has_cap, tp, pick_pdl)
     return loop

@@ -61,8 +61,9 @@ def check_vector(name: str, t, dtype, device) -> None:
     require(t.stride(0) == 1, ValueError, f"{name}: expected stride 1, got {t.stride(0)}")
 
 
-def check_weights(w1: Any, embeds: Any, width: Any, tp: Any) -> None:
-    """The construction arguments of ``MarkovKernels``: ``w1``, ``embeds``, ``width`` and ``tp``."""
+def check_weights(w1: Any, embeds: Any, width: Any, tp: Any, *, embeds_name: str = "embeds") -> None:
+    """The construction arguments of ``MarkovKernels``: ``w1``, ``embeds`` (named ``embeds_name`` in errors: the
+    seed's functions pass their ``emb``), ``width`` and ``tp``."""
     require(isinstance(w1, torch.Tensor) and w1.is_cuda, ValueError, "w1: expected a CUDA tensor")
     require(w1.dim() == 2 and w1.dtype == torch.bfloat16, ValueError,
              f"w1: expected a BF16 [V, R] tensor, got {w1.dtype} {tuple(w1.shape)}")
@@ -70,8 +71,8 @@ def check_weights(w1: Any, embeds: Any, width: Any, tp: Any) -> None:
     device = w1.device
     vocab, dim = w1.shape
     require(isinstance(embeds, torch.Tensor) and embeds.dim() == 2, ValueError,
-             f"embeds: expected a BF16 [n, {dim}] tensor")
-    check_tensor("embeds", embeds, torch.bfloat16, (embeds.shape[0], dim), device)
+             f"{embeds_name}: expected a BF16 [n, {dim}] tensor")
+    check_tensor(embeds_name, embeds, torch.bfloat16, (embeds.shape[0], dim), device)
     require(isinstance(width, int) and 1 <= width <= vocab, ValueError,
              f"width: expected an int in [1, {vocab}], got {width!r}")
     require(tp is None or (isinstance(tp, int) and 1 <= tp <= WARP and tp & (tp - 1) == 0), ValueError,
