@@ -1,6 +1,6 @@
 """``harness golden --probe``: measure this GPU type's arithmetic facts and write, or reproduce, its facts file.
 
-Run once on every new GPU type before its first nightly (README). On the GPU
+Run once on every new GPU type before its first nightly (docs/gpu-node.md). On the GPU
 present (the current CUDA device; its compute capability names the
 architecture, e.g. ``sm_100``) it measures, in this order:
 

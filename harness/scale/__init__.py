@@ -1,6 +1,6 @@
 """``python -m harness.scale``: what the nightly NVL72 job costs as the world grows, measured on one host.
 
-The nightly job (README, "Many nodes") runs one ``harness validate`` per
+The nightly job (README, "The nightly job"; docs/nightly.md) runs one ``harness validate`` per
 node, each with its torchrun agent, one c10d rendezvous, ``--tp 4``, one
 report per node and a merge. This package runs exactly that shape on one
 host with the ``cpu`` launcher (torchrun + gloo, the golden implementation)

@@ -2,8 +2,9 @@
 with a planted skipped step on rank 1, then replayed offline: the replay exits 1 and names rank 1 and the flight
 recorder's launch of the all-reduce call where rank 1's calls left its peer's.
 
-These are README's "Recording a hang in your own job" commands, run as README writes them (the recording
-directory moved under the test's temporary directory); the GPU run is the same with ``--impl kernel``.
+These are docs/hangs.md's "Recording your own job" commands, run as the page writes them (the recording
+directory moved under the test's temporary directory, ``rankcheck`` as this interpreter's ``-m harness``); the GPU
+run is the same with ``--impl kernel``.
 """
 
 import re
@@ -20,10 +21,11 @@ sys.path.insert(0, str(EXAMPLE.parent))
 import decode_loop  # noqa: E402
 from bounded_run import run_bounded  # noqa: E402
 
-README_DIR = "/tmp/rankcheck-recording"
+PAGE = ROOT / "docs" / "hangs.md"
+PAGE_DIR = "/tmp/rankcheck-recording"
 RECORD = ("python -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_loop.py --impl golden "
-          f"--desync-rank 1 --record {README_DIR}")
-REPLAY = f"python -m harness replay --bundle {README_DIR} --impl golden"
+          f"--desync-rank 1 --record {PAGE_DIR}")
+REPLAY = f"rankcheck replay --bundle {PAGE_DIR} --impl golden"
 # An LL all-reduce call is two launches of its instance (publish, consumer): the call of step s begins launch 2 s.
 LL_LAUNCHES_PER_CALL = 2
 # The replay's verdict line: "first divergence: rank 1 deviates at call 34 (ar.__call__, flight launch 4): ...".
@@ -31,13 +33,15 @@ NAMED = re.compile(r"^\s*first divergence: rank (\d+)\b.*?\((\w+)\.[\w_]+, fligh
 
 
 def _run(command: str, directory: Path) -> subprocess.CompletedProcess:
-    """README's command with this interpreter and ``directory`` for the recording (``bounded_run``)."""
-    argv = [sys.executable if w == "python" else w.replace(README_DIR, str(directory)) for w in command.split()]
+    """The page's command with this interpreter (``rankcheck``: its ``-m harness``) and ``directory`` for the
+    recording (``bounded_run``)."""
+    program = {"python": [sys.executable], "rankcheck": [sys.executable, "-m", "harness"]}
+    argv = [a for w in command.split() for a in program.get(w, [w.replace(PAGE_DIR, str(directory))])]
     return run_bounded(argv, 300)
 
 
-def test_readme_shows_these_commands():
-    text = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+def test_the_page_shows_these_commands():
+    text = " ".join(PAGE.read_text(encoding="utf-8").split())
     assert RECORD in text and REPLAY in text
 
 

@@ -1,7 +1,7 @@
 """examples/decode_step.py on the CPU: its options, and its refusal (exit 2, in words) on a machine without a GPU.
 
 The GPU run (eager vs CUDA-graph bits of every family over torchrun) is the
-lead's command in README "Using the kernels".
+command in docs/kernels.md.
 """
 
 import json
@@ -53,16 +53,17 @@ def test_without_a_gpu_it_exits_2_and_says_why():
     assert "needs a CUDA GPU" in done.stderr
 
 
-def test_under_torchrun_without_a_gpu_it_exits_1_with_each_ranks_exit_2_as_readme_says():
-    """torchrun exits 1 when any worker fails; README documents that, and each rank's exit code 2, for this case."""
+def test_under_torchrun_without_a_gpu_it_exits_1_with_each_ranks_exit_2_as_the_docs_say():
+    """torchrun exits 1 when any worker fails; docs/kernels.md documents that, and each rank's exit code 2, for this
+    case."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                            str(EXAMPLE)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert output.count("needs a CUDA GPU") == 2 and "exitcode  : 2" in output
-    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    assert "without a GPU it exits 1, each rank printing that it needs a CUDA GPU" in readme
+    page = " ".join((ROOT / "docs" / "kernels.md").read_text(encoding="utf-8").split())
+    assert "without a GPU it exits 1, each rank printing that it needs a CUDA GPU" in page
 
 
 @pytest.mark.gpu

@@ -228,9 +228,9 @@ def test_a_directory_input_skips_the_outputs_and_earlier_merges(tmp_path):
 def readme_nightly_lines() -> list[str]:
     """The harness commands of README's nightly script (continuation lines joined), in order."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("### Many nodes (nightly NVL72 job)", 1)[1]
+    section = text.split("## The nightly job (many nodes)", 1)[1]
     script = section.split("```bash", 1)[1].split("```", 1)[0]
-    return [line for line in script.replace("\\\n", " ").splitlines() if " -m harness " in line]
+    return [line for line in script.replace("\\\n", " ").splitlines() if re.match(r"(srun )?rankcheck ", line)]
 
 
 def as_here(line: str, *, node: int, endpoint: str, out_dir: Path, nodes: int = NODES_HERE,
@@ -243,8 +243,8 @@ def as_here(line: str, *, node: int, endpoint: str, out_dir: Path, nodes: int = 
     argv = shlex.split(line)
     if argv[0] == "srun":
         argv = argv[1:]
-    assert argv[:3] == ["python3", "-m", "harness"], argv
-    argv[0] = sys.executable
+    assert argv[0] == "rankcheck", argv
+    argv[:1] = [sys.executable, "-m", "harness"]  # the venv's rankcheck: this interpreter's harness
     if "--nproc-per-node" in argv:
         i, t = argv.index("--nproc-per-node") + 1, argv.index("--tp") + 1
         per_node, tp = int(argv[i]), int(argv[t])

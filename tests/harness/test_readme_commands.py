@@ -1,25 +1,27 @@
-"""Every command README.md shows in a ```bash block is run by a test, here or where a table says.
+"""Every command README.md and the pages of docs/ show in a ```bash block is run by a test, here or where a table says.
 
-The commands are read from README itself (continuation lines joined,
-comments split off), so README cannot show a command nobody runs: each one
+The commands are read from the pages themselves (continuation lines joined,
+comments split off), so no page can show a command nobody runs: each one
 is either
 
-- executed here and must end with the exit code README documents for it in
+- executed here and must end with the exit code its page documents for it in
   its comment (``# exit 2: ...``; one documented "without a GPU" is checked
   only on such a machine), or, for the commands of a GPU node, with
   a non-zero exit and a message that a GPU is needed (on a machine without
   one; with a GPU they are not run here, where they would take minutes);
 - or named in ``RUN_ELSEWHERE`` with the place that runs it (every command
-  that is not a ``python``/``python3``/``.venv/bin/python``/``.venv/bin/rankcheck``/``make``
-  command must be: this test never starts anything else, e.g. a ``git`` command).
+  that is not a ``python``/``python3``/``.venv/bin/python``/``rankcheck``/``make``
+  command must be: this test never starts anything else, e.g. a ``git`` command
+  or README's ``. .venv/bin/activate``, checked by ``test_the_venv_has_the_rankcheck_command``).
 
 A command in neither fails ``test_every_readme_command_is_run_somewhere``.
 A shell script block (one starting with ``#!``) is one entry, named by its
 first line after the shebang; what it runs is its own test's business.
-Executed commands run as README writes them except that ``python``,
-``python3`` and ``.venv/bin/python`` are this interpreter, ``.venv/bin/rankcheck``
-is this interpreter's ``-m harness`` (the same parser), ``make`` runs with
-``NO_VENV=1 PYTHON=`` this interpreter (the venv README's first command
+Executed commands run as the pages write them except that ``python``,
+``python3`` and ``.venv/bin/python`` are this interpreter, ``rankcheck`` (the
+venv's, on the PATH once README's activation ran) is this interpreter's
+``-m harness`` (the same parser), ``make`` runs with
+``NO_VENV=1 PYTHON=`` this interpreter (the venv ``make test`` or ``make venv``
 creates is the one running the tests), and ``validate``/``replay``/``fuzz``
 get a ``--run-dir`` under the test's temporary directory, so nothing is
 written into the working tree.
@@ -36,6 +38,8 @@ from test_cpu_launcher import processes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+# README and the topic pages it links (docs/cli.md, generated from the parsers, shows no bash block).
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 COMMAND_DEADLINE_S = 600  # a deadline against a hung command, not a speed bound: minutes on a busy 2-core machine
 SCRIPT = "<script>"
 
@@ -44,15 +48,17 @@ RUN_ELSEWHERE = {
     "make test": ".ci/run: the CI job itself",
     "make validate NO_VENV=1 PYTHON=python3": "the GPU machine (the same target as make validate, run by .ci/run, "
                                               "with the venv bypassed)",
-    "python3 -m harness compile --arch sm_90a": "make compile; tests/kernels/test_compile_gate.py runs the same main "
+    ". .venv/bin/activate": "the user's shell: puts the venv's rankcheck on the PATH "
+                            "(test_the_venv_has_the_rankcheck_command)",
+    "rankcheck compile --arch sm_90a": "make compile; tests/kernels/test_compile_gate.py runs the same main "
                                                 "over a subset of the variants",
     "python -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_loop.py --impl golden "
     "--desync-rank 1 --record /tmp/rankcheck-recording":
         "tests/examples/test_decode_loop.py runs it as written (the recording under its temporary directory), "
         "then the replay below",
-    "python -m harness replay --bundle /tmp/rankcheck-recording --impl golden":
+    "rankcheck replay --bundle /tmp/rankcheck-recording --impl golden":
         "tests/examples/test_decode_loop.py, on the recording the command above made",
-    "python3 -m harness flight /tmp/rankcheck-flight":
+    "rankcheck flight /tmp/rankcheck-flight":
         "tests/examples/test_graph_desync.py runs it on the rings of the graph_desync command above (GPU); "
         "tests/harness/test_flight_cli.py runs `flight` on rings written on the CPU",
     f"{SCRIPT} #SBATCH --nodes=18 --ntasks-per-node=1 --gpus-per-node=4 --time=01:00:00":
@@ -61,15 +67,15 @@ RUN_ELSEWHERE = {
 # Commands of a GPU node: without a GPU they must refuse, in words, instead of passing having tested nothing.
 NEEDS_GPU = {
     "make gpu-test NO_VENV=1 PYTHON=python3",
-    "python3 -m harness golden --measure-rcp",
+    "rankcheck golden --measure-rcp",
     "make bench NO_VENV=1 PYTHON=python3",
-    "python3 -m harness golden --probe",
+    "rankcheck golden --probe",
     "python3 -m torch.distributed.run --standalone --nproc-per-node 2 examples/decode_step.py",
     "python3 -m torch.distributed.run --standalone --nproc-per-node 2 examples/graph_desync.py --desync-rank 1 "
     "--flight-dir /tmp/rankcheck-flight",
 }
-# Only these programs are started from README; anything else must have a row in RUN_ELSEWHERE.
-RUNNABLE = ("python", "python3", ".venv/bin/python", ".venv/bin/rankcheck", "make")
+# Only these programs are started from the pages; anything else must have a row in RUN_ELSEWHERE.
+RUNNABLE = ("python", "python3", ".venv/bin/python", "rankcheck", "make")
 INTERPRETERS = ("python", "python3", ".venv/bin/python")
 GPU_MESSAGE = re.compile(r"needs a (CUDA )?GPU")
 
@@ -98,29 +104,30 @@ def block_commands(lines: list[str]) -> list[tuple[str, str]]:
 
 
 def readme_commands() -> list[tuple[str, str]]:
-    """Every (command, comment) of README's bash blocks, in order."""
-    return [c for block in bash_blocks(README.read_text(encoding="utf-8")) for c in block_commands(block)]
+    """Every (command, comment) of the bash blocks of README and docs/*.md, in order."""
+    return [c for page in PAGES for block in bash_blocks(page.read_text(encoding="utf-8"))
+            for c in block_commands(block)]
 
 
 def documented_exit(comment: str) -> int | None:
-    """The exit code a README comment documents (``exit N``), or None."""
+    """The exit code a command's comment documents (``exit N``), or None."""
     found = re.search(r"\bexit (\d+)\b", comment)
     return int(found.group(1)) if found else None
 
 
 def executed() -> list[tuple[str, str]]:
-    """The README commands this module runs itself."""
+    """The commands of the pages this module runs itself."""
     return [(c, note) for c, note in readme_commands() if c not in RUN_ELSEWHERE]
 
 
 def as_argv(command: str, run_dir: Path) -> list[str]:
-    """README's command with this interpreter for python, the venv's programs and make, and a run directory for
+    """A page's command with this interpreter for python, the venv's programs and make, and a run directory for
     validate/replay/fuzz."""
     argv = []
     for word in shlex.split(command):
         if word in INTERPRETERS:
             argv.append(sys.executable)
-        elif word == ".venv/bin/rankcheck":
+        elif word == "rankcheck":
             argv += [sys.executable, "-m", "harness"]
         elif word in ("PYTHON=python", "PYTHON=python3"):
             argv.append(f"PYTHON={sys.executable}")
@@ -135,10 +142,10 @@ def as_argv(command: str, run_dir: Path) -> list[str]:
 
 def test_commands_are_read_from_every_block():
     commands = [c for c, _ in readme_commands()]
-    # one entry from each kind of block: the quick start, the GPU node, the nightly script, a replay
+    # one entry from each kind of block: the two commands, the GPU node's page, the nightly script, a replay
     assert "make test" in commands and "make gpu-test NO_VENV=1 PYTHON=python3" in commands
     assert any(c.startswith(SCRIPT) for c in commands)
-    assert any(c.startswith(".venv/bin/rankcheck replay") for c in commands)
+    assert any(c.startswith("rankcheck replay") for c in commands)
 
 
 def test_block_parsing_joins_continuations_and_splits_comments():
@@ -150,10 +157,20 @@ def test_block_parsing_joins_continuations_and_splits_comments():
 def test_every_readme_command_is_run_somewhere():
     unplaced = [c for c, note in executed() if c not in NEEDS_GPU and documented_exit(note) is None
                 or c.split()[0] not in RUNNABLE]
-    assert not unplaced, ("README commands that no test runs: give each a documented `# exit N` (run here), "
+    assert not unplaced, ("Commands of the pages that no test runs: give each a documented `# exit N` (run here), "
                           f"or a row in RUN_ELSEWHERE / NEEDS_GPU: {unplaced}")
     stale = set(RUN_ELSEWHERE) - {c for c, _ in readme_commands()}
-    assert not stale, f"RUN_ELSEWHERE names commands README no longer shows: {sorted(stale)}"
+    assert not stale, f"RUN_ELSEWHERE names commands no page shows any longer: {sorted(stale)}"
+
+
+def test_the_venv_has_the_rankcheck_command():
+    """README's ``. .venv/bin/activate`` puts the venv's ``rankcheck`` on the PATH: the tests' venv has it."""
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("not run from a venv (NO_VENV=1): no .venv/bin/rankcheck to check")
+    script = Path(sys.executable).parent / "rankcheck"
+    assert script.is_file(), f"{script} is missing: make venv installs the project (pip install -e) with its script"
+    done = subprocess.run([str(script), "--version"], capture_output=True, text=True, timeout=COMMAND_DEADLINE_S)
+    assert done.returncode == 0 and "rankcheck" in done.stdout + done.stderr, done.stdout + done.stderr
 
 
 def _has_gpu() -> bool:
@@ -169,10 +186,10 @@ def test_readme_command_ends_as_documented(command, comment, tmp_path):
     if needs_gpu and _has_gpu():
         pytest.skip("a GPU node's command: run on the GPU machine (make gpu-test), minutes long")
     if "without a GPU" in comment and _has_gpu():
-        pytest.skip("README documents this exit code for a machine without a GPU")
+        pytest.skip("its page documents this exit code for a machine without a GPU")
     want = documented_exit(comment)
     if (want is None and not needs_gpu) or command.split()[0] not in RUNNABLE:
-        pytest.fail(f"README documents no exit code for {command!r}, or it is not a python or make command")
+        pytest.fail(f"its page documents no exit code for {command!r}, or it is no python, rankcheck or make command")
     done = subprocess.run(as_argv(command, tmp_path / "run"), cwd=ROOT, capture_output=True, text=True,
                           timeout=COMMAND_DEADLINE_S)
     output = done.stdout + done.stderr

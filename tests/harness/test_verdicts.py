@@ -2,8 +2,8 @@
 
 The runs here go through ``cli.main`` and ``run_validate`` with a stand-in
 ``JobRunner`` that reports chosen statuses without starting processes (the
-real processes are exercised by test_cpu_launcher.py and by the README
-commands in test_readme_commands.py); everything else is the real code.
+real processes are exercised by test_cpu_launcher.py and by the commands
+of README and docs/ in test_readme_commands.py); everything else is the real code.
 """
 
 import io
