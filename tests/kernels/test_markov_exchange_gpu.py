@@ -134,17 +134,22 @@ def disagreements(tmp_path_factory):
         return dict(zip(keys, pool.map(run, keys)))
 
 
+def waiting_rank_report(result: dict, launch: int) -> dict:
+    """Rank 0's record of a case where only rank 0 waits: a MAILBOX_TAG timeout at ``launch`` naming rank 1."""
+    assert "missing" not in result, result
+    assert result["failed"][0], result
+    report = result["reports"][0]
+    assert report is not None and result["reports"][1] is None, result
+    assert (report["kind_name"], report["rank"], report["awaited_rank"], report["launch"]) == (
+        "MAILBOX_TAG", 0, 1, launch), report
+    return report
+
+
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_a_rank_that_never_calls_is_named_at_the_deadline(mode, disagreements):
     from kernels.markov.exchange_layout import tag_of
 
-    result = disagreements[mode, "never"]
-    assert "missing" not in result, result
-    assert result["failed"][0], result
-    report = result["reports"][0]
-    assert report is not None, result
-    assert (report["kind_name"], report["rank"], report["awaited_rank"], report["launch"]) == (
-        "MAILBOX_TAG", 0, 1, 0), report
+    report = waiting_rank_report(disagreements[mode, "never"], launch=0)
     assert (report["expected_tag"], report["seen_tag"]) == (tag_of(0), 0), report  # rank 1 never posted
     assert report["timeout_ns"] == 2_000_000_000 <= report["elapsed_ns"], report
 
@@ -170,12 +175,6 @@ def test_ranks_calling_with_different_sizes_are_named_with_both_sizes(mode, disa
 def test_a_rank_that_skips_a_call_is_named_by_the_rank_it_left_waiting(mode, disagreements):
     from kernels.markov.exchange_layout import tag_of
 
-    result = disagreements[mode, "skip"]
-    assert "missing" not in result, result
-    assert result["failed"][0], result
-    report = result["reports"][0]
-    assert report is not None and result["reports"][1] is None, result
     # Rank 0's third call (launch 2) waits for rank 1, whose flag of that parity still holds launch 0's tag.
-    assert (report["kind_name"], report["rank"], report["awaited_rank"], report["launch"]) == (
-        "MAILBOX_TAG", 0, 1, 2), report
+    report = waiting_rank_report(disagreements[mode, "skip"], launch=2)
     assert (report["expected_tag"], report["seen_tag"]) == (tag_of(2), tag_of(0)), report
