@@ -68,11 +68,11 @@ disagree are named by the kernel itself, eagerly and in a replayed graph: a
 peer whose flag carries this launch's tag with another size ends the launch
 at once in the record (kind CALL_MISMATCH: the peer, its bytes and this
 rank's) and a trap; a rank that skips a call, or never calls, leaves the
-others waiting until their deadline, whose record (MAILBOX_TAG) names it
-and the tag it last posted (a repeated call is the same disagreement seen
-from the other side: the repeating rank waits for the others' next call). The kernel compiles and loads into
-the context at construction (a first launch would load it while a peer's
-grid spins); nothing compiles in ``gather``.
+others waiting until their deadline, whose record (MAILBOX_TAG) names it and
+the tag it last posted (a repeated call is the same disagreement seen from
+the other side: the repeating rank waits for the others' next call). The
+kernel compiles and loads into the context at construction (a first launch
+would load it while a peer's grid spins); nothing compiles in ``gather``.
 """
 
 from __future__ import annotations
