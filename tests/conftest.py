@@ -4,7 +4,10 @@ user's cache, as `make validate` does). The tests' own compiles really compile (
 PTX and IR): an artifact directory of the user's (``$RANKCHECK_KERNEL_ARTIFACTS``) is not used; the tests of
 that cache set one of their own. A session of gpu tests (``-m gpu``: no gpu test reads a fresh module's PTX or
 IR) shares one artifact directory in the session's cache instead, so a kernel variant compiles once for all of
-its xdist workers and the jobs its tests start, not once per process. The process that made the session's cache removes it when it exits (xdist's
+its xdist workers and the jobs its tests start, not once per process, and runs every process on one intra-op
+CPU thread: golden loops on small tensors wait on OpenMP threads at every operation when the CPU is shared
+(the all-reduce's golden of one tp-8 script: 2.2 s on one thread, 122 s on torch's default threads beside
+another run). The process that made the session's cache removes it when it exits (xdist's
 workers and the tests' children inherit it and leave it alone). ``one_intra_op_thread``: a module's golden work in
 the test process on one intra-op thread."""
 
@@ -22,10 +25,20 @@ os.environ.pop("RANKCHECK_KERNEL_ARTIFACTS", None)
 
 
 def pytest_configure(config):
-    """A gpu session's compiled kernels go to the session cache's ``kernels`` directory (module docstring)."""
+    """A gpu session's compiled kernels go to the session cache's ``kernels`` directory and its processes run one
+    intra-op thread each (module docstring)."""
     marks = config.getoption("markexpr", "") or ""
     if "gpu" in marks and "not gpu" not in marks:
         os.environ["RANKCHECK_KERNEL_ARTIFACTS"] = os.path.join(os.environ["RANKCHECK_CACHE_DIR"], "kernels")
+        _one_intra_op_thread_per_process()
+
+
+def _one_intra_op_thread_per_process() -> None:
+    """One intra-op CPU thread in this process and the processes it starts (``one_intra_op_thread`` says why)."""
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch  # noqa: PLC0415 - a gpu session loads torch anyway; CPU sessions never reach here
+
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
