@@ -6,7 +6,11 @@
 - the command line's shared argument types (``harness.wire.command_line``):
   the commands ``harness.cli`` dispatches to import them from there, never
   ``harness.cli`` itself, so no command imports the line that dispatches to
-  it.
+  it;
+- every deadline's default (``contracts.deadlines``): the serving deadline
+  the kernels and their stand-ins take, the harness's and the bench's kernel
+  deadlines, the wall-clock allowances and how the load scales them; the
+  modules that held copies import it.
 
 Each "not recomputed" check reads the sources (no module is imported for
 it): a pattern that recomputes a rule may appear only in the rule's home.
@@ -126,3 +130,66 @@ def test_the_commands_share_one_argument_type_module():
         command_line.positive_int("0")
     with pytest.raises(Exception, match=r"^expected a number of seconds > 0, got 'nan'$"):
         command_line.positive_seconds("nan")
+
+
+# ----------------------------------------------------------------------------- deadlines
+
+
+def test_the_serving_deadline_is_ten_minutes_in_both_units():
+    from contracts import deadlines  # noqa: PLC0415 - the module under test
+
+    assert deadlines.SERVING_DEADLINE_NS == 600 * 10**9
+    assert deadlines.SERVING_DEADLINE_MS * 10**6 == deadlines.SERVING_DEADLINE_NS
+    assert deadlines.BENCH_TIMEOUT_MS * 10**6 == deadlines.BENCH_TIMEOUT_NS == 2 * 10**9
+
+
+def test_the_harness_kernel_deadlines_are_short_and_the_serving_one_long():
+    from contracts import deadlines  # noqa: PLC0415 - the module under test
+
+    harness_ns = [deadlines.ALLREDUCE_MHC_HARNESS_TIMEOUT_MS * 10**6, deadlines.MARKOV_FUSED_HARNESS_TIMEOUT_NS,
+                  deadlines.MARKOV_SHARDED_CONFIG_TIMEOUT_NS]
+    assert harness_ns == [5 * 10**9, 10 * 10**9, 60 * 10**9]
+    assert max(harness_ns) < deadlines.SERVING_DEADLINE_NS
+
+
+def test_the_deadline_copies_are_the_one_homes():
+    from contracts import deadlines  # noqa: PLC0415 - the module under test
+    from contracts.markov_sharded import DEFAULT_TIMEOUT_NS  # noqa: PLC0415 - the module under test
+    from golden.public.allreduce import DEFAULT_TIMEOUT_MS as GOLDEN_MS  # noqa: PLC0415 - the module under test
+    from golden.public.common import SERVING_DEADLINE_NS as GOLDEN_NS  # noqa: PLC0415 - the module under test
+    from harness.families.catalog import DEFAULT_PER_LAUNCH_S  # noqa: PLC0415 - the module under test
+    from harness.launch import load_scale  # noqa: PLC0415 - the module under test
+    from kernels.diag import SERVING_DEADLINE_NS as KERNEL_NS  # noqa: PLC0415 - the module under test
+
+    assert GOLDEN_NS is KERNEL_NS is deadlines.SERVING_DEADLINE_NS
+    assert GOLDEN_MS is deadlines.SERVING_DEADLINE_MS
+    assert DEFAULT_TIMEOUT_NS is deadlines.MARKOV_SHARDED_CONFIG_TIMEOUT_NS
+    assert DEFAULT_PER_LAUNCH_S is deadlines.DEFAULT_PER_LAUNCH_S == 30.0
+    assert (load_scale.STARTUP_S, load_scale.CASE_ALLOWANCE_S, load_scale.MAX_FACTOR) == (90.0, 20.0, 10.0)
+    assert load_scale.scaled_defaults is deadlines.scaled_defaults
+
+
+def test_the_load_scales_the_wall_clock_defaults_and_keeps_given_values():
+    from contracts.deadlines import scaled_defaults  # noqa: PLC0415 - the module under test
+
+    assert scaled_defaults(2.0, startup_s=None, per_launch_s=None) == {
+        "startup_s": 180.0, "case_allowance_s": 40.0, "per_launch_s": 60.0}
+    assert scaled_defaults(3.0, startup_s=5.0, per_launch_s=7.0) == {
+        "startup_s": 5.0, "case_allowance_s": 60.0, "per_launch_s": 7.0}
+
+
+# A deadline default written as a number: a name ending in a deadline's unit, or a timeout parameter, set to a literal.
+DEADLINE_LITERAL = (r"\b\w*(TIMEOUT_NS|TIMEOUT_MS|DEADLINE_NS|DEADLINE_MS|PER_LAUNCH_S|CASE_ALLOWANCE_S)\s*=\s*[\d(]"
+                    r"|\btimeout_(ns|ms)\s*(:\s*[\w.]+\s*)?=\s*[\d(]|\bSTARTUP_S\s*=\s*90")
+
+
+def test_no_deadline_default_is_written_outside_contracts_deadlines():
+    files = {path: text for package in ("contracts", "golden", "kernels", "harness")
+             for path, text in sources(ROOT / package).items()}
+    assert matching(DEADLINE_LITERAL, files, "contracts/deadlines.py") == []
+
+
+def test_the_deadline_check_can_fail():
+    files = {"kernels/x.py": "SERVING_DEADLINE_NS = 600 * 1_000_000_000\ndef f(timeout_ns: int = 10_000):\n"
+                             "HARNESS_TIMEOUT_MS = 5_000.0\nDEFAULT_TIMEOUT_NS = SERVING_DEADLINE_NS\n"}
+    assert matching(DEADLINE_LITERAL, files, "contracts/deadlines.py") == [f"kernels/x.py:{n}" for n in (1, 2, 3)]
