@@ -8,5 +8,7 @@ hold each family's limits, config keys, call tensor specifications and the
 checks that apply them; ``contracts.markov_fused`` the fused step's ``base``
 forms, the one rule its public API and golden stand-in share; ``contracts.rendezvous`` is the slot-table meeting
 point of in-process ranks and their thread runner; ``contracts.wire_header`` packs a JSON header
-into a fixed-size byte tensor for a collective.
+into a fixed-size byte tensor for a collective; ``contracts.deadlines`` holds every deadline's
+default (the public classes' serving deadline, the harness's and the bench's kernel deadlines, the harness's
+wall-clock allowances and how the load scales them), written once for all four packages.
 """

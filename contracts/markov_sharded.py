@@ -26,6 +26,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from contracts.deadlines import MARKOV_SHARDED_CONFIG_TIMEOUT_NS
+
 HEAD_DIM = 256
 TILE_ROWS = 16
 MAX_ROWS = 8
@@ -46,11 +48,8 @@ OPTIONAL_CONFIG = ("shard_only_base", "launch_counter_start", "timeout_ns", "cta
 GOLDEN_ONLY_CONFIG = ("bias_fn", "rcp_table")
 CALL_INPUTS = ("input_ids", "idx_mapping", "temperature", "noise", "base_logits", "logits_cache")
 CALL_PARAMS = ("query_per_row", "rows", "steps")
-# The family config's deadline, which the harness passes to the sampler
-# explicitly (the public sampler defaults to kernels.diag's serving deadline).
-# Generous for a test run: virtual ranks drift apart while one computes a
-# golden reference; a scenario with a deadline passes a shorter one.
-DEFAULT_TIMEOUT_NS = 60_000_000_000
+# The family config's deadline, which the harness passes to the sampler explicitly (contracts.deadlines).
+DEFAULT_TIMEOUT_NS = MARKOV_SHARDED_CONFIG_TIMEOUT_NS
 
 Label = Callable[[str], str]
 

@@ -47,10 +47,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import math
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -65,7 +64,8 @@ from harness.launch.torchrun_options import Rendezvous
 from harness.reports.flight_rings import run_flight
 from harness.reports.merge import run_merge
 from harness.wire.case_result import EXIT_INTERRUPTED, EXIT_NOTHING_RUN
-from harness.wire.command_line import HelpFormatter, command_parser, version
+from harness.wire.command_line import (HelpFormatter, command_parser, finite_float, nonnegative_int, positive_int,
+                                       positive_seconds, version)
 
 # Commands handed to another module's ``main(argv)`` (imported only when used): command -> (module, help).
 DISPATCHED = {
@@ -79,41 +79,15 @@ DISPATCHED = {
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 
 
-def number_type(parse: Callable[[str], float], words: str, minimum: float | None = None,
-                inclusive: bool = True) -> Callable[[str], float]:
-    """An argparse type that parses with ``parse`` and rejects anything else, or below ``minimum``, in words."""
-    bound = "" if minimum is None else f" {'>=' if inclusive else '>'} {minimum:g}"
-
-    def check(text: str) -> float:
-        """``text`` as the number, or ArgumentTypeError saying what was expected."""
-        try:
-            value = parse(text)
-        except ValueError:
-            value = None
-        if (value is None or not math.isfinite(value)
-                or (minimum is not None and (value < minimum if inclusive else value <= minimum))):
-            raise argparse.ArgumentTypeError(f"expected {words}{bound}, got {text!r}")
-        return value
-
-    check.__name__ = words  # argparse names the type by it where it does not use our message
-    return check
-
-
-_positive_int = number_type(int, "a whole number", 1)
-_nonnegative_int = number_type(int, "a whole number", 0)
-_positive_float = number_type(float, "a number of seconds", 0, inclusive=False)
-_finite_float = number_type(float, "a finite number")
-
-
 def _add_torchrun(p: argparse.ArgumentParser) -> None:
     """The torchrun pass-through options (several agents / nodes)."""
     g = p.add_argument_group("torchrun pass-through (multi-node)")
-    g.add_argument("--nnodes", type=_positive_int, default=1, help="agents (nodes) of the job")
-    g.add_argument("--node-rank", type=_nonnegative_int, default=0, help="this agent's node rank")
+    g.add_argument("--nnodes", type=positive_int, default=1, help="agents (nodes) of the job")
+    g.add_argument("--node-rank", type=nonnegative_int, default=0, help="this agent's node rank")
     g.add_argument("--rdzv-backend", default=None, help="torchrun's rendezvous backend (default: c10d with --nnodes > 1)")
     g.add_argument("--rdzv-endpoint", default=None, help="host:port of the c10d rendezvous (required with --nnodes > 1; default: none)")
     g.add_argument("--rdzv-id", default=None, help="the job's rendezvous id, the same on every node (default: none)")
-    g.add_argument("--nproc-per-node", type=_positive_int, default=None,
+    g.add_argument("--nproc-per-node", type=positive_int, default=None,
                    help="processes per agent (default: the world divided by --nnodes)")
 
 
@@ -172,21 +146,21 @@ def _add_validate(sub) -> None:
     p.add_argument("--family", help="only this family's scenarios (default: every family)")
     p.add_argument("--scenario", nargs="+", metavar="NAME",
                    help="name, family/name or a shell pattern of either (markov_*/nan*) (default: every scenario)")
-    p.add_argument("--world", nargs="+", type=_positive_int, metavar="N",
+    p.add_argument("--world", nargs="+", type=positive_int, metavar="N",
                    help="world sizes (default: each scenario's own worlds)")
     _add_selection(p)
     p.add_argument("--size", choices=("cpu", "gpu", "all"), default=None,
                    help="size class (default: cpu without a GPU, all with one)")
-    p.add_argument("--tp", type=_positive_int, help="TP group size when smaller than the world (default: one group, the world)")
+    p.add_argument("--tp", type=positive_int, help="TP group size when smaller than the world (default: one group, the world)")
     p.add_argument("--junit", metavar="PATH", help="JUnit XML report (default: <run dir>/report.xml)")
     p.add_argument("--json", metavar="PATH", help="JSON report (default: <run dir>/report.json)")
     p.add_argument("--run-dir", metavar="DIR",
                    help="where logs, stacks and reports go; a directory another run holds is refused "
                         "(default: a new runs/<UTC time>-<host>-<pid>-<random>/)")
-    p.add_argument("--deadline", type=_positive_float, metavar="S",
+    p.add_argument("--deadline", type=positive_seconds, metavar="S",
                    help="per-launch deadline in seconds (a scenario's deadline_s wins; default: "
                         f"{DEFAULT_PER_LAUNCH_S:g} times the load per core at the start, as --startup's)")
-    p.add_argument("--startup", type=_positive_float, metavar="S",
+    p.add_argument("--startup", type=positive_seconds, metavar="S",
                    help="startup allowance of a job in seconds (interpreters, imports, rendezvous; default: "
                         f"{STARTUP_S:g} times the one-minute load per core at the start, between x1 and x{MAX_FACTOR:g})")
     p.add_argument("--impl", choices=("golden", "kernel"),
@@ -195,12 +169,12 @@ def _add_validate(sub) -> None:
     p.add_argument("--no-cache", action="store_true",
                    help="bypass the persistent reference and kernel cache ($RANKCHECK_CACHE_DIR, default "
                         "~/.cache/rankcheck): references go to the run directory, kernels compile afresh")
-    p.add_argument("--jobs", type=_positive_int, metavar="N",
+    p.add_argument("--jobs", type=positive_int, metavar="N",
                    help="job units run at once (default: one per three cores, at most six, while references are "
                         "computed, else one per two cores, two to eight; one with several nodes or --tp)")
     p.add_argument("--no-standby", action="store_true",
                    help="virtual jobs start their processes when due (default: two spares per lane start up ahead)")
-    p.add_argument("--ref-workers", type=number_type(int, "a whole number", 0), metavar="N",
+    p.add_argument("--ref-workers", type=nonnegative_int, metavar="N",
                    help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
     p.add_argument("--inject", nargs="+", default=[], metavar="SCENARIO:KIND:key=value,...",
                    help="plant a fault in one scenario for this run, e.g. "
@@ -218,13 +192,13 @@ def _add_replay(sub) -> None:
                                    "by side; or a world recorded by rankcheck.recording (--bundle), offline.")
     p.add_argument("scenario", nargs="?", help="name or family/name (or --bundle)")
     p.add_argument("--bundle", metavar="DIR", help="replay the world recorded here (rankcheck.recording) instead (default: none)")
-    p.add_argument("--world", type=_positive_int, help="the world size (default: the scenario's smallest)")
+    p.add_argument("--world", type=positive_int, help="the world size (default: the scenario's smallest)")
     p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto",
                    help="how ranks start; auto: torchrun on several GPUs, virtual on one, cpu without")
     p.add_argument("--inject", nargs="+", default=[], metavar="KIND:key=value,...",
                    help="extra injections, e.g. hang:rank=1,launch=2 (group=G: that TP group only; default: none)")
     p.add_argument("--run-dir", metavar="DIR", help="where logs, stacks and reports go (default: runs/<timestamp>/)")
-    p.add_argument("--deadline", type=_positive_float, metavar="S",
+    p.add_argument("--deadline", type=positive_seconds, metavar="S",
                    help=f"per-launch deadline in seconds (default: the scenario's deadline_s, else {DEFAULT_PER_LAUNCH_S:g})")
     p.add_argument("--impl", choices=("golden", "kernel"),
                    help="override the launcher's implementation (default: the launcher's: golden on cpu, else kernel)")
@@ -252,7 +226,7 @@ def _add_golden(sub) -> None:
                        description="Check (or, with --regenerate, record on purpose) the stored golden bits of "
                                    "every cpu scenario through a cpu validation run; or measure a GPU's arithmetic.")
     p.add_argument("--regenerate", action="store_true", help="recompute and store (on purpose)")
-    p.add_argument("--measure-rcp", nargs="*", type=_finite_float, default=None, metavar="T",
+    p.add_argument("--measure-rcp", nargs="*", type=finite_float, default=None, metavar="T",
                    help="measure the GPU's div.full.f32 reciprocal bits of these temperatures (default: every "
                         "temperature of the scenario files and of the table) into golden/data/rcp_f32_<GPU arch>.json")
     p.add_argument("--probe", action="store_true",

@@ -76,7 +76,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Collection, Sequence
 
-from harness.wire.case_files import check_tp_divides, default_run_dir, stored_case
+from harness.wire.case_files import default_run_dir, stored_case
+from harness.wire.tp_groups import check_tp, group_count, tp_size
 from harness.wire.run_dir import run_dir_lock
 from harness.wire.atomic_file import writable_dir
 from harness.families.catalog import Case, case_of, discover_each, load, resolve_name, select
@@ -179,15 +180,14 @@ def requested_worlds(req: ValidateRequest) -> tuple[list[int], str]:
 def plan_worlds(cases: Sequence[Case], req: ValidateRequest) -> WorldPlan:
     """The (world, cases) pairs to run and what they leave out: each case at every world it lists (those of
     ``--world`` or of the node options only, when given), or with ``--tp T`` every case listing T at that world."""
-    if req.tp is not None and req.tp < 1:
-        raise ValueError(f"--tp must be >= 1, got {req.tp}")
+    check_tp(req.tp)
     worlds, where = requested_worlds(req)
     if req.tp is not None:
         if not worlds:
             raise ValueError("--tp needs --world (the total rank count, a multiple of --tp) "
                              "or torchrun's --nnodes and --nproc-per-node")
         for world in worlds:
-            check_tp_divides(req.tp, world, "--world")
+            tp_size(req.tp, world, "--world")
         where, option = f"tp {req.tp}, {where}", "--tp"
         pairs = [(world, [c for c in cases if req.tp in c.worlds]) for world in worlds]
     else:
@@ -240,7 +240,7 @@ def narrow_plan(pairs: WorldPlan, req: ValidateRequest, launcher: str) -> str:
     if not said:
         return ""
     before = sum(len(cases) for _, cases in pairs)
-    kept = [(world, [c for c in cases if all(rule(c, req.tp or world) for rule in rules)]) for world, cases in pairs]
+    kept = [(world, [c for c in cases if all(rule(c, tp_size(req.tp, world)) for rule in rules)]) for world, cases in pairs]
     pairs[:] = [(world, cases) for world, cases in kept if cases]
     after = sum(len(cases) for _, cases in pairs)
     if before and not after:
@@ -250,9 +250,9 @@ def narrow_plan(pairs: WorldPlan, req: ValidateRequest, launcher: str) -> str:
 
 def collected_ids(pairs: Sequence[tuple[int, Sequence[Case]]], req: ValidateRequest, launcher: str) -> list[str]:
     """The case id of every case the plan runs, in plan order (one per TP group this node reports)."""
-    return [case_id(c.family, c.name, req.tp or world, launcher, group)
+    return [case_id(c.family, c.name, tp_size(req.tp, world), launcher, group)
             for world, cases in pairs for c in cases
-            for group in req.rendezvous.local_groups(world, req.tp or world)]
+            for group in req.rendezvous.local_groups(world, tp_size(req.tp, world))]
 
 
 def print_collected(pairs: WorldPlan, req: ValidateRequest, launcher: str, selection: str, stream) -> int:
@@ -282,8 +282,8 @@ def plant_injections(pairs: WorldPlan, req: ValidateRequest, root: Path) -> list
         sizes = []
         for world, cases in pairs:
             if any(c.key == key for c in cases):
-                size = req.tp or world
-                extra = checked_injections(case, texts, size, groups=world // size,
+                size = tp_size(req.tp, world)
+                extra = checked_injections(case, texts, size, groups=group_count(world, size),
                                            where=f"tp {size}, world {world}" if req.tp else f"--world {world}")
                 sizes.append(size)
         # the copy runs at the planned TP sizes only: its ranks were checked there, not at the file's other worlds
@@ -297,12 +297,13 @@ def plant_injections(pairs: WorldPlan, req: ValidateRequest, root: Path) -> list
 def check_fault_groups(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None) -> None:
     """Raise ValueError naming the scenario when an injection names a TP group a planned world does not have."""
     for world, cases in pairs:
-        size = tp or world
+        size = tp_size(tp, world)
+        groups = group_count(world, size)
         for case in cases:
-            missing = [g for g in case.fault_groups or () if g >= world // size]
+            missing = [g for g in case.fault_groups or () if g >= groups]
             if missing:
                 raise ValueError(f"{case.key}: an injection names TP group {missing[0]}, but world {world} at tp "
-                                 f"{size} has {world // size} group(s) (0..{world // size - 1})")
+                                 f"{size} has {groups} group(s) (0..{groups - 1})")
 
 
 def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
@@ -311,7 +312,7 @@ def planned_cases(pairs: Sequence[tuple[int, Sequence[Case]]], tp: int | None,
     bar counts."""
     planned: dict[int, int] = {}
     for world, world_cases in pairs:
-        size = tp or world
+        size = tp_size(tp, world)
         planned[size] = planned.get(size, 0) + len(world_cases) * len(rendezvous.local_groups(world, size))
     return planned
 

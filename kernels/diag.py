@@ -62,7 +62,9 @@ than in a silent hang. Ten minutes is ``torch.distributed``'s default NCCL
 collective timeout, so an engine whose peer stalls that long has its own
 collectives time out as well. The harness passes its own short deadlines
 (``harness/families/*_kernel.py``) so its hang and timeout scenarios end in
-seconds.
+seconds. Every one of these defaults is written once, in
+``contracts.deadlines``, which this module, the golden stand-ins and the
+harness import.
 
 The device writer needs CuTe DSL; the host side needs only torch, so the
 worker and the watchdog import this module on machines without the DSL.
@@ -78,6 +80,8 @@ from typing import Sequence
 
 import torch
 
+from contracts.deadlines import SERVING_DEADLINE_NS
+
 MAGIC = 0x444B4352
 VERSION = 1
 WORDS = 16
@@ -90,8 +94,6 @@ W_MAGIC, W_VERSION, W_RANK, W_LAUNCH, W_STEP, W_AWAITED, W_EXPECTED, W_SEEN = ra
 W_KIND, W_ELAPSED_LO, W_ELAPSED_HI, W_TIMEOUT_LO, W_TIMEOUT_HI, W_BLOCK, W_THREAD, W_CHECKSUM = range(8, 16)
 
 _U32 = 0xFFFFFFFF
-# The public constructors' default wait deadline (module docstring: deadline policy).
-SERVING_DEADLINE_NS = 600 * 1_000_000_000
 
 
 class WaitKind(enum.IntEnum):

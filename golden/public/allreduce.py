@@ -55,9 +55,9 @@ from typing import Any
 import torch
 
 from contracts import allreduce_mhc as contract
+from contracts.deadlines import SERVING_DEADLINE_MS
 from golden.allreduce import GoldenAllReduceMHC, check_static, uses_bt
 from golden.public.common import (
-    SERVING_DEADLINE_NS,
     LaunchCount,
     argument_names,
     check_device,
@@ -67,7 +67,7 @@ from golden.public.common import (
 )
 from golden.rmsnorm import NormLayout
 
-DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_NS / 1e6
+DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_MS
 # Kernel launches of one call, per protocol (publish, [owner reduce,] consumer).
 LAUNCHES = {"ll": 2, "bt": 3}
 

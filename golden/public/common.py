@@ -18,11 +18,9 @@ from typing import Any, Iterator
 
 import torch
 
+from contracts.deadlines import SERVING_DEADLINE_NS
 from golden.comm import SoloComm
 
-# ``kernels.diag.SERVING_DEADLINE_NS``: the kernels' default deadline, accepted and not modelled here
-# (tests/golden/test_stand_ins.py checks that the two agree).
-SERVING_DEADLINE_NS = 600 * 1_000_000_000
 # The architecture whose measured facts (``golden/data/arch/<arch>.json``) give the GPU-specific bits by default.
 DEFAULT_ARCH = "sm_90"
 # Constructor arguments that are not data: left out of ``public_args`` (a rebuild passes its own).

@@ -55,9 +55,8 @@ import torch
 
 from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
 from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
-from harness.cli import number_type
 from harness.wire.case_files import REPO_ROOT
-from harness.wire.command_line import command_parser
+from harness.wire.command_line import command_parser, nonnegative_int, positive_int
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
 
 DEFAULT_OUT = str(REPO_ROOT / "runs" / "bench")
@@ -86,9 +85,9 @@ def build_parser() -> argparse.ArgumentParser:
                                        "by commas, each may be a pattern (allreduce_mhc/torchrun_tp*)")
     parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
     parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default: runs/bench/, git-ignored)")
-    parser.add_argument("--warmup", type=number_type(int, "a whole number", 0), default=DEFAULT_WARMUP,
+    parser.add_argument("--warmup", type=nonnegative_int, default=DEFAULT_WARMUP,
                         help=f"graph replays / eager loops before timing (default {DEFAULT_WARMUP})")
-    parser.add_argument("--reps", type=number_type(int, "a whole number", 1), default=DEFAULT_REPS,
+    parser.add_argument("--reps", type=positive_int, default=DEFAULT_REPS,
                         help=f"timed replays per mode, each of 16 to 512 calls (default {DEFAULT_REPS})")
     parser.add_argument("--thresholds-into", default=None, metavar="PATH",
                         help="where the LL/BT crossovers the run measured go (default: the user cache's "

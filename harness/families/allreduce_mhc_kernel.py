@@ -24,17 +24,16 @@ from typing import Any, Mapping
 
 import torch
 
+from contracts.deadlines import ALLREDUCE_MHC_HARNESS_TIMEOUT_MS
 from kernels import hostcopy
 from kernels.allreduce.config import CallArgs, check_call, check_config, check_tensor
 from kernels.allreduce.host import AllReduceMHC
 from kernels.allreduce.layout import mxfp8_scale_bytes
 
 SYSTEM_CLASS = "AllReduceMHCSystem"
-# The harness's own Lamport deadline, passed explicitly (the public default is
-# the serving one, kernels.diag): a validation run waits seconds for a peer,
-# and the hang and timeout scenarios (allreduce_mhc/hang, skip_launch, crash)
-# end in a diag record within them.
-HARNESS_TIMEOUT_MS = 5_000.0
+# The harness's own Lamport deadline, passed explicitly (contracts.deadlines): the hang and timeout scenarios
+# (allreduce_mhc/hang, skip_launch, crash) end in a diag record within it.
+HARNESS_TIMEOUT_MS = ALLREDUCE_MHC_HARNESS_TIMEOUT_MS
 
 
 class AllReduceMHCSystem:

@@ -21,12 +21,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contracts.deadlines import DEFAULT_PER_LAUNCH_S
 from harness.families.placement import placed
 
 if TYPE_CHECKING:
     from scenarios.model import ExpectedError, Scenario
 
-DEFAULT_PER_LAUNCH_S = 30.0
 # An unknown name is answered with at most this many close names, never the whole list.
 MAX_SUGGESTIONS = 5
 

@@ -10,7 +10,8 @@ sharded) and, sharded, its device exchange over ``fabric`` (collective;
 a world of one in this process when ``fabric`` is None), sized by the
 kernel-only config keys ``max_rows`` / ``max_steps`` (default 8 each) with
 the deadline ``timeout_ns`` (default ``HARNESS_TIMEOUT_NS``: the harness's
-deadline is short, the public API's is none), and runs the bias GEMV once
+deadline is short, the public API's the ten-minute serving one; both in
+``contracts.deadlines``), and runs the bias GEMV once
 on zeros so that its first-use work never happens under capture.
 
 ``launch(call_inputs, call_params)`` validates the whole call before any
@@ -39,6 +40,7 @@ from typing import Callable
 
 import torch
 
+from contracts.deadlines import MARKOV_FUSED_HARNESS_TIMEOUT_NS
 from kernels import hostcopy
 from kernels.compile import capturing
 from kernels.fabric import FabricMismatch, VirtualFabric
@@ -48,8 +50,8 @@ from kernels.markov.fused_layout import BLOCK_SIZES, STEP_STAMPS, WARP, step_scr
 
 SYSTEM_CLASS = "FusedMarkovLoop"
 _CONFIG_KEYS = {"vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block"}
-# The harness's exchange deadline: a stalled peer ends the case in seconds (the public API waits forever).
-HARNESS_TIMEOUT_NS = 10_000_000_000
+# The harness's exchange deadline: a stalled peer ends the case in seconds (contracts.deadlines).
+HARNESS_TIMEOUT_NS = MARKOV_FUSED_HARNESS_TIMEOUT_NS
 DEFAULT_MAX_ROWS = DEFAULT_MAX_STEPS = 8
 
 

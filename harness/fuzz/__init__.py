@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Sequence
 
 from golden.families import FAMILIES
-from harness.cli import number_type
 from harness.families import substitution
 from harness.fuzz.draw import DEFAULT_WORLDS
 from harness.fuzz.run import BatchRunner, FuzzInterrupted, fuzz
@@ -38,7 +37,7 @@ from harness.launch.launchers import gpu_count, resolve
 from harness.wire.case_files import default_run_dir
 from harness.wire.run_dir import run_dir_lock
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK, EXIT_UNAVAILABLE
-from harness.wire.command_line import command_parser
+from harness.wire.command_line import command_parser, nonnegative_int, positive_int, positive_seconds
 
 EXIT_BAD_ARGUMENTS = EXIT_NOTHING_RUN
 
@@ -47,18 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``harness fuzz``."""
     p = command_parser("fuzz", description=__doc__.splitlines()[0])
     p.add_argument("--family", required=True, choices=FAMILIES, help="the family whose scenarios are drawn")
-    p.add_argument("--world", nargs="+", type=number_type(int, "a whole number", 1), metavar="N",
+    p.add_argument("--world", nargs="+", type=positive_int, metavar="N",
                    help="worlds to draw from (default 1 2 4)")
     p.add_argument("--launcher", choices=("auto", "torchrun", "virtual", "cpu"), default="auto",
                    help="how ranks start; auto: torchrun on several GPUs, virtual on one, cpu without")
     p.add_argument("--impl", choices=("golden", "kernel"),
                    help="override the launcher's implementation (default: the launcher's)")
-    p.add_argument("--budget-s", type=number_type(float, "a number of seconds", 0, inclusive=False), required=True,
+    p.add_argument("--budget-s", type=positive_seconds, required=True,
                    metavar="S", help="stop drawing after S seconds (the running batch finishes)")
-    p.add_argument("--seed", type=number_type(int, "a whole number", 0), default=0, help="the random draw's seed")
-    p.add_argument("--batch", type=number_type(int, "a whole number", 1), default=4, metavar="N",
+    p.add_argument("--seed", type=nonnegative_int, default=0, help="the random draw's seed")
+    p.add_argument("--batch", type=positive_int, default=4, metavar="N",
                    help="cases per harness run (one job start per world of the batch)")
-    p.add_argument("--shrink-budget-s", type=number_type(float, "a number of seconds", 0, inclusive=False),
+    p.add_argument("--shrink-budget-s", type=positive_seconds,
                    default=600.0, metavar="S", help="stop shrinking the first failure after S seconds")
     p.add_argument("--run-dir", metavar="DIR", help="where the runs and the shrunk file go (default: runs/<timestamp>/)")
     return p

@@ -68,7 +68,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from harness.launch.load_scale import CASE_ALLOWANCE_S, STARTUP_S
-from harness.wire.case_files import CaseId, check_tp_divides, group_ranks
+from harness.wire.case_files import CaseId
+from harness.wire.tp_groups import group_ranks, tp_size
 from harness.launch import flight_evidence
 from harness.launch.evidence import nccl_dumps, rank_stack_files, rank_stacks, torchrun_rank_log
 from harness.wire.worker_evidence import stacks_dir
@@ -175,8 +176,7 @@ class JobRunner:
 
     def run(self, cases: Sequence[Case], world: int) -> None:
         """Run every case at ``world`` ranks (TP size ``settings.tp`` or ``world``): batched, then isolated."""
-        tp = self.settings.tp or world
-        check_tp_divides(tp, world)
+        tp = tp_size(self.settings.tp, world)
         groups = tuple(self._groups(world, tp))
         batch = [Pending(c, groups) for c in cases if not c.isolated(self.settings.impl)]
         alone = [Pending(c, groups) for c in cases if c.isolated(self.settings.impl)]

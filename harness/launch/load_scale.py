@@ -1,4 +1,4 @@
-"""Default allowances that grow with the machine's load, so that a clean run on a busy machine is not a TIMEOUT.
+"""The machine's load, measured, and the report line saying how far it stretched the default allowances.
 
 A job's startup allowance (interpreters, imports, rendezvous), the per-case
 allowance (a case's own setup) and the default per-launch deadline are wall
@@ -11,17 +11,18 @@ scenario's own ``deadline_s`` (the short deadlines of the cases that expect
 a hang) are used as given. A load that rises after the start is not seen;
 the cap keeps a real startup hang from being waited on for more than ten
 times the quiet-machine allowance.
+
+The defaults and the scaling itself (``scaled_defaults``) live with every
+other deadline in ``contracts.deadlines``; this module measures the load
+(``load_factor``) and words what it did (``describe``).
 """
 
 from __future__ import annotations
 
 import os
 
-from harness.families.catalog import DEFAULT_PER_LAUNCH_S
-
-STARTUP_S = 90.0
-CASE_ALLOWANCE_S = 20.0
-MAX_FACTOR = 10.0
+from contracts.deadlines import CASE_ALLOWANCE_S, STARTUP_S, scaled_defaults
+from contracts.deadlines import MAX_LOAD_FACTOR as MAX_FACTOR
 
 
 def load_factor(load: float | None = None, cores: int | None = None) -> float:
@@ -34,14 +35,6 @@ def load_factor(load: float | None = None, cores: int | None = None) -> float:
             return 1.0
     cores = cores or os.cpu_count() or 1
     return min(MAX_FACTOR, max(1.0, load / cores))
-
-
-def scaled_defaults(factor: float, *, startup_s: float | None, per_launch_s: float | None) -> dict:
-    """The job settings' startup allowance, case allowance and per-launch deadline: each given value as it is, each
-    default times ``factor``."""
-    return {"startup_s": startup_s if startup_s is not None else STARTUP_S * factor,
-            "case_allowance_s": CASE_ALLOWANCE_S * factor,
-            "per_launch_s": per_launch_s if per_launch_s is not None else DEFAULT_PER_LAUNCH_S * factor}
 
 
 def describe(factor: float, *, startup_s: float | None = None, per_launch_s: float | None = None) -> str:

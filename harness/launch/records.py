@@ -24,6 +24,7 @@ from typing import Iterable
 from harness.wire.case_files import CaseId, case_dir, result_path
 from harness.wire.progress import progress_path, read_progress
 from harness.wire.rank_result import RankResult
+from harness.wire.tp_groups import in_group
 
 
 @dataclass
@@ -71,7 +72,7 @@ def clear_rank_files(run_dir: str | Path, cases: list, tp: int, groups: list[int
             if not directory.is_dir():
                 continue
             for rank in ranks:
-                if group is not None and rank // tp != group:
+                if not in_group(rank, tp, group):
                     continue
                 for path in (result_path(directory, rank), progress_path(directory, rank),
                              directory / f"rank{rank}.diag.json"):

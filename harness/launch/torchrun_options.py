@@ -14,6 +14,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.wire.tp_groups import group_ids, group_ranks
+
 
 @dataclass(frozen=True)
 class Rendezvous:
@@ -87,7 +89,5 @@ class Rendezvous:
         A node reports only these: the other groups' ranks ran elsewhere, and
         judging them from the results this node cannot see would call a case
         that ran nowhere here a pass."""
-        if tp >= world:
-            return [None]
         ranks = self.local_ranks(world)
-        return [g for g in range(world // tp) if g * tp < ranks.stop and ranks.start < (g + 1) * tp]
+        return [g for g in group_ids(world, tp) if any(r in ranks for r in group_ranks(world, tp, g))]

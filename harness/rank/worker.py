@@ -53,7 +53,8 @@ from harness.rank import standby
 from harness.rank.case_run import run_case
 from harness.rank.dist_comm import DistComm
 from harness.rank.harness_watch import watch_harness
-from harness.wire.case_files import ABANDON_EXIT, check_tp_divides, runs_in_group
+from harness.wire.case_files import ABANDON_EXIT, runs_in_group
+from harness.wire.tp_groups import group_ids, group_of, group_ranks, tp_size
 from harness.wire.errors import NotAvailable
 from harness.wire.phases import count_start_up_from, mark_startup, process_started_at
 from harness.wire.rank_result import RankResult
@@ -99,14 +100,13 @@ def run_distributed(job: dict) -> int:
     mark_startup("joined")
     try:
         rank, world = dist.get_rank(), dist.get_world_size()
-        tp = int(job.get("tp") or world)
-        check_tp_divides(tp, world)
-        group = rank // tp if tp < world else None
+        tp = tp_size(job.get("tp"), world)
+        group = group_of(rank, world, tp)
         pg = None
         if group is not None:
             # Only the group's own ranks make it (local synchronization): making every group on every rank
             # is a store barrier over the whole world per group, world^2 / tp store operations in all.
-            pg = dist.new_group(list(range(group * tp, (group + 1) * tp)), use_local_synchronization=True)
+            pg = dist.new_group(group_ranks(world, tp, group), use_local_synchronization=True)
         mark_startup("grouped")
         comm = DistComm(pg, device=device if backend == "nccl" else "cpu")
         for spec in job["cases"]:
@@ -140,18 +140,17 @@ def _unavailable_handle(reason: str) -> Callable[[Any], Any]:
 def run_virtual(job: dict, world: int) -> int:
     """Run the job's cases with ``world`` ranks as threads of this process (one GPU, or the CPU for golden)."""
     impl = job.get("impl", "golden")
-    tp = int(job.get("tp") or world)
-    check_tp_divides(tp, world)
+    tp = tp_size(job.get("tp"), world)
     timeout_s = float(job.get("collective_timeout_s", 300))
     for spec in job["cases"]:
-        for g in range(world // tp):
-            group = g if tp < world else None
+        for group in group_ids(world, tp):
+            ranks = group_ranks(world, tp, group)
             if not runs_in_group(spec, group):
                 continue
 
             def body(comm: Any, make_handle: Callable[[Any], Any]) -> RankResult:
                 """One virtual rank's run of the case."""
-                return run_case(spec, rank=g * tp + comm.rank, group_rank=comm.rank, tp=tp, group=group,
+                return run_case(spec, rank=ranks[comm.rank], group_rank=comm.rank, tp=tp, group=group,
                                 impl=impl, run_dir=job["run_dir"], make_handle=make_handle, store=job.get("store"),
                                 cache_dir=job.get("cache_dir"), job_index=job.get("job"))
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.wire.progress import read_progress
+from harness.wire.tp_groups import group_of
 
 WORK_PHASES = ("kernel", "reference", "compare")
 
@@ -169,8 +170,10 @@ def world_costs(record: dict) -> dict:
             if doc is not None:
                 timings.setdefault(int(doc["job"]), []).append(doc)
         per_node = shape["world"] // shape["nodes"]
-        groups = sorted({rank // shape["tp"] for rank in range(node * per_node, (node + 1) * per_node)})
-        owner = job_of(run_dir, groups if shape["tp"] < shape["world"] else [None])
+        ranks = range(node * per_node, (node + 1) * per_node)
+        # in rank order, each once: the node's groups ([None] when one group spans the world)
+        groups = list(dict.fromkeys(group_of(rank, shape["world"], shape["tp"]) for rank in ranks))
+        owner = job_of(run_dir, groups)
         for r in rank_files(run_dir, node):
             if (r.case, r.group) in owner:
                 by_job.setdefault(owner[(r.case, r.group)], []).append(r)

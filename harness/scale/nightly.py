@@ -27,6 +27,7 @@ from typing import Sequence
 from harness.reports.merge import MergeError, run_merge
 from harness.scale.memory import MemorySampler, processes_mentioning
 from harness.launch.supervision import Supervised, end_trees
+from harness.wire.tp_groups import group_count
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 JOB_NAME = "nightly"
@@ -50,7 +51,7 @@ class Shape:
     @property
     def groups(self) -> int:
         """How many TP groups the world has."""
-        return self.world // self.tp
+        return group_count(self.world, self.tp)
 
 
 def shape_of(world: int, per_node: int = 4, tp: int = 4, hang_group: int | None = -1) -> Shape:
@@ -60,7 +61,7 @@ def shape_of(world: int, per_node: int = 4, tp: int = 4, hang_group: int | None 
     if world % per:
         raise ValueError(f"world {world} is not a whole number of agents of {per}")
     size = tp if tp <= per and per % tp == 0 else per
-    groups = world // size
+    groups = group_count(world, size)
     group = groups // 2 if hang_group == -1 else hang_group
     if group is not None and not 0 <= group < groups:
         raise ValueError(f"--hang-group {group}: world {world} at tp {size} has groups 0..{groups - 1}")

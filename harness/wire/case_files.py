@@ -6,7 +6,7 @@ the run directory and the job file. The rules both sides must apply alike
 live here, so that neither imports policy from the other:
 
 - ``CaseId``: one case at one TP size in one TP group of a job of ``world``
-  ranks; ``check_tp_divides``: a job's TP size divides its world;
+  ranks (how a world splits into TP groups: ``harness.wire.tp_groups``);
 - ``case_dir`` / ``result_path``: where a case's per-rank records are,
   ``<run>/cases/<family>.<name>/w<tp>[.g<group>]/rank<k>.result.json``;
 - ``runs_in_group``: which TP groups run a case of a job file (a case run
@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.wire.run_dir import new_run_dir
+from harness.wire.tp_groups import group_ranks
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # Exit code of a rank ended by a ``crash`` injection (``how: exit``).
@@ -46,18 +47,6 @@ def case_dir(run_dir: str | Path, family: str, name: str, tp: int, group: int | 
 def result_path(directory: str | Path, rank: int) -> Path:
     """The result file of ``rank`` in a case directory."""
     return Path(directory) / f"rank{rank}.result.json"
-
-
-def group_ranks(world: int, tp: int, group: int | None) -> list[int]:
-    """The global ranks of a TP group (all ranks when there are no groups)."""
-    first = (group or 0) * tp
-    return list(range(first, first + (tp if group is not None else world)))
-
-
-def check_tp_divides(tp: int, world: int, world_label: str = "the world size") -> None:
-    """Raise ValueError naming ``--tp`` and ``world_label`` unless ``tp`` divides ``world`` into whole TP groups."""
-    if world % tp:
-        raise ValueError(f"--tp {tp} must divide {world_label} {world}")
 
 
 @dataclass(frozen=True)

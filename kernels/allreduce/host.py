@@ -68,8 +68,8 @@ from typing import Any
 
 import torch
 
+from contracts.deadlines import SERVING_DEADLINE_MS
 from kernels import hostcopy
-from kernels.diag import SERVING_DEADLINE_NS
 from kernels.allreduce import variants
 from kernels.allreduce.config import (
     AllReduceConfig,
@@ -97,7 +97,7 @@ from kernels.allreduce.publish import PublishKernel
 SENTINEL_INT16 = -32768
 # Every wait has a deadline, by default one a serving engine's stalled peer
 # never reaches in a healthy run (kernels.diag: deadline policy); 0 disables it.
-DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_NS / 1e6
+DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_MS
 # Launches of several virtual ranks come from several threads; the compiled
 # functions are not documented as re-entrant, and enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()

@@ -82,9 +82,9 @@ from typing import Any
 
 import torch
 
+from contracts.deadlines import SERVING_DEADLINE_NS
 from kernels import hostcopy
 from kernels.compile import compiled, preload
-from kernels.diag import SERVING_DEADLINE_NS
 from kernels.flight import flight_args
 from kernels.markov.exchange_layout import (
     CONTROL_WORDS,

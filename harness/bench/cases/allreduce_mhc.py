@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import torch
 
+from contracts.deadlines import BENCH_TIMEOUT_MS
 from golden import allreduce as golden_allreduce
 from harness.bench.cases.checks import check_close, check_equal, max_ulp_distance, tensor_bytes
 from harness.bench.cases.virtual import build_ranks, launch_ranks
@@ -61,7 +62,7 @@ from harness.bench.floor import FloorTerm, terms_bytes
 from harness.bench.registry import BenchContext, Prepared, bench_case
 
 HC, TOP_K, CAPACITY, EPS = 4, 8, 128, 1e-6
-TIMEOUT_MS = 2_000.0  # a lost peer traps with its diagnostic record after 2 s
+TIMEOUT_MS = BENCH_TIMEOUT_MS  # a lost peer traps with its diagnostic record after 2 s
 VIRTUAL_NOTE = "virtual ranks on one GPU: not a latency measurement of NVLink"
 STAND_IN_NOTE = "all-reduce stand-in: in-process sum over the ranks' tensors (x.sum(0)), not NCCL"
 _FLASHINFER = "FlashInfer PR #5178 (REFERENCE.md section 4); published, not measured here"

@@ -69,6 +69,7 @@ import threading
 
 import torch
 
+from contracts.deadlines import BENCH_TIMEOUT_NS
 from golden.markov_fused import mma_bias
 from harness.bench.cases.checks import check_equal, check_markov_chain, tensor_bytes
 from harness.bench.cases.virtual import build_ranks, launch_ranks
@@ -77,7 +78,7 @@ from harness.bench.registry import BenchContext, Prepared, bench_case
 
 ROWS, STEPS, VOCAB, DIM, BLOCK = 8, 8, 129280, 256, 1024
 GREEDY_ROWS = 4
-TIMEOUT_NS = 2_000_000_000  # a lost peer traps (with its diagnostic record) after 2 s
+TIMEOUT_NS = BENCH_TIMEOUT_NS  # a lost peer traps (with its diagnostic record) after 2 s
 # Issue 16's goals at rows 8, steps 8.
 GOAL = {"speedup_vs_eager": 5.5, "floor_ratio": 1.5}
 # One rank captures at a time: nothing runs during a capture, and no two threads enqueue into captures at once.

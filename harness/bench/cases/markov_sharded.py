@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import torch
 
+from contracts.deadlines import BENCH_TIMEOUT_NS
 from harness.bench.cases.checks import check_equal, check_markov_chain, tensor_bytes
 from harness.bench.cases.virtual import build_ranks, launch_ranks
 from harness.bench.floor import FloorTerm, terms_bytes
@@ -51,7 +52,7 @@ from harness.bench.registry import BenchContext, Prepared, bench_case
 
 ROWS, STEPS, VOCAB, DIM = 8, 8, 129280, 256
 GREEDY_ROWS = 4
-TIMEOUT_NS = 2_000_000_000  # a lost peer traps (with its diagnostic record) after 2 s, not 60
+TIMEOUT_NS = BENCH_TIMEOUT_NS  # a lost peer traps (with its diagnostic record) after 2 s, not 60
 GOAL = {"speedup_vs_eager": 5.0, "floor_ratio": 1.5}
 PARAMS = {"query_per_row": 1}
 
