@@ -71,11 +71,24 @@ def check_after(item: pytest.Item) -> None:
         return
     message = (f"CUDA context unusable after {item.nodeid}: {problem}. This process ends here so that no later "
                f"test runs on it.")
-    sys.stderr.write(f"\n{message}\n")
-    sys.stderr.flush()
+    _write_past_capture(item, f"\n{message}\n")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os._exit(CONTEXT_LOST_EXIT)  # the controller reports this test as crashed and replaces the worker
     pytest.exit(message, returncode=CONTEXT_LOST_EXIT)
+
+
+def _write_past_capture(item: pytest.Item, text: str) -> None:
+    """Write ``text`` to the process's real stderr, past pytest's output capture (a worker ended by ``os._exit``
+    never sends its captured output to the controller, so a captured line would be lost)."""
+    config = getattr(item, "config", None)
+    capture = config.pluginmanager.getplugin("capturemanager") if config is not None else None
+    if capture is None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+        return
+    with capture.global_and_fixture_disabled():
+        sys.stderr.write(text)
+        sys.stderr.flush()
 
 
 @pytest.hookimpl(hookwrapper=True)

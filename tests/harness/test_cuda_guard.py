@@ -82,3 +82,45 @@ def test_cpu_tests_and_processes_without_cuda_are_not_probed(monkeypatch):
     idle.cuda.is_initialized = lambda: False
     monkeypatch.setitem(sys.modules, "torch", idle)
     cuda_guard.check_after(Item(gpu=True))
+
+
+def test_an_xdist_worker_writes_the_name_past_the_capture_before_it_ends(monkeypatch):
+    """A worker ended by os._exit never sends its captured output: the line must be written with capture off."""
+    import contextlib
+    import io
+
+    def dead():
+        raise RuntimeError("CUDA error: unspecified launch failure")
+
+    state = {"capturing": True, "written_while_capturing": [], "exit": None}
+
+    class Capture:
+        @contextlib.contextmanager
+        def global_and_fixture_disabled(self):
+            state["capturing"] = False
+            yield
+            state["capturing"] = True
+
+    class Stderr(io.StringIO):
+        def write(self, text):
+            state["written_while_capturing"].append((state["capturing"], text))
+            return len(text)
+
+    item = Item(gpu=True)
+    item.config = types.SimpleNamespace(pluginmanager=types.SimpleNamespace(getplugin=lambda name: Capture()))
+    monkeypatch.setitem(sys.modules, "torch", fake_torch(dead))
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setattr(sys, "stderr", Stderr())
+    class Ended(Exception):
+        """What os._exit would do: nothing after it runs."""
+
+    def end(code):
+        state.update(exit=code)
+        raise Ended
+
+    monkeypatch.setattr(cuda_guard.os, "_exit", end)
+    with pytest.raises(Ended):
+        cuda_guard.check_after(item)
+    assert state["exit"] == cuda_guard.CONTEXT_LOST_EXIT
+    lines = [(capturing, text) for capturing, text in state["written_while_capturing"] if "CUDA context unusable" in text]
+    assert lines and not any(capturing for capturing, _ in lines), state
