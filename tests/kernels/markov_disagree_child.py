@@ -11,8 +11,10 @@ decoded record or None]}`` as JSON to ``argv[3]`` and exits.
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 
 import torch
@@ -76,4 +78,5 @@ def main(mode: str, case: str, path: str) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks a hung child where its threads are
     main(*sys.argv[1:4])

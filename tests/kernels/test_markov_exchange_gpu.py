@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -109,6 +110,20 @@ def test_stale_tag_is_never_taken(tmp_path):
     assert report["launch"] == 0, report
 
 
+# A hang guard, not a timing bound: a child compiles its loop and traps within a minute on an idle GPU.
+CHILD_DEADLINE_S = 300
+
+
+def stacks_then_kill(proc: subprocess.Popen) -> tuple[str, str]:
+    """Ask a hung child for every thread's stack (its SIGUSR1 handler), then kill it; what it printed."""
+    proc.send_signal(signal.SIGUSR1)
+    try:
+        return proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+
+
 @pytest.fixture(scope="module")
 def disagreements(tmp_path_factory):
     """Every (mode, case) of ``markov_disagree_child.py``, each in its own process (each ends in a trap), run side
@@ -124,10 +139,16 @@ def disagreements(tmp_path_factory):
     def run(key):
         """One child; its JSON result, or what it printed when it wrote none."""
         dump = work / f"{key[0]}_{key[1]}.json"
-        proc = subprocess.run([sys.executable, child, *key, str(dump)], cwd=ROOT, capture_output=True, text=True,
-                              timeout=300, env=env)
+        proc = subprocess.Popen([sys.executable, child, *key, str(dump)], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            stdout, stderr = proc.communicate(timeout=CHILD_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            stdout, stderr = stacks_then_kill(proc)
+            return {"missing": f"still running after {CHILD_DEADLINE_S} s; its threads:\n{stdout[-3000:]}\n"
+                               f"{stderr[-6000:]}"}
         if not dump.exists():
-            return {"missing": f"rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"}
+            return {"missing": f"rc={proc.returncode}\n{stdout[-3000:]}\n{stderr[-3000:]}"}
         return json.loads(dump.read_text())
 
     with ThreadPoolExecutor(len(keys)) as pool:
