@@ -471,12 +471,19 @@ def atom_add_u32(
     acq_rel.gpu the arrival counter of a grid: the arriving CTA releases the
     results it stored and the last arrival acquires every earlier one's."""
     _check_ordering(semantics, scope)
-    return Uint32(
+    return _atom_global(Uint32, address, value, f"atom.add.{semantics}.{scope}.global.u32", loc, ip)
+
+
+def _atom_global(kind, address: Int64, value, instruction: str, loc, ip):
+    """``{instruction} $0, [address], value;`` on a 32-bit (``Uint32``) or 64-bit (``Int64``) ``kind``, returning
+    the old value as ``kind``."""
+    register, result_type = ("l", T.i64()) if kind is Int64 else ("r", T.i32())
+    return kind(
         _asm(
-            T.i32(),
-            _ir((Int64(address), Uint32(value)), loc, ip),
-            f"atom.add.{semantics}.{scope}.global.u32 $0, [$1], $2;",
-            "=r,l,r",
+            result_type,
+            _ir((Int64(address), kind(value)), loc, ip),
+            f"{instruction} $0, [$1], $2;",
+            f"={register},l,{register}",
             True,
             loc,
             ip,
@@ -494,17 +501,7 @@ def atom_b64(address: Int64, value: Int64, op: str, *, loc=None, ip=None) -> Int
     its read-and-reset by the CTA that arrives last."""
     if op not in _ATOM_B64:
         raise ValueError(f"op must be one of {sorted(_ATOM_B64)}, got {op!r}")
-    return Int64(
-        _asm(
-            T.i64(),
-            _ir((Int64(address), Int64(value)), loc, ip),
-            f"atom.global.{op} $0, [$1], $2;",
-            "=l,l,l",
-            True,
-            loc,
-            ip,
-        )
-    )
+    return _atom_global(Int64, address, value, f"atom.global.{op}", loc, ip)
 
 
 @dsl_user_op
@@ -757,21 +754,13 @@ def cvt_rp_satfinite_ue8m0x2_f32(hi: Float32, lo: Float32, *, loc=None, ip=None)
 # ---------------------------------------------------------------------------
 
 
-@dsl_user_op
-def argmax_combine(v1: Float32, i1: Int32, v2: Float32, i2: Int32, *, loc=None, ip=None):
-    """``setp``/``selp``: the pair (v1, i1) if v1 > v2, or v1 == v2 and
-    i1 < i2, or v1 is NaN and (v2 is not, or i1 < i2); else (v2, i2). A total
-    order on (value, index), so any reduction tree gives the same winner."""
+def _select_pair(v1: Float32, i1: Int32, v2: Float32, i2: Int32, predicates: str, decide: str, loc, ip):
+    """(v1, i1) where the PTX ``decide`` (on ``$2..$5`` = v1, i1, v2, i2, declaring the .pred registers
+    ``predicates``) leaves the predicate ``keep`` set, else (v2, i2), by ``selp``."""
     struct = _asm(
         llvm.StructType.get_literal([T.f32(), T.i32()]),
         _ir((Float32(v1), Int32(i1), Float32(v2), Int32(i2)), loc, ip),
-        "{\n\t.reg .pred lower, keep, nan1;\n\t.reg .b32 vo, io;\n\t"
-        "setp.lt.s32 lower, $3, $5;\n\t"
-        "setp.eq.and.f32 keep, $2, $4, lower;\n\t"
-        "setp.gt.or.f32 keep, $2, $4, keep;\n\t"
-        "setp.num.or.f32 nan1, $4, $4, lower;\n\t"
-        "setp.nan.and.f32 nan1, $2, $2, nan1;\n\t"
-        "or.pred keep, keep, nan1;\n\t"
+        f"{{\n\t.reg .pred {predicates};\n\t.reg .b32 vo, io;\n\t{decide}"
         "selp.b32 vo, $2, $4, keep;\n\tselp.b32 io, $3, $5, keep;\n\t"
         "mov.b32 $0, vo;\n\tmov.b32 $1, io;\n\t}",
         "=f,=r,f,r,f,r",
@@ -780,25 +769,34 @@ def argmax_combine(v1: Float32, i1: Int32, v2: Float32, i2: Int32, *, loc=None, 
         ip,
     )
     return _unpack(struct, (Float32, Int32), loc, ip)
+
+
+@dsl_user_op
+def argmax_combine(v1: Float32, i1: Int32, v2: Float32, i2: Int32, *, loc=None, ip=None):
+    """``setp``/``selp``: the pair (v1, i1) if v1 > v2, or v1 == v2 and
+    i1 < i2, or v1 is NaN and (v2 is not, or i1 < i2); else (v2, i2). A total
+    order on (value, index), so any reduction tree gives the same winner."""
+    return _select_pair(
+        v1, i1, v2, i2, "lower, keep, nan1",
+        "setp.lt.s32 lower, $3, $5;\n\t"
+        "setp.eq.and.f32 keep, $2, $4, lower;\n\t"
+        "setp.gt.or.f32 keep, $2, $4, keep;\n\t"
+        "setp.num.or.f32 nan1, $4, $4, lower;\n\t"
+        "setp.nan.and.f32 nan1, $2, $2, nan1;\n\t"
+        "or.pred keep, keep, nan1;\n\t",
+        loc, ip,
+    )
 
 
 @dsl_user_op
 def argmax_combine_in_order(v1: Float32, i1: Int32, v2: Float32, i2: Int32, *, loc=None, ip=None):
     """``argmax_combine`` for pairs known to satisfy i1 < i2: (v1, i1) if v1 is
     NaN or v1 >= v2 (ordered), else (v2, i2); two predicates fewer."""
-    struct = _asm(
-        llvm.StructType.get_literal([T.f32(), T.i32()]),
-        _ir((Float32(v1), Int32(i1), Float32(v2), Int32(i2)), loc, ip),
-        "{\n\t.reg .pred nan1, keep;\n\t.reg .b32 vo, io;\n\tsetp.nan.f32 nan1, $2, $2;\n\t"
-        "setp.ge.or.f32 keep, $2, $4, nan1;\n\t"
-        "selp.b32 vo, $2, $4, keep;\n\tselp.b32 io, $3, $5, keep;\n\t"
-        "mov.b32 $0, vo;\n\tmov.b32 $1, io;\n\t}",
-        "=f,=r,f,r,f,r",
-        False,
-        loc,
-        ip,
+    return _select_pair(
+        v1, i1, v2, i2, "nan1, keep",
+        "setp.nan.f32 nan1, $2, $2;\n\tsetp.ge.or.f32 keep, $2, $4, nan1;\n\t",
+        loc, ip,
     )
-    return _unpack(struct, (Float32, Int32), loc, ip)
 
 
 # ---------------------------------------------------------------------------

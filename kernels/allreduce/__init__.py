@@ -1,7 +1,8 @@
 """Seed 004's Lamport all-reduce fused with mHC post-mix, collapse, RMSNorm and MXFP8.
 
 Modules: ``layout`` (buffer shapes, thread maps, constants), ``config``
-(argument validation), ``device`` (DSL building blocks), ``publish``,
+(argument validation), ``device`` (DSL building blocks), ``kernel_shape``
+(the shape the three kernel classes share), ``publish``,
 ``owner_reduce`` and ``consumer`` (the three kernels), ``variants`` (compiles
 through ``kernels.compile``; ``compile_variants`` for the compile gate), ``host``
 (``AllReduceMHC``, the seed's public API: ``__call__`` and ``finalize``). The compile

@@ -66,11 +66,11 @@ import cutlass.cute as cute
 from cutlass import Boolean, Float32, Int32, Int64, Uint32
 
 from kernels import ptx
-from kernels.variant import KernelVariant
 from kernels.flight import ident as flight_ident
-from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part, take
+from kernels.flight_device import FlightRing, begin, digest, end, key_part, take
 from kernels.allreduce import device
 from kernels.allreduce.arguments import TokenInputs, TokenOutputs, WaitDeadline
+from kernels.allreduce.kernel_shape import AllReduceKernel, check_choice
 from kernels.allreduce.layout import (
     ACTIVE,
     GENERATIONS,
@@ -93,7 +93,7 @@ ARCHS = ("sm_90a", "sm_100a")
 FRAGMENTS_PER_SCALE_WORD = MXFP8_BLOCK * SCALE_TILE_COLS // VEC
 
 
-class LamportMHCConsumer(KernelVariant):
+class LamportMHCConsumer(AllReduceKernel):
     """The mHC consumer of one protocol (LL or BT) and one output variant."""
 
     def __init__(
@@ -109,14 +109,11 @@ class LamportMHCConsumer(KernelVariant):
         layout: NormLayout | None = None,
         flight: bool = True,
     ) -> None:
-        if output not in OUTPUTS:
-            raise ValueError(f"output must be one of {OUTPUTS}, got {output!r}")
-        if arch not in ARCHS:
-            raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
+        check_choice("output", output, OUTPUTS)
+        check_choice("arch", arch, ARCHS)
         if not 1 <= hc <= HC_MAX:
             raise ValueError(f"hc must be in [1, {HC_MAX}], got {hc}")
-        if tp < 1 or capacity < 1:
-            raise ValueError(f"tp and capacity must be >= 1, got tp={tp}, capacity={capacity}")
+        self.keep_shape(hidden, tp, capacity, flight)
         if output == "mxfp8" and hidden % (MXFP8_BLOCK * SCALE_TILE_COLS):
             raise ValueError(f"MXFP8 output needs hidden % {MXFP8_BLOCK * SCALE_TILE_COLS} == 0, got {hidden}")
         self.layout = norm_layout(hidden) if layout is None else layout
@@ -124,10 +121,7 @@ class LamportMHCConsumer(KernelVariant):
             raise ValueError(
                 f"layout must have a warp multiple of threads and 1..{MAX_CLUSTER} CTAs, got {self.layout}"
             )
-        self.hidden = hidden
         self.hc = hc
-        self.tp = tp
-        self.capacity = capacity
         self.reduced_input = reduced_input
         self.output = output
         self.arch = arch
@@ -135,10 +129,8 @@ class LamportMHCConsumer(KernelVariant):
         self.threads = self.layout.threads
         self.warps = self.layout.warps
         self.trips = self.layout.trips(hidden)
-        self.fragments = hidden // VEC
         self.sources = 1 if reduced_input else tp
         self.scale_cols = mxfp8_padded_cols(hidden)
-        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""

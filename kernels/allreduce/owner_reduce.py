@@ -22,19 +22,17 @@ dependents (the next kernel still waits for the whole grid).
 
 from __future__ import annotations
 
-import math
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, Uint32
 
 from kernels import ptx
-from kernels.variant import KernelVariant
 from kernels.flight import ident as flight_ident
-from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part, take
+from kernels.flight_device import FlightRing, begin, digest, end, key_part, take
 from kernels.allreduce import device
 from kernels.allreduce.arguments import WaitDeadline
+from kernels.allreduce.kernel_shape import FANOUTS, AllReduceKernel, check_choice
 from kernels.allreduce.layout import (
     ACTIVE,
     GENERATIONS,
@@ -42,32 +40,17 @@ from kernels.allreduce.layout import (
     PUBLISH_THREADS,
     VEC,
     VEC_BYTES,
-    owner_capacity,
 )
 
-FANOUTS = ("multicast", "unicast")
 
-
-class OwnerReduceKernel(KernelVariant):
+class OwnerReduceKernel(AllReduceKernel):
     """Reduces the tokens a rank owns (BT) and fans the sums out to every rank."""
 
     def __init__(self, *, hidden: int, tp: int, capacity: int, fanout: str, threads: int = PUBLISH_THREADS,
                  flight: bool = True) -> None:
-        if fanout not in FANOUTS:
-            raise ValueError(f"fanout must be one of {FANOUTS}, got {fanout!r}")
-        if hidden <= 0 or hidden % VEC:
-            raise ValueError(f"hidden must be a positive multiple of {VEC}, got {hidden}")
-        if tp < 1 or capacity < 1:
-            raise ValueError(f"tp and capacity must be >= 1, got tp={tp}, capacity={capacity}")
-        self.hidden = hidden
-        self.tp = tp
-        self.capacity = capacity
+        check_choice("fanout", fanout, FANOUTS)
+        self.keep_fragment_grid(hidden, tp, capacity, threads, flight)
         self.fanout = fanout
-        self.threads = threads
-        self.fragments = hidden // VEC
-        self.ctas_per_token = math.ceil(self.fragments / threads)
-        self.owner_capacity = owner_capacity(capacity, tp)
-        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""

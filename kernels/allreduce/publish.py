@@ -31,18 +31,16 @@ waits on ``griddepcontrol.wait`` for this grid to finish.
 
 from __future__ import annotations
 
-import math
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64, Uint32
 
 from kernels import ptx
-from kernels.variant import KernelVariant
 from kernels.flight import ident as flight_ident
-from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part, take
+from kernels.flight_device import FlightRing, begin, digest, end, key_part, take
 from kernels.allreduce import device
+from kernels.allreduce.kernel_shape import FANOUTS, AllReduceKernel, check_choice
 from kernels.allreduce.layout import (
     ACTIVE,
     NEXT,
@@ -50,15 +48,13 @@ from kernels.allreduce.layout import (
     TOP_K_MAX,
     VEC,
     VEC_BYTES,
-    owner_capacity,
 )
 
 PROTOCOLS = ("ll", "bt")
 SOURCES = ("plain", "finalize")
-FANOUTS = ("multicast", "unicast")
 
 
-class PublishKernel(KernelVariant):
+class PublishKernel(AllReduceKernel):
     """Publishes one rank's contribution (plain or MoE finalize) for LL or BT."""
 
     def __init__(
@@ -74,32 +70,16 @@ class PublishKernel(KernelVariant):
         threads: int = PUBLISH_THREADS,
         flight: bool = True,
     ) -> None:
-        if protocol not in PROTOCOLS:
-            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-        if source not in SOURCES:
-            raise ValueError(f"source must be one of {SOURCES}, got {source!r}")
-        if fanout not in FANOUTS:
-            raise ValueError(f"fanout must be one of {FANOUTS}, got {fanout!r}")
-        if hidden <= 0 or hidden % VEC:
-            raise ValueError(f"hidden must be a positive multiple of {VEC}, got {hidden}")
-        if tp < 1 or capacity < 1:
-            raise ValueError(f"tp and capacity must be >= 1, got tp={tp}, capacity={capacity}")
+        check_choice("protocol", protocol, PROTOCOLS)
+        check_choice("source", source, SOURCES)
+        check_choice("fanout", fanout, FANOUTS)
         if source == "finalize" and not 1 <= top_k <= TOP_K_MAX:
             raise ValueError(f"top_k must be in [1, {TOP_K_MAX}] for finalize, got {top_k}")
-        if threads <= 0 or threads % 32:
-            raise ValueError(f"threads must be a positive multiple of 32, got {threads}")
-        self.hidden = hidden
-        self.tp = tp
-        self.capacity = capacity
+        self.keep_fragment_grid(hidden, tp, capacity, threads, flight)
         self.protocol = protocol
         self.source = source
         self.fanout = fanout
         self.top_k = top_k
-        self.threads = threads
-        self.fragments = hidden // VEC
-        self.ctas_per_token = math.ceil(self.fragments / threads)
-        self.owner_capacity = owner_capacity(capacity, tp)
-        self.flight = checked_flag(flight)
 
     def key(self) -> tuple:
         """The configuration that identifies a compiled variant."""

@@ -8,7 +8,6 @@ in its own process. It writes ``{"launch_failed", "report"}`` as JSON to
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -18,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from allreduce_cases import make_call, make_config, make_static, to_device  # noqa: E402
 from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: E402
-from kernels.fabric import VirtualFabric  # noqa: E402
+from trap_child import dump_rank0_and_exit, launch_failed, report_json  # noqa: E402
 
 
 def main(path: str) -> None:
@@ -34,19 +33,9 @@ def main(path: str) -> None:
         if fabric.rank == 1:
             return None  # skips the call
         system.launch(to_device(call, device), {})
-        try:
-            torch.cuda.current_stream().synchronize()
-            failed = False
-        except RuntimeError:
-            failed = True
-        report = system.diag_record.read()
-        return {"launch_failed": failed, "report": None if report is None else report.to_json()}
+        return {"launch_failed": launch_failed(), "report": report_json(system.diag_record)}
 
-    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
-    with open(path, "w") as fh:
-        json.dump(results[0], fh)
-    sys.stdout.flush()
-    os._exit(0)
+    dump_rank0_and_exit(path, body, device)
 
 
 if __name__ == "__main__":

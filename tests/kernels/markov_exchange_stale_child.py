@@ -9,16 +9,14 @@ as JSON to ``argv[1]`` and exits.
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 
 import torch
 
 from kernels.diag import DiagRecord
-from kernels.fabric import VirtualFabric
 from kernels.markov.exchange import PeerGather
 from kernels.markov.exchange_layout import flag_offset, slot_offset, tag_of
+from trap_child import dump_rank0_and_exit, launch_failed, report_json
 
 PAYLOAD = torch.arange(8, dtype=torch.int32).view(2, 4)
 
@@ -41,19 +39,11 @@ def main(path: str) -> None:
         source = PAYLOAD.to(device)
         torch.cuda.current_stream().synchronize()
         out = gather.gather(source)
-        try:
-            torch.cuda.current_stream().synchronize()
-            failed, stale = False, bool((out[1].view(torch.uint8) == 0x55).all())
-        except RuntimeError:
-            failed, stale = True, None
-        report = gather.diag_record.read()
-        return {"launch_failed": failed, "out_is_stale": stale, "report": None if report is None else report.to_json()}
+        failed = launch_failed()
+        stale = None if failed else bool((out[1].view(torch.uint8) == 0x55).all())
+        return {"launch_failed": failed, "out_is_stale": stale, "report": report_json(gather.diag_record)}
 
-    results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
-    with open(path, "w") as fh:
-        json.dump(results[0], fh)
-    sys.stdout.flush()
-    os._exit(0)
+    dump_rank0_and_exit(path, body, device)
 
 
 if __name__ == "__main__":

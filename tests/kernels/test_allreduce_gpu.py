@@ -11,10 +11,6 @@ grids of virtual ranks and the kernels walk the tokens
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import threading
 
 import pytest
@@ -31,11 +27,11 @@ from allreduce_cases import (
     to_device,
 )
 from golden.allreduce import rank_order_sum, reference
+from trap_child import trapped_report
 
 pytestmark = pytest.mark.gpu
 
 _CAPTURE_LOCK = threading.Lock()
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _script(config: dict, seed: int) -> list:
@@ -251,17 +247,7 @@ def test_bad_inputs_raise_before_launch_then_valid_call_is_golden():
 
 def test_skipped_call_times_out_naming_the_rank(tmp_path):
     """A rank that skips a call: the others' consumers trap and the record names it."""
-    dump = tmp_path / "diag.json"
-    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "allreduce_timeout_child.py")
-    proc = subprocess.run(
-        [sys.executable, child, str(dump)], cwd=ROOT, capture_output=True, text=True, timeout=240,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
-    )
-    assert dump.exists(), f"child wrote no record: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    record = json.loads(dump.read_text())
-    assert record["launch_failed"], record
-    report = record["report"]
-    assert report is not None, record
+    _, report = trapped_report("allreduce_timeout_child.py", tmp_path / "diag.json")
     assert report["kind_name"] == "LAMPORT_SLOT" and report["awaited_rank"] == 1 and report["rank"] == 0, report
 
 

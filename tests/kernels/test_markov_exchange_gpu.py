@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from test_markov_fused_gpu import assert_same, build_case, config_of, golden, grid_bias, to_gpu
+from trap_child import trapped_report
 
 pytestmark = pytest.mark.gpu
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -94,17 +95,7 @@ def test_stale_tag_is_never_taken(tmp_path):
     take it: its wait passes the deadline and the record names rank 1, the tag it expected and the stale one."""
     from kernels.markov.exchange_layout import tag_of
 
-    dump = tmp_path / "stale.json"
-    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "markov_exchange_stale_child.py")
-    proc = subprocess.run(
-        [sys.executable, child, str(dump)], cwd=ROOT, capture_output=True, text=True, timeout=240,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
-    )
-    assert dump.exists(), f"child wrote no result: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    result = json.loads(dump.read_text())
-    assert result["launch_failed"], result
-    report = result["report"]
-    assert report is not None, result
+    _, report = trapped_report("markov_exchange_stale_child.py", tmp_path / "stale.json")
     assert report["kind_name"] == "MAILBOX_TAG" and report["rank"] == 0 and report["awaited_rank"] == 1, report
     assert report["expected_tag"] == tag_of(0) and report["seen_tag"] == tag_of((0 - 2) & 0xFFFFFFFF), report
     assert report["launch"] == 0, report
