@@ -15,7 +15,8 @@ VENV_STAMP := .venv/.installed
 endif
 XDIST ?= -n auto
 # GPU tests share the one GPU four processes at a time; a worker whose context a test ended is replaced (tests/cuda_guard.py);
-# tests of one xdist_group (a shared expensive fixture) run on one worker.
+# tests of one xdist_group (a shared expensive fixture) run on one worker. GPU validation runs beside the tests
+# (its log printed after them): the tests leave the GPU mostly idle, and each alone left the other waiting.
 GPU_XDIST ?= -n 4 --dist loadgroup
 ARGS ?=
 
@@ -45,8 +46,13 @@ test: $(VENV_STAMP)
 gpu-test: $(VENV_STAMP)
 	@$(PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || \
 		{ echo "make gpu-test: needs a GPU (torch.cuda.is_available() is False for $(PYTHON)); run it on a GPU machine" >&2; exit 1; }
-	$(PYTHON) -m pytest -m gpu $(GPU_XDIST) -p no:cacheprovider $(ARGS)
-	$(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml
+	@mkdir -p runs; \
+	$(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml > runs/gpu-validate.log 2>&1 & validate=$$!; \
+	trap 'kill -TERM $$validate 2>/dev/null; wait $$validate; exit 130' INT TERM HUP; \
+	$(PYTHON) -m pytest -m gpu $(GPU_XDIST) -p no:cacheprovider $(ARGS); tests=$$?; \
+	wait $$validate; validated=$$?; cat runs/gpu-validate.log; \
+	echo "make gpu-test: pytest exit $$tests, validate exit $$validated (its log: runs/gpu-validate.log)"; \
+	[ $$tests -eq 0 ] && [ $$validated -eq 0 ]
 
 validate: $(VENV_STAMP)
 	$(PYTHON) -m harness validate --launcher auto $(ARGS)
