@@ -39,6 +39,16 @@ stand-in take, the harness's per-family kernel deadlines (one of them the
 default of ``contracts.markov_sharded``'s own config check) and the
 wall-clock allowances sit side by side on one page, and the modules that
 used to hold copies import them from here.
+
+The agent's shutdown. On several nodes, once every node has said it is
+done with a job and none of their agents missed torchrun's exit barrier,
+each agent passes the barrier and shuts its rendezvous down by itself; a
+node gives its agent ``AGENT_SHUTDOWN_S`` for that from when its workers
+have all exited (``harness.launch.jobs``), not a grace period: a SIGTERM in
+the middle of that shutdown is what left a traceback in a healthy node's
+log (issue 40). Past it the agent is ended and the job says "stuck agent
+shutdown". Like the kernel deadlines, the load does not scale it: it is a
+backstop, not a wait anything is ordered by.
 """
 
 from __future__ import annotations
@@ -63,6 +73,10 @@ STARTUP_S = 90.0
 CASE_ALLOWANCE_S = 20.0
 MAX_LOAD_FACTOR = 10.0
 
+# How long a node waits for a torchrun agent whose workers have all exited (every node done, none missed the exit
+# barrier) to finish its rendezvous shutdown by itself before ending it as a stuck agent shutdown.
+AGENT_SHUTDOWN_S = 60.0
+
 
 def scaled_defaults(factor: float, *, startup_s: float | None, per_launch_s: float | None) -> dict:
     """The job settings' startup allowance, case allowance and per-launch deadline: each given value as it is, each
@@ -72,6 +86,6 @@ def scaled_defaults(factor: float, *, startup_s: float | None, per_launch_s: flo
             "per_launch_s": per_launch_s if per_launch_s is not None else DEFAULT_PER_LAUNCH_S * factor}
 
 
-__all__ = ["ALLREDUCE_MHC_HARNESS_TIMEOUT_MS", "BENCH_TIMEOUT_MS", "BENCH_TIMEOUT_NS", "CASE_ALLOWANCE_S",
+__all__ = ["AGENT_SHUTDOWN_S", "ALLREDUCE_MHC_HARNESS_TIMEOUT_MS", "BENCH_TIMEOUT_MS", "BENCH_TIMEOUT_NS", "CASE_ALLOWANCE_S",
            "DEFAULT_PER_LAUNCH_S", "MARKOV_FUSED_HARNESS_TIMEOUT_NS", "MARKOV_SHARDED_CONFIG_TIMEOUT_NS",
            "MAX_LOAD_FACTOR", "SERVING_DEADLINE_MS", "SERVING_DEADLINE_NS", "STARTUP_S", "scaled_defaults"]

@@ -17,20 +17,28 @@ in an exit barrier (up to 300 s) that an ended agent never reaches, and an
 agent that leaves by itself still writes to the store afterwards (it shuts
 its rendezvous down); an agent still waiting in the barrier, or shutting
 down, when the store closes leaves a traceback in its node's log. So each
-node's job runner says two things in the job's store, each once, each an
-``add`` on a counter under a key of the job's own:
+node's job runner says up to three things in the job's store, each once,
+each an ``add`` on a counter under a key of the job's own:
 
-1. ``NodesDone.mark`` (``rankcheck/<rdzv id>/done``): its node needs nothing
-   more from the job (its cases are all settled, or its watchdog ended its
-   agent). A node whose cases are all settled ends its agent waiting in the
-   barrier as soon as the counter says every node is done (``all_done``).
-2. ``NodesDone.mark_exited`` (``rankcheck/<rdzv id>/exited``): its agent's
+1. ``NodesDone.mark_missed`` (``rankcheck/<rdzv id>/missed``): its agent
+   did not leave by itself (its watchdog ended it, or its workers failed),
+   so it never reaches torchrun's exit barrier and every other node's agent
+   would wait there for it; said before the next one, so that a node that
+   reads every node done (``all_done``) and then ``any_missed`` cannot miss it.
+2. ``NodesDone.mark`` (``rankcheck/<rdzv id>/done``): its node needs nothing
+   more from the job (its cases are all settled, or its agent is gone). A
+   node whose cases are all settled ends its agent waiting in the barrier
+   as soon as some node has missed it (``any_missed``); once every node is
+   done and none missed, every agent passes the barrier and shuts its
+   rendezvous down by itself, unsignalled (``harness.launch.jobs``).
+3. ``NodesDone.mark_exited`` (``rankcheck/<rdzv id>/exited``): its agent's
    process tree is gone (it left by itself, or its harness ended it).
 
 The holder closes the store (``HeldStores``) once every node has said the
-second, or at the job's last deadline (every node's agent ended by then),
-whichever comes first: its own node may finish first and go on to the next
-job; the store waits for the other nodes' agents.
+third, or at the job's last deadline (``harness.launch.job_clock.JobClock.agents_gone_by``:
+every node's agent has left the barrier or its shutdown by then), whichever
+comes first: its own node may finish first and go on to the next job; the
+store waits for the other nodes' agents, an event, not a grace period.
 
 A store that cannot be reached answers nothing (the caller keeps its
 deadline); a failed connection is not retried for ``RETRY_S``, so a poll
@@ -60,6 +68,11 @@ def exited_key(job_id: str) -> str:
     return f"rankcheck/{job_id}/exited"
 
 
+def missed_key(job_id: str) -> str:
+    """The key of a job's missed-counter in its store (nodes whose agent never reaches torchrun's exit barrier)."""
+    return f"rankcheck/{job_id}/missed"
+
+
 def split_endpoint(endpoint: str) -> tuple[str, int | None]:
     """``host:port`` as (host, port); the port is None when the endpoint has none."""
     host, _, port = endpoint.rpartition(":")
@@ -76,14 +89,15 @@ def on_this_machine(host: str) -> bool:
 
 
 class NodesDone:
-    """The done- and exited-counters of one multi-node job in its c10d store at ``endpoint`` (``host:port``)."""
+    """The missed-, done- and exited-counters of one multi-node job in its c10d store at ``endpoint`` (``host:port``)."""
 
     def __init__(self, endpoint: str, job_id: str, nnodes: int) -> None:
         self.host, self.port = split_endpoint(endpoint)
-        self.key, self.exited_key = done_key(job_id), exited_key(job_id)
+        self.key, self.exited_key, self.missed_key = done_key(job_id), exited_key(job_id), missed_key(job_id)
         self.nnodes = nnodes
         self.marked = False
         self.exited = False
+        self.missed = False
         self._store = None
         self._failed_at: float | None = None
 
@@ -123,6 +137,16 @@ class NodesDone:
         self._failed_at = None
         if not self.exited and self._add(self.exited_key, 1) is not None:
             self.exited = True
+
+    def mark_missed(self) -> None:
+        """Count this node's agent as one that never reaches torchrun's exit barrier (once; before ``mark``)."""
+        if not self.missed and self._add(self.missed_key, 1) is not None:
+            self.missed = True
+
+    def any_missed(self) -> bool:
+        """Whether some node's agent never reaches the exit barrier (False when the store cannot tell)."""
+        count = self._add(self.missed_key, 0)
+        return count is not None and count > 0
 
     def all_done(self) -> bool:
         """Whether every node of the job has said it is done (False when the store cannot tell)."""
@@ -193,4 +217,5 @@ class HeldStores:
                 self.held = []  # a job that never ended here has no deadline: nothing to wait for
 
 
-__all__ = ["HeldStore", "HeldStores", "NodesDone", "done_key", "exited_key", "on_this_machine", "split_endpoint"]
+__all__ = ["HeldStore", "HeldStores", "NodesDone", "done_key", "exited_key", "missed_key", "on_this_machine",
+           "split_endpoint"]

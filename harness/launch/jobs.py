@@ -36,17 +36,28 @@ On several nodes the job's rendezvous store is held by the harness on the
 endpoint's machine, not by a torchrun agent (``harness.launch.job_store``),
 so the watchdog ending one node's agent takes no other node's job with it.
 A node whose cases are all settled still has its agent waiting in
-torchrun's exit barrier for every other node's agent (up to 300 s); it ends
-it once every node has said it is done with the job (a counter in the job's
-store; a grace period after the last) or, failing that, once every case of
-the job would have run out of time on any node (``harness.launch.job_clock.EXIT_BARRIER_MARGIN_S``
-after the budgets). A node whose group hangs thus costs the job about its
-deadline, not torchrun's 300 s. Once its agent's process tree is gone, each
-node says so in a second counter; the holder keeps the store until every
-node has (an agent leaving by itself still shuts its rendezvous down in the
-store), or until the job's last deadline and a grace period, and meanwhile
-goes on: the next job meets at the endpoint's port plus its job number
-(``Rendezvous.job_endpoint``), in a store of its own.
+torchrun's exit barrier for every other node's agent (up to 300 s). Which
+way it leaves is told by events in the job's store, not by grace periods
+(``harness.launch.job_store``): a node whose agent did not leave by itself
+(its watchdog ended it, or its workers failed) says it missed the barrier,
+and every node whose cases are settled then ends its own waiting agent at
+once; failing any word, once every case of the job would have run out of
+time on any node (``harness.launch.job_clock.EXIT_BARRIER_MARGIN_S`` after
+the budgets). A node whose group hangs thus costs the job about its
+deadline, not torchrun's 300 s. Once every node has said it is done and
+none missed, every agent passes the barrier and shuts its rendezvous down
+by itself, and its harness sends it nothing: a SIGTERM in that shutdown,
+whoever finishes last, is what left a traceback in a healthy node's log
+(issue 40). Only an agent still there ``JobSettings.agent_shutdown_s``
+(``contracts.deadlines.AGENT_SHUTDOWN_S``) after its workers have all
+exited is ended, and the job says "stuck agent shutdown" in its log and in
+an error verdict (``stuck_shutdown_result``), so the exit code tells the
+truth. Once its agent's process tree is gone, each node says so in another
+counter; the holder keeps the store until every node has (an agent leaving
+by itself still shuts its rendezvous down in the store), or until the
+job's last deadline (``JobClock.agents_gone_by``) and a grace period, and
+meanwhile goes on: the next job meets at the endpoint's port plus its job
+number (``Rendezvous.job_endpoint``), in a store of its own.
 
 Each job leaves ``timing/job<i>[.node<k>].json``: its start, whether a
 standby spare ran it (``ready`` or still ``starting`` when handed the job),
@@ -67,6 +78,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from contracts.deadlines import AGENT_SHUTDOWN_S
 from harness.launch.load_scale import CASE_ALLOWANCE_S, STARTUP_S
 from harness.wire.case_files import CaseId
 from harness.wire.tp_groups import group_ranks, tp_size
@@ -85,7 +97,7 @@ from harness.wire.rank_result import RankResult
 from harness.wire.case_result import CaseResult
 from harness.launch.diagnosis import diagnose, kernel_diag_records
 from harness.launch.rank_deaths import first_failure, stopped_ranks
-from harness.launch.supervision import Supervised
+from harness.launch.supervision import Supervised, processes_with_token
 
 if TYPE_CHECKING:
     from harness.launch.spares import StandbyPool
@@ -107,6 +119,8 @@ class JobSettings:
     startup_s: float = STARTUP_S
     case_allowance_s: float = CASE_ALLOWANCE_S
     grace_s: float = 3.0
+    # How long an agent past torchrun's exit barrier, its workers all gone, may take to leave by itself.
+    agent_shutdown_s: float = AGENT_SHUTDOWN_S
     tp: int | None = None
     rendezvous: Rendezvous = field(default_factory=Rendezvous)
     store: str | None = None
@@ -261,7 +275,8 @@ class JobRunner:
         s = self.settings
         budgets = sum(self._case_budget(p.case) for p in pending)
         return JobClock(job_started=max(self.job_started_monotonic, self.job_numbers.others_free_at),
-                        budgets=budgets, cap=s.startup_s + budgets + s.case_allowance_s, startup_s=s.startup_s)
+                        budgets=budgets, cap=s.startup_s + budgets + s.case_allowance_s, startup_s=s.startup_s,
+                        agent_shutdown_s=s.agent_shutdown_s)
 
     def _hold_job_store(self) -> tuple[NodesDone | None, Any]:
         """With several nodes: the job's done-counter, and the job's store when this harness serves it."""
@@ -279,13 +294,13 @@ class JobRunner:
         runs, argv, log_path = self._start_job(pending, world, tp)
         clock = self._job_clock(pending)
         nodes_done, held = self._hold_job_store()
-        watch = _JobWatch(self, runs, world, tp, clock, nodes_done)
         env = self._job_env(world)
         sup = s.standby.take(argv, env, log_path) if s.standby is not None else None
         if sup is None:
             with open(log_path, "ab") as log:
                 sup = Supervised(argv, env=env, cwd=str(REPO_ROOT), stdout=log, stderr=log, grace_s=s.grace_s,
                                  stacks_dir=stacks_dir(s.run_dir))
+        watch = _JobWatch(self, runs, world, tp, clock, nodes_done, agent_alone=lambda: only_the_agent_left(sup))
         outcome = sup.wait(clock.cap + REFERENCE_ALLOWANCE_S, poll=watch.expired,
                            on_expiry=lambda: self._note_stopped(runs))
         if outcome.returncode not in (0, None) and not outcome.timed_out and s.launcher != "virtual":
@@ -294,27 +309,46 @@ class JobRunner:
             self.on_note(f"job {self.job_index}: processes still alive after ending the job: {outcome.leftovers}")
         watch.settle_completed()
         if nodes_done is not None:
-            self._leave_job_store(outcome, clock, nodes_done, held)
-        if outcome.timed_out and all(run.current is None for run in runs):
+            self._leave_job_store(outcome, clock, nodes_done, held, passed_barrier=watch.stuck)
+        if watch.stuck:
+            self._report_stuck_shutdown(log_path, sup, world)
+        elif outcome.timed_out and all(run.current is None for run in runs):
             self.on_note(f"job {self.job_index}: every case here settled; this node's torchrun agent waited in "
-                         f"torchrun's exit barrier until every node was done with the job (or their cases' time "
-                         f"was up), and was ended")
+                         f"torchrun's exit barrier for an agent that never reaches it (another node's agent "
+                         f"missed it, or their cases' time was up), and was ended")
         still = self._after_job(pending, runs, outcome, world, tp)
         self._write_timing(outcome, world, tp, sup.spare)
         return still
 
-    def _leave_job_store(self, outcome, clock: JobClock, nodes_done: NodesDone, held: Any) -> None:
-        """Say this node is done with the job's store and its agent is gone, and when the other nodes can start
-        the next job."""
+    def _leave_job_store(self, outcome, clock: JobClock, nodes_done: NodesDone, held: Any, *,
+                         passed_barrier: bool = False) -> None:
+        """Say whether this node's agent missed torchrun's exit barrier, that the node is done with the job's store
+        and its agent is gone, and when the other nodes can start the next job."""
+        left_by_itself = outcome.returncode == 0 and not outcome.timed_out
+        if not (left_by_itself or passed_barrier):
+            # before mark(): a node that reads every node done then reads this too, and ends its waiting agent
+            nodes_done.mark_missed()
         nodes_done.mark()  # this node needs nothing more from the job's store
         nodes_done.mark_exited()  # called once the agent's tree ended (Supervised.wait): it uses the store no more
         # ended by itself, every agent passed torchrun's exit barrier: the other nodes are done with the job
-        together = (outcome.returncode == 0 and not outcome.timed_out) or clock.all_done_at is not None
+        together = left_by_itself or clock.all_done_at is not None
         self.job_numbers.others_free_at = time.monotonic() if together else clock.others_done_by()
         if held is not None:
-            # every node ends its agent by its own others_done_by at the latest, which takes up to grace_s
-            held.deadline = clock.others_done_by() + self.settings.grace_s
+            # every node's agent has left the barrier or its shutdown by then; ending it takes up to grace_s
+            held.deadline = clock.agents_gone_by() + self.settings.grace_s
         self.job_numbers.stores.release_finished()
+
+    def _report_stuck_shutdown(self, log_path: Path, tree: Supervised, world: int) -> None:
+        """Say in the job's log, a note and an error verdict that this node's agent, past the exit barrier, did not
+        finish its rendezvous shutdown within ``agent_shutdown_s`` and was ended."""
+        s = self.settings
+        pid = tree.proc.pid if tree.proc is not None else None
+        line = (f"rankcheck: stuck agent shutdown: torchrun agent {pid} of job {self.job_index} had not left "
+                f"{s.agent_shutdown_s:g} s after every node was done and its workers had exited; it was ended")
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(line + "\n")
+        self.on_note(f"job {self.job_index}: {line}")
+        self.on_result(stuck_shutdown_result(s, self.job_index, world, line))
 
     def _after_job(self, pending: list[Pending], runs: list[GroupRun], outcome, world: int,
                    tp: int) -> list[Pending]:
@@ -487,9 +521,11 @@ class _JobWatch:
     """A job while it runs: settles each group's finished cases and says when a group's (or the job's) time is up."""
 
     def __init__(self, runner: JobRunner, runs: list[GroupRun], world: int, tp: int, clock: JobClock,
-                 nodes_done: NodesDone | None) -> None:
+                 nodes_done: NodesDone | None, agent_alone: Callable[[], bool] = lambda: False) -> None:
         self.runner, self.runs, self.world, self.tp = runner, runs, world, tp
         self.clock, self.nodes_done = clock, nodes_done
+        self.agent_alone = agent_alone  # whether the agent's workers have all exited (only it is left in its tree)
+        self.stuck = False  # the agent was ended in its shutdown, past the exit barrier
 
     def settle_completed(self) -> None:
         """Judge and report, group by group, every leading case whose ranks on this node have all written results."""
@@ -535,17 +571,42 @@ class _JobWatch:
 
         It waits (up to 300 s) in torchrun's exit barrier for every other
         node's agent, and leaves by itself only once all have reached it: so
-        it is ended once every node has said it is done (and a grace period
-        to leave by itself has passed), or no node's case may run any
-        longer."""
-        clock = self.clock
-        if self.nodes_done is not None:
-            self.nodes_done.mark()
-            if clock.all_done_at is None and self.nodes_done.all_done():
-                clock.all_done_at = now
-        if clock.all_done_at is not None and now - clock.all_done_at > self.runner.settings.grace_s:
-            return True
-        return now > clock.others_done_by()
+        it is ended as soon as some node's agent has missed the barrier, or
+        once no node's case may run any longer. Once every node is done and
+        none missed, it passes the barrier and shuts its rendezvous down by
+        itself: it is ended only when that has taken ``agent_shutdown_s``
+        since its workers all exited (``stuck``)."""
+        clock, nodes_done = self.clock, self.nodes_done
+        if nodes_done is None:
+            return now > clock.others_done_by()
+        nodes_done.mark()
+        # done before missed: a node says it missed before it says it is done (NodesDone.mark_missed)
+        if clock.all_done_at is None and nodes_done.all_done():
+            clock.all_done_at = now
+        if nodes_done.any_missed():
+            return True  # read every poll: a node that said done may still miss the barrier (its agent failed)
+        if clock.all_done_at is None:
+            return now > clock.others_done_by()
+        if clock.agent_alone_at is None and self.agent_alone():
+            clock.agent_alone_at = now
+        self.stuck = now > clock.shutdown_deadline()
+        return self.stuck
+
+
+def only_the_agent_left(tree: Supervised) -> bool:
+    """Whether the only live process of the job's tree is the one it started (the agent: its workers have exited)."""
+    if tree.proc is None:
+        return False
+    return set(processes_with_token(tree.token)) <= {tree.proc.pid}
+
+
+def stuck_shutdown_result(settings: JobSettings, job_index: int, world: int, detail: str) -> CaseResult:
+    """The error verdict of a job whose agent was ended in its rendezvous shutdown (``family`` ``job``, like
+    ``harness.reports.merge``'s own node errors: a node's, never planned on the others)."""
+    node = settings.rendezvous.node_rank
+    return CaseResult("job", f"node{node}:job{job_index}:agent-shutdown", world, settings.launcher, "error",
+                      expected="the torchrun agent leaves by itself once every node is done", detail=detail,
+                      impl=settings.impl)
 
 
 def job_log_dir(settings: JobSettings, job_index: int) -> Path:

@@ -29,7 +29,9 @@ report, and a case some node reported that another node has no verdict for
 (a node that died or was interrupted part way), each become an ``error``
 result, so the job is not green; so does a node report that still says
 ``running, not finished`` (its harness was killed or crashed before its
-last write: ``killed-or-crashed``).
+last write: ``killed-or-crashed``). An error of a node's own job (family
+``job``: its agent stuck in its shutdown, ``harness.launch.jobs``) is that
+node's alone and not expected of the others.
 """
 
 from __future__ import annotations
@@ -174,8 +176,10 @@ def absent_node_results(reports: Sequence[NodeReport]) -> list[MergedResult]:
                          detail=f"node {rep.rank}: killed-or-crashed (its report {rep.path} still says "
                                 f"{RUNNING!r}: the harness ended before its last write)")
             for rep in reports if rep.summary.get("ended") == RUNNING]
-    # Every node plans the same cases; each reports them for its own groups (stored-bits checks on one node only).
-    planned = {rep.rank: {case_key(r)[:4] for r in rep.results if r.launcher != STORED_BITS_LAUNCHER}
+    # Every node plans the same cases; each reports them for its own groups (stored-bits checks on one node only,
+    # a node's own job errors, family "job", on that node only: harness.launch.jobs.stuck_shutdown_result).
+    planned = {rep.rank: {case_key(r)[:4] for r in rep.results
+                          if r.launcher != STORED_BITS_LAUNCHER and r.family != "job"}
                for rep in reports}
     everywhere = set().union(*planned.values())
     for rep in reports:

@@ -189,6 +189,19 @@ def test_a_missing_node_or_a_report_that_stops_short_is_an_error(tmp_path):
     assert any("node 1 of 2: no report" in r["detail"] for r in doc["results"])
 
 
+def test_a_nodes_own_job_error_is_its_alone_and_fails_the_merge(tmp_path):
+    """A node whose agent was ended in its shutdown reports an error of family ``job`` (``harness.launch.jobs``):
+    the merge keeps it, fails on it, and does not ask the other nodes for it."""
+    stuck = CaseResult("job", "node1:job0:agent-shutdown", 2, "cpu", "error", detail="stuck agent shutdown: ...")
+    a = node_report(tmp_path, 0, [result(group=0)])
+    b = node_report(tmp_path, 1, [result(group=1), stuck])
+    code, doc, _ = merged(tmp_path, a, b)
+    assert code == 1
+    errors = [(r["family"], r["scenario"], [n["node"] for n in r["nodes"]]) for r in doc["results"]
+              if r["status"] == "error"]
+    assert errors == [("job", "node1:job0:agent-shutdown", [1])]
+
+
 def test_exit_codes_follow_the_single_run_rule(tmp_path):
     unavailable = node_report(tmp_path, 0, [result(status="not-available", detail="no GPU")], nnodes=1)
     assert merged(tmp_path, unavailable)[0] == 3
@@ -328,8 +341,10 @@ def test_the_job_store_outlives_an_agent_slow_to_shut_down_after_the_holders_nod
     report says so), the order that left a traceback in a healthy node's log (issue 40).
 
     Node 0 starts alone and its harness binds the store before starting its agent (the port listens before node 1
-    starts: node 0 holds it). The store must answer node 1's agent to the end: neither node's job log holds a
-    traceback or a RendezvousConnectionError, both exit codes are 0 and every verdict is a pass."""
+    starts: node 0 holds it). The store must answer node 1's agent to the end, and no harness may signal an agent
+    past torchrun's exit barrier (it used to, a grace period after every node was done, in the middle of node 1's
+    shutdown when the machine was loaded): neither node's job log holds a traceback, a RendezvousConnectionError or
+    an agent "ended by" a signal, both exit codes are 0 and every verdict is a pass."""
     validate_line, _ = readme_nightly_lines()
     port = free_ports()
     holder_ended = tmp_path / "nightly.node0.json"
@@ -351,8 +366,8 @@ def test_the_job_store_outlives_an_agent_slow_to_shut_down_after_the_holders_nod
     assert [(o.returncode, o.timed_out, o.leftovers) for o in outcomes] == [(0, False, [])] * NODES_HERE, outputs
     # the planted order happened: node 1's agent shut its rendezvous down after node 0's run had ended
     assert f"s for {holder_ended} (found)" in job_logs[1], job_logs[1]
-    assert [("Traceback" in text, "RendezvousConnectionError" in text) for text in job_logs] == [
-        (False, False)] * NODES_HERE, job_logs
+    assert [("Traceback" in text, "RendezvousConnectionError" in text, "ended by" in text,
+             "stuck agent shutdown" in text) for text in job_logs] == [(False, False, False, False)] * NODES_HERE, job_logs
     for node in range(NODES_HERE):
         doc = json.loads((tmp_path / f"nightly.node{node}.json").read_text())
         cases = [r for r in doc["results"] if r["launcher"] == "cpu"]
