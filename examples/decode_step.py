@@ -54,7 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world 
 from example_world import join_world  # noqa: E402
 import torch  # noqa: E402
 
-FAMILIES = ("allreduce_mhc", "markov_sharded", "markov_fused")
+from golden.families import FAMILIES  # noqa: E402 - the one list of families, found from their folders
 NO_GPU_EXIT = 2
 
 

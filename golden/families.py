@@ -1,56 +1,71 @@
-"""The families, and the facts about each that the packages branch on: one registry, imported by all.
+"""The families, found rather than listed: the one registry that golden, scenarios and the harness read.
 
-``golden/`` imports nothing outside itself, ``scenarios/`` imports
-``golden/`` and ``harness/`` imports both, so the one list of families and
-the plain facts about each (no code, no imports) live in this leaf module:
-the scenario schema, the builders, the recorded bundles and the golden
-store read them here, and each harness adapter (``harness/families/``)
-must agree with them (``tests/harness/test_families.py``). What a family
-*does* (its golden loop, its builders, its config checks) stays in that
-family's own functions; only the facts that decide between them are here.
+A kernel family is a folder per layer. Its golden layer is a subpackage of
+``golden`` (``golden/<family>/``) whose ``FACTS`` (a
+``golden.family_facts.FamilyFacts``) holds the plain facts the shared floors
+branch on; this module imports every subpackage of ``golden`` and keeps
+those that declare ``FACTS`` under the name the facts give. No module names
+a family: the scenario schema, the builders, the recorded bundles, the
+golden store and the harness's adapter registry
+(``harness/families/registry.py``, which must agree with this one:
+``tests/harness/test_families.py``) all read ``FAMILIES`` here.
+
+Families outside the tree: ``RANKCHECK_FAMILY_PATH`` (``os.pathsep``
+separated directories) names extra family roots, each shaped like the
+repository (``golden/<family>/``, ``harness/families/<family>/``,
+``scenarios/<family>/*.yaml``). Each root's ``golden`` folder is appended to
+this package's search path before the discovery, so its families are found,
+and imported as ``golden.<family>``, like the tree's own
+(``docs/adding-a-family.md``; ``tests/harness/test_family_kit.py``).
+
+``golden/`` imports nothing outside itself but ``contracts``, and
+``scenarios/`` imports ``golden/``, so the registry lives here, the lowest
+layer that holds a family.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib
+import os
+import pkgutil
+from pathlib import Path
+
+import golden
+from golden.family_facts import FamilyFacts
+
+# Extra family roots, each shaped like the repository (see the module docstring).
+FAMILY_PATH_VAR = "RANKCHECK_FAMILY_PATH"
 
 
-@dataclass(frozen=True)
-class FamilyFacts:
-    """The facts about one family that code outside the family's own functions needs."""
-
-    name: str
-    tp_key: str  # the config key that carries the TP size
-    stepped: bool  # calls run ``steps`` decode steps (markov) or none (allreduce)
-    default_steps: int | None  # a call's steps when it names none (None: config.steps)
-    shape_input: str  # the call input whose leading dimensions are the call's rows (and steps)
-    base_logits_input: str | None  # the call input holding the base logits [rows, steps, V]
-    request_map_input: str | None  # the call input mapping each row (and step) to its request row
-    request_map_flat: bool  # whether that map is flat, [rows * steps], rather than [rows, steps]
-    anchor_input: str | None  # the call input naming each row's anchor position in input_ids (None: query_per_row)
-    tolerance_flag: str | None  # the config flag under which a tolerance may be declared (None: never)
-    routes_experts: bool  # tokens are routed to MoE experts (the ``experts`` builder option, config ``top_k``)
-    call_inputs: tuple[str, ...]  # every call input the family's calls may take (docs/interfaces.md)
+def family_roots() -> tuple[Path, ...]:
+    """The extra family roots that ``RANKCHECK_FAMILY_PATH`` names, in its order (empty entries skipped)."""
+    return tuple(Path(p) for p in os.environ.get(FAMILY_PATH_VAR, "").split(os.pathsep) if p)
 
 
-MARKOV_FUSED = FamilyFacts("markov_fused", tp_key="tp", stepped=True, default_steps=1, shape_input="idx_map",
-                           base_logits_input="base", request_map_input="idx_map", request_map_flat=False,
-                           anchor_input="anchor_idx", tolerance_flag="has_cap", routes_experts=False,
-                           call_inputs=("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature",
-                                        "cache"))
-MARKOV_SHARDED = FamilyFacts("markov_sharded", tp_key="world", stepped=True, default_steps=None,
-                             shape_input="base_logits", base_logits_input="base_logits",
-                             request_map_input="idx_mapping", request_map_flat=True, anchor_input=None,
-                             tolerance_flag=None, routes_experts=False,
-                             call_inputs=("input_ids", "idx_mapping", "temperature", "noise", "base_logits",
-                                          "logits_cache"))
-ALLREDUCE_MHC = FamilyFacts("allreduce_mhc", tp_key="tp", stepped=False, default_steps=None,
-                            shape_input="residual", base_logits_input=None, request_map_input=None,
-                            request_map_flat=False, anchor_input=None, tolerance_flag=None, routes_experts=True,
-                            call_inputs=("x", "residual", "post", "comb", "pre", "gemm2_permuted", "expert_weights",
-                                         "expanded_idx_to_permuted_idx", "shared_output"))
+def extend_package_path(package, *layer: str) -> None:
+    """Append ``<root>/<layer...>`` of every extra family root to ``package``'s search path (once each)."""
+    for root in family_roots():
+        folder = str(root.joinpath(*layer))
+        if folder not in package.__path__ and Path(folder).is_dir():
+            package.__path__.append(folder)
 
-FAMILY_FACTS = {f.name: f for f in (MARKOV_FUSED, MARKOV_SHARDED, ALLREDUCE_MHC)}
+
+def _discover() -> dict[str, FamilyFacts]:
+    """Every subpackage of ``golden`` that declares ``FACTS``, by family name, in the families' order."""
+    extend_package_path(golden, "golden")
+    found: list[FamilyFacts] = []
+    for info in pkgutil.iter_modules(golden.__path__):
+        if not info.ispkg:
+            continue
+        declared = getattr(importlib.import_module(f"golden.{info.name}"), "FACTS", None)
+        if isinstance(declared, FamilyFacts):
+            if declared.name != info.name:  # a family's name leads to its folder in every layer
+                raise ValueError(f"golden/{info.name}: FACTS names the family {declared.name!r}, not {info.name!r}")
+            found.append(declared)
+    return {f.name: f for f in sorted(found, key=lambda f: (f.order, f.name))}
+
+
+FAMILY_FACTS = _discover()
 FAMILIES = tuple(FAMILY_FACTS)
 
 
@@ -60,3 +75,7 @@ def facts(family: str) -> FamilyFacts:
         return FAMILY_FACTS[family]
     except KeyError:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}") from None
+
+
+__all__ = ["FAMILIES", "FAMILY_FACTS", "FAMILY_PATH_VAR", "FamilyFacts", "extend_package_path", "facts",
+           "family_roots"]

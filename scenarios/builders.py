@@ -1,26 +1,25 @@
 """Deterministic input builders: a scenario's seed in, full (unsharded) tensors out.
 
-Every tensor is drawn on the CPU from its own ``torch.Generator``, seeded by
-a sha256 of the scenario seed and a label naming the tensor, the call and,
-where a tensor has one, the row (and the contributing rank for allreduce
-contributions). So:
+Each family draws its static and call inputs in its own scenario package
+(``scenarios/<family>/``, its ``HOOKS``: ``scenarios.family_hooks``) from the
+seeded streams of ``scenarios.draws``: every tensor from its own
+``torch.Generator``, seeded by a sha256 of the scenario seed and a label
+naming the tensor, the call and, where a tensor has one, the row (and the
+contributing rank for per-rank contributions). So:
 
 - every rank and every machine (same torch) builds the same bytes;
-- nothing depends on the world size except what must: the ``[tp, ...]``
-  contributions of allreduce_mhc (rank k's slice is the same at every world
-  that has a rank k), the expert placement of MoE finalize calls (expert e
-  lives on rank ``e // (experts / tp)``; each route's values are the same at
-  every world, only their permuted row moves), and injections whose
-  positions are given relative to the shards (``shard_edges``...);
+- nothing depends on the world size except what must (per-rank
+  contributions: rank k's slice is the same at every world that has a rank
+  k; the placement of routed experts; injections whose positions are given
+  relative to the shards, ``shard_edges``...);
 - a call with fewer rows is a row prefix of a call with more (graphs of
   different row counts see the same leading rows; a rank that disagrees on
   ``rows`` builds a prefix or an extension of the agreed inputs).
 
 Values are realistic: logits ~ N(0, 2) (BF16 or FP32), Markov heads ~ N(0,
 0.02) and embedding tables ~ N(0, 1) in BF16 (so the Markov bias moves the
-argmax), Gumbel noise ``-log(-log(u))`` in FP32, activations ~ N(0, 1) BF16,
-mHC mixes as in DeepSeek V4 (post in (0, 2), pre in (0, 1), comb a
-Sinkhorn-normalized positive matrix), RMSNorm weights ~ N(1, 0.1).
+argmax), Gumbel noise ``-log(-log(u))`` in FP32, activations ~ N(0, 1) BF16
+(each family's module says its own).
 
 Data injections are applied here, after the plain inputs are built (see
 docs/interfaces.md for each kind); harness injections are only data for the
@@ -32,68 +31,18 @@ uses). This module imports no golden or kernel code: it only makes tensors.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from golden.families import facts
+from scenarios.draws import dtype_named, generator, per_row
+from scenarios.family_hooks import hooks
 from scenarios.schema import ExpectedError, Injection, Scenario, ScenarioError
 
-LOGIT_STD = 2.0
-HEAD_STD = 0.02
-EMBED_STD = 1.0
-MARKOV_DIM_SHARDED = 256
 BF16_MIN_SUBNORMAL = 2.0**-133
-ROUTED_SCALE = 2.5
-SINKHORN_ITERS = 3
-POSITION_CALL_ADVANCE = 8  # each call's positions follow the previous call's (decode advances)
-
-
-# --------------------------------------------------------------------------
-# Random streams
-
-
-def _generator(seed: int, *label: Any) -> torch.Generator:
-    """A CPU generator seeded by sha256 of the scenario seed and ``label``."""
-    text = "|".join([str(seed), *map(str, label)]).encode()
-    key = int.from_bytes(hashlib.sha256(text).digest()[:8], "little") & (2**63 - 1)
-    return torch.Generator(device="cpu").manual_seed(key)
-
-
-def _per_row(rows: int, make: Callable[[int], torch.Tensor]) -> torch.Tensor:
-    """Stack ``make(r)`` over ``rows`` rows (each row from its own stream)."""
-    return torch.stack([make(r) for r in range(rows)])
-
-
-def _normal(seed: int, shape: tuple[int, ...], std: float, dtype: torch.dtype, *label: Any) -> torch.Tensor:
-    """N(0, std) of ``shape`` drawn in fp32 and rounded once to ``dtype``."""
-    return (torch.randn(shape, generator=_generator(seed, *label)) * std).to(dtype)
-
-
-def _gumbel(seed: int, shape: tuple[int, ...], *label: Any) -> torch.Tensor:
-    """Gumbel(0, 1) noise ``-log(-log(u))`` in fp32, u uniform in (0, 1) (logs in fp64, see ``_transcendental``)."""
-    u = torch.rand(shape, generator=_generator(seed, *label))
-    u = u.clamp(min=torch.finfo(torch.float32).tiny, max=1.0 - 2.0**-24)
-    return _transcendental(lambda x: -torch.log(-torch.log(x)), u)
-
-
-def _transcendental(fn: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """``fn(x)`` evaluated in fp64 and rounded once to fp32.
-
-    Torch's fp32 log, exp and sigmoid on the CPU come from vectorised
-    libraries chosen by the CPU (AVX2 or AVX-512) and differ between them in
-    the last bit, so inputs built with them differ between a laptop and a GPU
-    node, and the stored golden digests with them. In fp64 the differences
-    are far below fp32's rounding: the inputs are the same bits everywhere."""
-    return fn(x.to(torch.float64)).to(torch.float32)
-
-
-def _dtype(name: str) -> torch.dtype:
-    """The torch dtype named ``name`` (``bfloat16``, ``float32``...)."""
-    return getattr(torch, name)
 
 
 # --------------------------------------------------------------------------
@@ -127,18 +76,6 @@ def _call_shape(scenario: Scenario, call_index: int, rank: int | None) -> tuple[
             else:
                 params[fld.split(".", 1)[1]] = value
     return rows, steps, params
-
-
-def _temperatures(temps: list[float], max_reqs: int) -> torch.Tensor:
-    """Per-request fp32 temperatures, ``temps`` cycled over the requests."""
-    return torch.tensor([temps[i % len(temps)] for i in range(max_reqs)], dtype=torch.float32)
-
-
-def _request_rows(seed: int, call_index: int, rows: int, max_reqs: int) -> torch.Tensor:
-    """The request index of each row: a prefix of a random permutation of the requests."""
-    perm = torch.randperm(max_reqs, generator=_generator(seed, "call", call_index, "requests"))
-    # Rows past max_reqs (only a rank that disagrees on rows has them) reuse requests.
-    return perm[torch.arange(rows) % max_reqs].to(torch.int64)
 
 
 def resolve_vocab(position: Any, vocab: int, world: int) -> list[int]:
@@ -190,179 +127,6 @@ def _strided_copy(t: torch.Tensor, offset: int, pad: int) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------
-# markov_fused
-
-
-def _fused_static(s: Scenario) -> dict[str, torch.Tensor]:
-    """w1 (embedding table) and w2 (Markov head), both BF16 [V, R]."""
-    v, r = s.config["vocab"], s.config["dim"]
-    return {"w1": _normal(s.seed, (v, r), EMBED_STD, torch.bfloat16, "static", "w1"),
-            "w2": _normal(s.seed, (v, r), HEAD_STD, torch.bfloat16, "static", "w2")}
-
-
-def _request_seeds(s: Scenario, max_reqs: int) -> torch.Tensor:
-    """Per-request int64 sampling seeds: positive, negative, or alternating signs."""
-    mags = torch.randint(1, 2**62, (max_reqs,), generator=_generator(s.seed, "request_seeds"), dtype=torch.int64)
-    mode = s.inputs["seeds"]
-    if mode == "negative":
-        return -mags
-    if mode == "mixed":
-        sign = torch.tensor([1 if i % 2 == 0 else -1 for i in range(max_reqs)], dtype=torch.int64)
-        return mags * sign
-    return mags
-
-
-def _fused_positions(s: Scenario, call_index: int, rows: int, steps: int) -> torch.Tensor:
-    """pos[r, i]: row r's position at step i, advancing by one per step and per call."""
-    start = s.inputs["position_start"]
-    if start is None:
-        # Drawn for max_reqs rows and cut, so fewer rows are a prefix of more.
-        starts = torch.randint(1, 1 << 20, (max(rows, s.config["max_reqs"]),),
-                               generator=_generator(s.seed, "positions"), dtype=torch.int64)[:rows]
-    else:
-        starts = start + torch.arange(rows, dtype=torch.int64) * s.inputs["position_row_stride"]
-    starts = starts + call_index * POSITION_CALL_ADVANCE
-    return starts[:, None] + torch.arange(steps, dtype=torch.int64)[None, :]
-
-
-def _fused_call(s: Scenario, call_index: int, rows: int, steps: int, world: int) -> dict[str, torch.Tensor]:
-    """The markov_fused call inputs (docs/interfaces.md) before injections."""
-    cfg, seed = s.config, s.seed
-    v, max_reqs, q = cfg["vocab"], cfg["max_reqs"], s.inputs["query_len"]
-    input_ids = _per_row(rows, lambda r: torch.randint(
-        0, v, (q,), generator=_generator(seed, "call", call_index, "input_ids", r), dtype=torch.int32)).reshape(-1)
-    req = _request_rows(seed, call_index, rows, max_reqs)
-    return {
-        "input_ids": input_ids,
-        "anchor_idx": torch.arange(rows, dtype=torch.int64) * q + (q - 1),
-        "base": _per_row(rows, lambda r: _normal(seed, (steps, v), LOGIT_STD, torch.bfloat16,
-                                                 "call", call_index, "base", r)),
-        "idx_map": req[:, None].expand(rows, steps).contiguous(),
-        "pos": _fused_positions(s, call_index, rows, steps),
-        "seeds": _request_seeds(s, max_reqs),
-        "temperature": _temperatures(s.inputs["temperatures"], max_reqs),
-        "cache": _per_row(max_reqs, lambda q_: _normal(seed, (steps, v), LOGIT_STD, torch.bfloat16,
-                                                       "call", call_index, "cache", q_)),
-    }
-
-
-# --------------------------------------------------------------------------
-# markov_sharded
-
-
-def _sharded_static(s: Scenario) -> dict[str, torch.Tensor]:
-    """embed_table and head, BF16 [V, 256]."""
-    v = s.config["vocab"]
-    return {"embed_table": _normal(s.seed, (v, MARKOV_DIM_SHARDED), EMBED_STD, torch.bfloat16, "static", "embed"),
-            "head": _normal(s.seed, (v, MARKOV_DIM_SHARDED), HEAD_STD, torch.bfloat16, "static", "head")}
-
-
-def _sharded_call(s: Scenario, call_index: int, rows: int, steps: int, params: Mapping,
-                  world: int) -> dict[str, torch.Tensor]:
-    """The markov_sharded call inputs (docs/interfaces.md) before injections."""
-    cfg, seed = s.config, s.seed
-    v, max_reqs, q = cfg["vocab"], cfg["max_reqs"], params["query_per_row"]
-    req = _request_rows(seed, call_index, rows, max_reqs)
-    base_dtype, cache_dtype = _dtype(cfg["base_dtype"]), _dtype(cfg["cache_dtype"])
-    return {
-        "input_ids": _per_row(rows, lambda r: torch.randint(
-            0, v, (q,), generator=_generator(seed, "call", call_index, "input_ids", r),
-            dtype=torch.int32)).reshape(-1),
-        "idx_mapping": req[:, None].expand(rows, steps).reshape(-1).contiguous(),
-        "temperature": _temperatures(s.inputs["temperatures"], max_reqs),
-        "noise": _per_row(rows, lambda r: _gumbel(seed, (steps, v), "call", call_index, "noise", r)
-                          ).reshape(rows * steps, v),
-        "base_logits": _per_row(rows, lambda r: _normal(seed, (steps, v), LOGIT_STD, base_dtype,
-                                                        "call", call_index, "base", r)),
-        "logits_cache": _per_row(max_reqs, lambda q_: _normal(seed, (steps, v), LOGIT_STD, cache_dtype,
-                                                              "call", call_index, "cache", q_)),
-    }
-
-
-# --------------------------------------------------------------------------
-# allreduce_mhc
-
-
-def _allreduce_static(s: Scenario) -> dict[str, torch.Tensor]:
-    """norm_weight BF16 [H] ~ N(1, 0.1)."""
-    h = s.config["hidden"]
-    w = 1.0 + torch.randn((h,), generator=_generator(s.seed, "static", "norm_weight")) * 0.1
-    return {"norm_weight": w.to(torch.bfloat16)}
-
-
-def _sinkhorn(logits: torch.Tensor) -> torch.Tensor:
-    """A positive [hc, hc] mix with rows and columns near sum 1 (fp32 Sinkhorn steps)."""
-    def steps(x: torch.Tensor) -> torch.Tensor:
-        """exp, then the Sinkhorn normalisations."""
-        m = torch.exp(x)
-        for _ in range(SINKHORN_ITERS):
-            m = m / m.sum(dim=1, keepdim=True)
-            m = m / m.sum(dim=0, keepdim=True)
-        return m
-
-    return _transcendental(steps, logits)
-
-
-def _contributions(s: Scenario, call_index: int, name: str, world: int, rows: int) -> torch.Tensor:
-    """BF16 [world, rows, H]: rank k's contribution rows, the same at every world."""
-    h, std = s.config["hidden"], s.inputs["x_std"]
-    return torch.stack([_per_row(rows, lambda r: _normal(s.seed, (h,), std, torch.bfloat16,
-                                                          "call", call_index, name, k, r))
-                        for k in range(world)])
-
-
-def _finalize_inputs(s: Scenario, call_index: int, rows: int, world: int) -> dict[str, torch.Tensor]:
-    """MoE finalize inputs: routes, routing weights, permuted GEMM2 rows per rank, shared output."""
-    seed, h, top_k = s.seed, s.config["hidden"], s.config["top_k"]
-    experts = s.inputs["experts"]
-    per_rank = experts // world
-    routes = _per_row(rows, lambda r: torch.randperm(
-        experts, generator=_generator(seed, "call", call_index, "routes", r))[:top_k])
-    weights = _per_row(rows, lambda r: _transcendental(lambda x: torch.softmax(x, 0), torch.randn(
-        (top_k,), generator=_generator(seed, "call", call_index, "expert_weights", r))) * ROUTED_SCALE)
-    values = _per_row(rows, lambda r: _normal(seed, (top_k, h), 1.0, torch.bfloat16,
-                                              "call", call_index, "route_values", r))
-    capacity_rows = max(rows * top_k, 1)
-    # Rows no route lands on hold noise, so a wrong index shows in the output.
-    gemm2 = torch.stack([_normal(seed, (capacity_rows, h), 1.0, torch.bfloat16,
-                                 "call", call_index, "gemm2_unused", k, rows) for k in range(world)])
-    index = torch.full((world, rows, top_k), -1, dtype=torch.int32)
-    for k in range(world):
-        local = [(int(routes[m, j]), m, j) for m in range(rows) for j in range(top_k)
-                 if int(routes[m, j]) // per_rank == k]
-        for p, (_, m, j) in enumerate(sorted(local)):  # permuted order: by expert, then token
-            index[k, m, j] = p
-            gemm2[k, p] = values[m, j]
-    return {"gemm2_permuted": gemm2, "expert_weights": weights.to(torch.float32),
-            "expanded_idx_to_permuted_idx": index,
-            "shared_output": _contributions(s, call_index, "shared_output", world, rows)}
-
-
-def _allreduce_call(s: Scenario, call_index: int, rows: int, params: Mapping, world: int) -> dict[str, torch.Tensor]:
-    """The allreduce_mhc call inputs (docs/interfaces.md) before injections."""
-    seed, h, hc = s.seed, s.config["hidden"], s.config["hc"]
-
-    def stream(name: str, r: int) -> torch.Generator:
-        """The generator of row ``r`` of mix ``name``."""
-        return _generator(seed, "call", call_index, name, r)
-
-    out = {} if params["finalize"] else {"x": _contributions(s, call_index, "x", world, rows)}
-    out["residual"] = _per_row(rows, lambda r: _normal(seed, (hc, h), 1.0, torch.bfloat16,
-                                                       "call", call_index, "residual", r))
-
-    def sigmoid_of_normal(name: str, r: int) -> torch.Tensor:
-        """sigmoid(N(0, 1)) of ``hc`` values, row ``r`` of mix ``name``."""
-        return _transcendental(torch.sigmoid, torch.randn((hc,), generator=stream(name, r)))
-
-    out["post"] = _per_row(rows, lambda r: 2.0 * sigmoid_of_normal("post", r))
-    out["comb"] = _per_row(rows, lambda r: _sinkhorn(torch.randn((hc, hc), generator=stream("comb", r))))
-    out["pre"] = _per_row(rows, lambda r: sigmoid_of_normal("pre", r))
-    if params["finalize"]:
-        out.update(_finalize_inputs(s, call_index, rows, world))
-    return out
-
-
-# --------------------------------------------------------------------------
 # Data injections
 
 
@@ -400,7 +164,7 @@ def _inject_corrupt_ids(s: Scenario, inj: Injection, t: dict, rows: int, params:
 def _position_mask(s: Scenario, call_index: int, inj_index: int, shape: tuple[int, ...],
                    fraction: float) -> torch.Tensor:
     """A bool mask of ``shape`` (rows first) selecting about ``fraction`` of the elements, per row."""
-    return _per_row(shape[0], lambda r: torch.rand(shape[1:], generator=_generator(
+    return per_row(shape[0], lambda r: torch.rand(shape[1:], generator=generator(
         s.seed, "call", call_index, "inject", inj_index, "mask", r)) < fraction)
 
 
@@ -416,7 +180,7 @@ def _inject_special(s: Scenario, inj: Injection, inj_index: int, call_index: int
     if inj.kind == "negative_zero":
         values = torch.full(shape, -0.0, dtype=torch.float32)
     else:
-        mags = _per_row(shape[0], lambda r: torch.randint(1, 128, shape[1:], generator=_generator(
+        mags = per_row(shape[0], lambda r: torch.randint(1, 128, shape[1:], generator=generator(
             s.seed, "call", call_index, "inject", inj_index, "subnormal", r)))
         values = -(mags.to(torch.float32) * BF16_MIN_SUBNORMAL)
     values = values.to(tensor.dtype)
@@ -498,7 +262,7 @@ def _break_input(s: Scenario, t: dict, inj: Injection) -> None:
     if how == "missing":
         del t[name]
     elif how == "wrong_dtype":
-        dtype = _dtype(inj.get("dtype"))
+        dtype = dtype_named(inj.get("dtype"))
         if dtype == tensor.dtype:
             raise ScenarioError(f"bad_input: {name} already has dtype {inj.get('dtype')}")
         t[name] = tensor.to(dtype)
@@ -531,19 +295,6 @@ def expected_call_error(scenario: Scenario, call_index: int) -> ExpectedError | 
 
 
 # --------------------------------------------------------------------------
-# Each family's builders
-
-_STATIC_BUILDERS = {"markov_fused": _fused_static, "markov_sharded": _sharded_static,
-                    "allreduce_mhc": _allreduce_static}
-# (scenario, call index, rows, steps, params, world) -> the call's inputs before injections
-_CALL_BUILDERS = {
-    "markov_fused": lambda s, i, rows, steps, params, world: _fused_call(s, i, rows, steps, world),
-    "markov_sharded": _sharded_call,
-    "allreduce_mhc": lambda s, i, rows, steps, params, world: _allreduce_call(s, i, rows, params, world),
-}
-
-
-# --------------------------------------------------------------------------
 # Public entry points
 
 
@@ -552,7 +303,7 @@ def build_static(scenario: Scenario) -> dict[str, torch.Tensor]:
     recorded = getattr(scenario, "recorded_static", None)
     if recorded is not None:
         return recorded()
-    return _STATIC_BUILDERS[scenario.family](scenario)
+    return hooks(scenario.family).static(scenario)
 
 
 def build_call(scenario: Scenario, call_index: int, world: int, *, rank: int | None = None,
@@ -570,7 +321,7 @@ def build_call(scenario: Scenario, call_index: int, world: int, *, rank: int | N
     if world < 1:
         raise ValueError(f"world: expected >= 1, got {world}")
     rows, steps, params = _call_shape(scenario, call_index, rank)
-    t = _CALL_BUILDERS[scenario.family](scenario, call_index, rows, steps, params, world)
+    t = hooks(scenario.family).call(scenario, call_index, rows, steps, params, world)
     t = _apply_data_injections(scenario, call_index, t, rows, steps, params, world)
     if break_inputs:
         for inj in scenario.injections("bad_input"):

@@ -140,3 +140,30 @@ def check_error(c: Checker, raw: Any, path: str) -> ExpectedError:
     rank = m.get("rank")
     return ExpectedError(c.string(m["type"], f"{path}.type", ERROR_TYPES), match,
                          None if rank is None else c.integer(rank, f"{path}.rank", 0))
+
+
+# Checks the families' config and builder options share (each family's checks: scenarios/<family>/).
+
+
+def is_pow2(n: int) -> bool:
+    """Whether ``n`` is a positive power of two."""
+    return n > 0 and n & (n - 1) == 0
+
+
+def exact_reciprocal(t: float) -> bool:
+    """Whether 1/t is exact in fp32 (0 = greedy, or a power of two)."""
+    if t == 0.0:
+        return True
+    mantissa, _ = math.frexp(t)
+    return mantissa == 0.5
+
+
+def check_temperatures(c: Checker, raw: Any, path: str, size: str) -> list[float]:
+    """Per-request temperatures (cycled over requests); powers of two or 0 at cpu size."""
+    temps = c.sequence(raw, path, lambda v, p: c.number(v, p, nonneg=True), min_len=1)
+    if size == "cpu":
+        for i, t in enumerate(temps):
+            if not exact_reciprocal(t):
+                c.fail(f"{path}[{i}]", f"cpu-size scenarios need 0 or a power of two "
+                                       f"(exact reciprocal without a GPU table), got {t}")
+    return temps

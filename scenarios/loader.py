@@ -1,7 +1,8 @@
 """Finding and loading scenario files.
 
 Scenario files live at ``scenarios/<family>/<name>.yaml`` (this package's
-directory by default). ``load`` reads one through ``scenarios.data_files``
+directory by default, and the ``scenarios`` folder of each extra family root:
+``golden.families.FAMILY_PATH_VAR``). ``load`` reads one through ``scenarios.data_files``
 (a regular file of at most ``MAX_SCENARIO_BYTES``, UTF-8, safe YAML with
 bounded nesting and aliases and no duplicate keys; never a loader that can
 build Python objects) and validates it (``scenarios.schema.validate``);
@@ -20,6 +21,7 @@ import os
 from pathlib import Path
 
 from scenarios.data_files import MAX_SCENARIO_BYTES, read_yaml
+from scenarios.family_hooks import family_folders
 from scenarios.schema import FAMILIES, SIZES, Scenario, ScenarioError, validate
 
 DEFAULT_ROOT = Path(__file__).resolve().parent
@@ -72,10 +74,11 @@ def discover_each(root: str | os.PathLike | None = None, family: str | None = No
     for fam in FAMILIES:
         if family is not None and fam != family:
             continue
-        folder = root / fam
-        if not folder.is_dir():
-            continue
-        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+        # The default root is the package's folder and each extra family root's scenarios folder.
+        folders = family_folders(fam) if root == DEFAULT_ROOT else [root / fam]
+        paths = [p for folder in folders if folder.is_dir()
+                 for p in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml"))]
+        for path in paths:
             try:
                 scenario = load(path)
             except ScenarioError as exc:

@@ -8,7 +8,7 @@ their place: the kernel class's constructor keywords and method signatures
 (names, defaults, return values, in-place writes into the caller's
 buffers, a ``ValueError`` / ``TypeError`` naming a bad argument before
 anything changes), the same bits, computed by the golden family systems
-and functions (``golden.allreduce``, ``golden.markov_sharded``,
+and functions (``golden.allreduce_mhc``, ``golden.markov_sharded``,
 ``golden.markov_fused`` and what they build on), over ``group=`` a
 ``golden.comm.Comm`` (``ThreadWorld`` ranks, or the harness's gloo comm
 under torchrun; None: world 1). One module per family says what is and is

@@ -1,13 +1,13 @@
-"""Golden stand-in of ``kernels.allreduce.AllReduceMHC`` (seed 004): the public class, computed by ``golden.allreduce``.
+"""Golden stand-in of ``kernels.allreduce.AllReduceMHC`` (seed 004): the public class, computed by ``golden.allreduce_mhc``.
 
 ``AllReduceMHC`` here takes the kernel class's constructor keywords and
 methods (``__call__``, ``finalize``, ``state``) with the same names,
 defaults, return values and in-place writes, and gives the same bits: each
-call is one ``launch`` of the golden system ``golden.allreduce.GoldenAllReduceMHC``
+call is one ``launch`` of the golden system ``golden.allreduce_mhc.GoldenAllReduceMHC``
 over ``group`` (a ``golden.comm.Comm``), whose arithmetic is the family's
 contract (sanitize, rank-order FP32 sum, mHC post-mix and collapse
-``golden/mhc.py``, RMSNorm ``golden/rmsnorm.py``, MXFP8 ``golden/mxfp8.py``,
-MoE finalize ``golden/moe.py``).
+``golden/allreduce_mhc/mhc.py``, RMSNorm ``golden/allreduce_mhc/rmsnorm.py``, MXFP8 ``golden/allreduce_mhc/mxfp8.py``,
+MoE finalize ``golden/allreduce_mhc/moe.py``).
 
 From the public call to the golden's form. The public call gives this
 rank's contribution; the golden system's call form is ``[tp, ...]`` with
@@ -56,7 +56,7 @@ import torch
 
 from contracts import allreduce_mhc as contract
 from contracts.deadlines import SERVING_DEADLINE_MS
-from golden.allreduce import GoldenAllReduceMHC, check_static, uses_bt
+from golden.allreduce_mhc import GoldenAllReduceMHC, check_static, uses_bt
 from golden.public.common import (
     LaunchCount,
     argument_names,
@@ -65,7 +65,7 @@ from golden.public.common import (
     comm_of,
     public_args,
 )
-from golden.rmsnorm import NormLayout
+from golden.allreduce_mhc.rmsnorm import NormLayout
 
 DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_MS
 # Kernel launches of one call, per protocol (publish, [owner reduce,] consumer).

@@ -193,7 +193,7 @@ def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, war
 
 def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
     """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
-    from harness.families.markov_fused_kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+    from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
     from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
 
     device = torch.device("cuda", torch.cuda.current_device())

@@ -1,4 +1,4 @@
-"""FlashInfer's ``mxfp8_quantize`` as a peer of ``golden.mxfp8``: ``python -m harness.bench.flashinfer_mxfp8``.
+"""FlashInfer's ``mxfp8_quantize`` as a peer of ``golden.allreduce_mhc.mxfp8``: ``python -m harness.bench.flashinfer_mxfp8``.
 
 Two comparisons, reported as JSON lines and a verdict:
 
@@ -7,7 +7,7 @@ Two comparisons, reported as JSON lines and a verdict:
    ``flashinfer_reference``: scale ``fp32(amax / 448)``, its exponent field
    rounded up when the mantissa is non-zero and, for a subnormal, when it is
    above 2^-127; values ``x * 2^(127 - e)`` cast to E4M3, and zero values
-   where the scale byte is 0) against ``golden.mxfp8.quantize`` on every
+   where the scale byte is 0) against ``golden.allreduce_mhc.mxfp8.quantize`` on every
    positive finite BF16 amax and on corner blocks (zero, subnormal
    ``amax / 448``, the 448 boundary, the largest BF16).
 2. The kernel, where ``import flashinfer`` works and a GPU is present:
@@ -33,7 +33,7 @@ from typing import Sequence
 
 import torch
 
-from golden import mxfp8
+from golden.allreduce_mhc import mxfp8
 
 SOURCE = "flashinfer-ai/flashinfer fb28d7242, tests/utils_fp8.py and quantization_utils.cuh"
 
@@ -90,11 +90,11 @@ def contract_report() -> dict:
             "corner_blocks": blocks.shape[0], "corner_blocks_with_value_differences": int(differ.sum()),
             "differing_blocks_scale_bytes": sorted({int(s) for s in scales[differ]}),
             "finding": "FlashInfer's reference zeroes the values of a block whose scale byte is 0 "
-                       "(0 < amax/448 <= 2^-127); golden.mxfp8 encodes x * 2^127"}
+                       "(0 < amax/448 <= 2^-127); golden.allreduce_mhc.mxfp8 encodes x * 2^127"}
 
 
 def kernel_report(device: torch.device) -> dict:
-    """``flashinfer.mxfp8_quantize`` against ``golden.mxfp8.quantize`` bit for bit on random rows and corners."""
+    """``flashinfer.mxfp8_quantize`` against ``golden.allreduce_mhc.mxfp8.quantize`` bit for bit on random rows and corners."""
     import flashinfer  # noqa: PLC0415 - optional dependency (the flashinfer extra)
 
     gen = torch.Generator().manual_seed(0)

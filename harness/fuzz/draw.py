@@ -125,7 +125,7 @@ def draw_markov_fused(rng: random.Random, world: int) -> dict:
     inputs = {"temperatures": _temperatures(rng), "seeds": rng.choice(("positive", "negative", "mixed"))}
     graph = _graph(rng)
     if config["dim"] % 32:
-        # No capturable GEMV has golden bits at this dim (harness.families.markov_fused_bias): such a
+        # No capturable GEMV has golden bits at this dim (harness.families.markov_fused.bias): such a
         # graph case fails by rule, so it runs eagerly (the draws after it unchanged).
         graph = {"capture": False, "replays": 0}
     return {"config": config, "inputs": inputs, "calls": calls, "graph": graph, "inject": inject}

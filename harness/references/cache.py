@@ -65,7 +65,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from harness.families.registry import ADAPTERS
+from harness.families.registry import ADAPTER_MODULES, ADAPTERS
 from kernels.artifact_cache import ARTIFACTS_VAR, SUFFIX as ARTIFACT_SUFFIX
 from kernels.cache_dir import CACHE_DIR_VAR, cache_root
 from harness.references.code_key import reference_sources
@@ -95,7 +95,8 @@ def tree_digest(root: Path) -> str:
     """sha256 over every file a reference depends on in the tree at ``root`` (its imports, followed from the
     adapters and golden modules) and the torch version."""
     h = hashlib.sha256(f"torch {torch.__version__}|".encode())
-    for path in reference_sources(tuple(sorted({a.golden_module for a in ADAPTERS.values()})), root):
+    entry_points = {a.golden_module for a in ADAPTERS.values()} | set(ADAPTER_MODULES.values())
+    for path in reference_sources(tuple(sorted(entry_points)), root):
         h.update(f"{path.relative_to(root)}|".encode())
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -22,7 +22,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PROJECT_PACKAGES = ("contracts", "golden", "harness", "kernels", "scenarios")
-# What computes a reference: the adapters (their golden config, the arch facts) and the golden package's root.
+# What computes a reference: the adapters (their golden config, the arch facts; each adapter module is an entry
+# point too, found by the registry) and the golden package's root.
 ADAPTER_ENTRY_POINTS = ("harness.families.registry", "harness.families.family_adapter")
 
 

@@ -159,7 +159,7 @@ def test_bench_inputs_pass_the_kernels_argument_checks(monkeypatch):
 
     from kernels.allreduce.config import check_call as allreduce_call
     from kernels.allreduce.config import check_config as allreduce_config
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
     from kernels.markov.sharded_checks import check_call as sharded_call
     from kernels.markov.sharded_checks import check_config as sharded_config
 

@@ -1,4 +1,4 @@
-"""golden/allreduce.py: rank-order summation, the publisher's negative-zero
+"""golden/allreduce_mhc/__init__.py: rank-order summation, the publisher's negative-zero
 rewrite, NaN, the per-rank system over ThreadWorld (LL and BT) against the
 reference, the generation state over many calls, residual-only, and
 argument errors."""
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
-from golden.allreduce import GoldenAllReduceMHC, rank_order_sum, reference, sanitize_negative_zero
+from golden.allreduce_mhc import GoldenAllReduceMHC, rank_order_sum, reference, sanitize_negative_zero
 from golden.comm import SoloComm, ThreadWorld, run_ranks
 from golden.fp32 import bf16_bits, bf16_from_bits
-from golden.mhc import post_mix
+from golden.allreduce_mhc.mhc import post_mix
 
 HIDDEN, HC, TOP_K = 256, 4, 3
 
@@ -150,9 +150,9 @@ def test_nan_in_x_propagates_to_its_element_and_its_row():
 
 def test_nan_and_inf_with_quantize_write_saturated_scales_and_nan_codes():
     """A NaN in x makes its row's layer input NaN: every block of that row gets scale 0xFE and the E4M3 NaN
-    0x7F; the other rows' MXFP8 is unchanged (golden/mxfp8.py item 5)."""
+    0x7F; the other rows' MXFP8 is unchanged (golden/allreduce_mhc/mxfp8.py item 5)."""
     from contracts.allreduce_mhc import mxfp8_padded_cols
-    from golden.mxfp8 import swizzled_scale_index
+    from golden.allreduce_mhc.mxfp8 import swizzled_scale_index
 
     config = make_config(1, capacity=8)
     call = make_call(1, 3, seed=4)

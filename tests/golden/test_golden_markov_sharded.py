@@ -1,4 +1,4 @@
-"""Tests of golden/markov_sharded.py (seed 000's sharded Markov chain).
+"""Tests of golden/markov_sharded/__init__.py (seed 000's sharded Markov chain).
 
 The sharded loop (golden.comm.ThreadWorld, worlds 2, 4, 8) must give every
 rank the reference's (world 1) tokens and cache bits; the reference itself is

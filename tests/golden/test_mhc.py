@@ -1,4 +1,4 @@
-"""golden/mhc.py: the post-mix/collapse order against an element-by-element
+"""golden/allreduce_mhc/mhc.py: the post-mix/collapse order against an element-by-element
 loop with rational FMAs, and the FMA single rounding the contract relies on."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from golden.fp32 import fma_f32
-from golden.mhc import collapse, post_mix
+from golden.allreduce_mhc.mhc import collapse, post_mix
 
 
 def round_fraction(value: Fraction, mantissa_bits: int, min_exp: int) -> Fraction:

@@ -1,4 +1,4 @@
-"""golden/moe.py: the finalize contribution (top-k FMAs in route order, dropped
+"""golden/allreduce_mhc/moe.py: the finalize contribution (top-k FMAs in route order, dropped
 routes, shared expert add) against a scalar loop."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from golden.fp32 import bf16_bits, fma_f32
-from golden.moe import finalize_contribution
+from golden.allreduce_mhc.moe import finalize_contribution
 
 
 def scalar_fma(a: float, b: float, c: float) -> float:

@@ -1,4 +1,4 @@
-"""golden/mxfp8.py: E4M3 rounding from exact values, UE8M0 scales at the 448
+"""golden/allreduce_mhc/mxfp8.py: E4M3 rounding from exact values, UE8M0 scales at the 448
 boundary, the swizzled 128x4 layout and its padding rows."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from golden.mxfp8 import (
+from golden.allreduce_mhc.mxfp8 import (
     dequantize,
     e4m3_decode,
     e4m3_encode,

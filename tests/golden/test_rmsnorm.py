@@ -1,4 +1,4 @@
-"""golden/rmsnorm.py: the consumer's sum-of-squares order per launch layout,
+"""golden/allreduce_mhc/rmsnorm.py: the consumer's sum-of-squares order per launch layout,
 the FP64 inverse-RMS contract against high-precision decimals, and the
 normalized value."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from golden.fp32 import fma_f32
-from golden.rmsnorm import NormLayout, inv_rms, norm_layout, rms_norm, sum_of_squares
+from golden.allreduce_mhc.rmsnorm import NormLayout, inv_rms, norm_layout, rms_norm, sum_of_squares
 
 
 def scalar_fma(a: float, b: float, c: float) -> np.float32:

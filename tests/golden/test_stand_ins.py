@@ -18,7 +18,7 @@ import inspect
 import pytest
 import torch
 
-from golden.allreduce import GoldenAllReduceMHC
+from golden.allreduce_mhc import GoldenAllReduceMHC
 from golden.arch import load_facts
 from golden.comm import SoloComm, run_ranks
 from golden.markov_fused import GoldenMarkovFused, bias_model

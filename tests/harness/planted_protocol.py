@@ -8,7 +8,7 @@ it is selected only through ``$RANKCHECK_TEST_PLANTED_SYSTEM``
 
 from __future__ import annotations
 
-from golden.allreduce import GoldenAllReduceMHC
+from golden.allreduce_mhc import GoldenAllReduceMHC
 
 PLANTED = "allreduce_mhc=tests.harness.planted_protocol:AlwaysLL"
 

@@ -100,7 +100,7 @@ def test_missing_kernel_kwarg_target_is_not_available(fake_modules):
 def test_real_adapters_wiring():
     fused = adapter("markov_fused")
     assert fused.kernel_inputs_on_device
-    assert fused.kernel_kwargs == {"bias_fn": "harness.families.markov_fused_bias:HARNESS_BIAS"}
+    assert fused.kernel_kwargs == {"bias_fn": "harness.families.markov_fused.bias:HARNESS_BIAS"}
     facts = load_facts("sm_90")  # no GPU in CI: the CPU default architecture's facts
     assert fused.golden_config({"vocab": 8, "pdl": True, "sharded": True}) == {
         "vocab": 8, "rcp_table": facts.reciprocals, "bias": facts.mma_model}

@@ -1,4 +1,4 @@
-"""harness.families.markov_fused_bias on the CPU: the GEMV the harness hands the fused loop, and its capture rule.
+"""harness.families.markov_fused.bias on the CPU: the GEMV the harness hands the fused loop, and its capture rule.
 
 ``HeadGemv`` needs a GPU; here a stand-in with its limits (at most
 ``MAX_ROWS`` rows, a head of a multiple of ``TILE_ROWS`` rows) computes the
@@ -15,7 +15,7 @@ import torch
 
 from golden.markov_fused import markov_bias, mma_bias
 from harness.wire.errors import NotAvailable
-from harness.families.markov_fused_bias import HarnessBias
+from harness.families.markov_fused.bias import HarnessBias
 
 pytest.importorskip("kernels.markov.head_gemv")  # CuTe DSL's cuda bindings
 from kernels.markov.head_gemv import MAX_ROWS, TILE_ROWS  # noqa: E402

@@ -2,8 +2,8 @@
 
 Inputs are built on the CPU from a seed (identical for every rank, as the
 harness builds them); every rank copies them to the device and takes its
-shard inside ``AllReduceMHCSystem.launch`` (harness/families/allreduce_mhc_kernel.py). The expected bits always come from
-``golden.allreduce.reference`` on the CPU.
+shard inside ``AllReduceMHCSystem.launch`` (harness/families/allreduce_mhc/kernel.py). The expected bits always come from
+``golden.allreduce_mhc.reference`` on the CPU.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from golden.allreduce import reference
+from golden.allreduce_mhc import reference
 
 TIMEOUT_MS = 5_000  # a lost fragment becomes a named trap, never a hang
 
@@ -72,7 +72,7 @@ def run_virtual(
     barrier, so no rank runs a call ahead of a rank still on the previous one
     (on one GPU their spinning grids share the SMs).
     """
-    from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
+    from harness.families.allreduce_mhc.kernel import AllReduceMHCSystem
     from kernels.fabric import VirtualFabric
 
     device = torch.device("cuda", torch.cuda.current_device())

@@ -16,7 +16,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from allreduce_cases import make_call, make_config, make_static, to_device  # noqa: E402
-from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: E402
+from harness.families.allreduce_mhc.kernel import AllReduceMHCSystem  # noqa: E402
 from trap_child import dump_rank0_and_exit, launch_failed, report_json  # noqa: E402
 
 

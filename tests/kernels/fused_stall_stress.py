@@ -37,7 +37,7 @@ CONFIGS = [(tp, dim, injected) for tp in (2, 4, 8) for dim in (64, 256) for inje
 
 def stress(tp: int, dim: int, injected: bool, runs: int, keep: bool) -> int:
     """Golden calls of one configuration out of ``runs`` (a stall ends the process instead)."""
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
 

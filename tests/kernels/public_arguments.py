@@ -623,7 +623,7 @@ def _world_of_one() -> Any:
 def fused_loop_verdict(kernels_factory: Callable, prober: Prober, *, sharded: bool, seed: int) -> dict[str, str]:
     """One call of the harness's ``FusedMarkovLoop`` at tp 1, its kernels object built by ``kernels_factory``, its
     tokens, cache and emb compared with the golden loop (``test_markov_fused_gpu``)."""
-    from harness.families import markov_fused_kernel as driver
+    from harness.families.markov_fused import kernel as driver
 
     static, inputs = fused_test.build_case(vocab=FUSED_VOCAB, rows=ROWS, steps=STEPS, seed=seed, padding=True)
     config = fused_test.config_of(FUSED_VOCAB, block=FUSED_BLOCK)
@@ -654,7 +654,7 @@ def run_seed_functions(prober: Prober, *, sharded: bool) -> dict[str, str]:
 def run_sampler(prober: Prober) -> dict[str, str]:
     """``ShardedMarkovSampler`` at world 1 through ``ShardedMarkovSystem``: one call (a padding row), golden
     (``test_markov_sharded_gpu``)."""
-    from harness.families import markov_sharded_kernel as driver
+    from harness.families.markov_sharded import kernel as driver
 
     config = sharded_test.base_config(vocab=SAMPLER_VOCAB, steps=STEPS)
     static = sharded_test.make_static(SAMPLER_VOCAB, 104)
@@ -673,7 +673,7 @@ def run_sampler(prober: Prober) -> dict[str, str]:
 def run_allreduce(prober: Prober) -> dict[str, str]:
     """``AllReduceMHC`` at tp 1 with the MXFP8 output through ``AllReduceMHCSystem``: one ``__call__`` and one
     ``finalize``, each golden (``allreduce_cases``)."""
-    from harness.families import allreduce_mhc_kernel as driver
+    from harness.families.allreduce_mhc import kernel as driver
 
     # A BT threshold past the capacity: no BT mailboxes, LL only (half the compiles; both give the same bits).
     config = allreduce_cases.make_config(ALLREDUCE_HIDDEN, 1, capacity=ALLREDUCE_CAPACITY, quantize=True,

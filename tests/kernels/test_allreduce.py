@@ -16,8 +16,8 @@ import torch
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from golden import mxfp8 as golden_mxfp8  # noqa: E402
-from golden import rmsnorm as golden_rmsnorm  # noqa: E402
+from golden.allreduce_mhc import mxfp8 as golden_mxfp8  # noqa: E402
+from golden.allreduce_mhc import rmsnorm as golden_rmsnorm  # noqa: E402
 from kernels.allreduce import layout  # noqa: E402
 from kernels.allreduce.config import check_call, check_config  # noqa: E402
 

@@ -26,7 +26,7 @@ from allreduce_cases import (
     run_virtual,
     to_device,
 )
-from golden.allreduce import rank_order_sum, reference
+from golden.allreduce_mhc import rank_order_sum, reference
 from trap_child import trapped_report
 
 pytestmark = pytest.mark.gpu
@@ -74,7 +74,7 @@ def test_mxfp8_output(tp, hidden):
 
 def test_mxfp8_of_nan_and_inf_is_the_golden_contract():
     """NaN, +Inf and -Inf in x with the MXFP8 output, LL (3 rows) and BT (4 rows): every bit equals the
-    golden's (golden/mxfp8.py item 5); the NaN token's blocks carry scale 0xFE and the E4M3 NaN 0x7F."""
+    golden's (golden/allreduce_mhc/mxfp8.py item 5); the NaN token's blocks carry scale 0xFE and the E4M3 NaN 0x7F."""
     config = make_config(5120, 2, quantize=True)
     static = make_static(config, 6)
     calls = []
@@ -156,7 +156,7 @@ def test_graph_capture_and_replay():
     device = torch.device("cuda", torch.cuda.current_device())
 
     def body(fabric):
-        from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
+        from harness.families.allreduce_mhc.kernel import AllReduceMHCSystem
 
         system = AllReduceMHCSystem(fabric, to_device(static, device), config, timeout_ms=TIMEOUT_MS)
         static_inputs = [to_device(inputs, device) for inputs, _ in captured]
@@ -210,7 +210,7 @@ def test_bad_inputs_raise_before_launch_then_valid_call_is_golden():
     device = torch.device("cuda", torch.cuda.current_device())
 
     def body(fabric):
-        from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem
+        from harness.families.allreduce_mhc.kernel import AllReduceMHCSystem
 
         system = AllReduceMHCSystem(fabric, to_device(static, device), config, timeout_ms=TIMEOUT_MS)
         before = system.state()

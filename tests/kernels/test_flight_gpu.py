@@ -150,7 +150,7 @@ def _fused_run() -> None:
 
 def child_desync(directory: str) -> None:
     """Graph replays of one sampler launch on two virtual ranks; rank 1 replays once fewer (module docstring)."""
-    from harness.families.markov_sharded_kernel import ShardedMarkovSystem
+    from harness.families.markov_sharded.kernel import ShardedMarkovSystem
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
     from test_markov_sharded_gpu import FABRIC_TIMEOUT_S, base_config, capture, make_call, make_static

@@ -293,7 +293,7 @@ def test_seed_functions_check_before_compiling():
 
 
 def test_driver_refuses_ranks_calling_with_different_sizes():
-    from harness.families import markov_fused_kernel as driver
+    from harness.families.markov_fused import kernel as driver
     from kernels.fabric import FabricMismatch
 
     class Fabric:
@@ -312,7 +312,7 @@ def test_driver_refuses_ranks_calling_with_different_sizes():
 
 @pytest.mark.parametrize("key, value", [("max_rows", 0), ("max_steps", True), ("timeout_ns", -1)])
 def test_driver_exchange_config_errors_name_the_key(key, value):
-    from harness.families import markov_fused_kernel as driver
+    from harness.families.markov_fused import kernel as driver
 
     with pytest.raises(ValueError, match=f"^config.{key}: expected an int"):
         driver._exchange_limits({key: value})

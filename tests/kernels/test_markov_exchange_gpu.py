@@ -41,7 +41,7 @@ def _load(target: dict, inputs: dict, names) -> None:
 
 @pytest.mark.parametrize("tp, pdl", [(2, True), (4, True), (4, False)])
 def test_loop_in_one_graph_equals_eager_and_golden(tp, pdl):
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
     from kernels.fabric import VirtualFabric
 
     vocab = 4096

@@ -12,7 +12,7 @@ import torch
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from harness.families import markov_fused_kernel as driver  # noqa: E402
+from harness.families.markov_fused import kernel as driver  # noqa: E402
 from kernels.markov import fused  # noqa: E402
 
 CONFIG = dict(vocab=4096, dim=64, tp=1, max_reqs=4, has_cap=False, mult=1.0, cap=30.0, inv_cap=1 / 30, block=512)

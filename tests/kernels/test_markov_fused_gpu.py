@@ -1,4 +1,4 @@
-"""FusedMarkovLoop (CuTe DSL, GPU) against the golden loop (golden/markov_fused.py,
+"""FusedMarkovLoop (CuTe DSL, GPU) against the golden loop (golden/markov_fused/__init__.py,
 CPU) bit for bit: tokens, cache and emb, over padding rows, NaN logits,
 negative seeds, positions whose low 32 bits wrap, temperature 0 and non-zero
 mixed (with -0.0), corrupt token ids, the soft cap, misaligned strides (scalar
@@ -102,7 +102,7 @@ def to_gpu(inputs: dict) -> dict:
 
 def run_kernels(static, config, inputs, *, tp=1, pdl=False, sharded=None, bias_fn=grid_bias):
     """Every rank's FusedMarkovLoop outputs for one call (virtual ranks as threads)."""
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
 
     cfg = {**config, "tp": tp, "pdl": pdl}
     if sharded is not None:
@@ -235,7 +235,7 @@ def test_soft_cap_approximate_range_within_declared_ulps():
 
 
 def test_misaligned_strides_take_the_scalar_path():
-    from harness.families import markov_fused_kernel as driver
+    from harness.families.markov_fused import kernel as driver
     from kernels.markov import fused
 
     static, inputs = build_case(vocab=4096, seed=41, nan=True, padding=True, wrap=True)
@@ -261,7 +261,7 @@ def test_misaligned_strides_take_the_scalar_path():
 
 @pytest.mark.parametrize("sharded, pdl", [(False, False), (True, True)])
 def test_cuda_graph_captured_once_replayed_with_new_inputs(sharded, pdl):
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
 
     vocab = 4096
     config = config_of(vocab, block=512)
@@ -291,7 +291,7 @@ def test_compile_under_capture_raises():
 
 
 def test_bad_input_raises_before_launch_and_changes_nothing():
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
 
     static, inputs = build_case(vocab=1024, seed=60)
     config = config_of(1024)
@@ -341,7 +341,7 @@ def test_a_rank_that_builds_slowly_starts_late_and_never_times_out(graph, monkey
     import threading
     import time
 
-    from harness.families.markov_fused_kernel import HARNESS_TIMEOUT_NS, FusedMarkovLoop
+    from harness.families.markov_fused.kernel import HARNESS_TIMEOUT_NS, FusedMarkovLoop
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
     from kernels.markov import fused
@@ -415,7 +415,7 @@ def test_an_unsharded_cache_too_small_for_the_requests_or_the_vocab_is_refused_b
 def test_request_ids_past_the_cache_inside_a_graph_write_nothing_outside_it():
     # Under capture the host cannot read idx_map; a replay with ids >= max_reqs must treat them as padding on the
     # device. The cache sits inside a larger allocation whose guard rows and columns must stay as they were.
-    from harness.families.markov_fused_kernel import FusedMarkovLoop
+    from harness.families.markov_fused.kernel import FusedMarkovLoop
 
     vocab, max_reqs = 4096, 6
     config = config_of(vocab, block=512, max_reqs=max_reqs)

@@ -403,7 +403,7 @@ def test_the_config_has_every_field_the_host_code_reads():
 
     root = Path(__file__).resolve().parents[2]
     sources = [*root.glob("kernels/markov/sharded*.py"), root / "harness/bench/breakdown.py",
-               *root.glob("harness/families/markov_sharded*.py")]
+               *root.glob("harness/families/markov_sharded/*.py")]
     read = {name for path in sources for name in re.findall(r"\bcfg\.([a-z_]+)\b", path.read_text())}
     cfg = check_config(config(), 2)
     assert read and not [name for name in sorted(read) if not hasattr(cfg, name)]

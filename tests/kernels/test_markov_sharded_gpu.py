@@ -1,4 +1,4 @@
-"""ShardedMarkovSampler (CuTe DSL, GPU) against the golden loop (golden/markov_sharded.py, CPU) bit for bit.
+"""ShardedMarkovSampler (CuTe DSL, GPU) against the golden loop (golden/markov_sharded/__init__.py, CPU) bit for bit.
 
 Ranks are virtual (``kernels.fabric.VirtualFabric``: threads of this process,
 one stream each, on one GPU) at world 1, 2, 4 and 8. Every rank's
@@ -140,7 +140,7 @@ def run_world(world: int, static: dict, config: dict, calls: list, *, graph: boo
     count's first call captures a CUDA graph that later calls of that row count replay."""
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
-    from harness.families.markov_sharded_kernel import ShardedMarkovSystem
+    from harness.families.markov_sharded.kernel import ShardedMarkovSystem
 
     device = torch.device("cuda", torch.cuda.current_device())
     fabrics = VirtualFabric.create(world, device, timeout_s=FABRIC_TIMEOUT_S)
@@ -408,7 +408,7 @@ def test_out_of_range_row_is_inert_under_capture(tmp_path):
 def skip_child(path: str) -> None:
     """Child of the timeout test: rank 1 of two skips launch 1; rank 0's record is written to ``path``."""
     from kernels.fabric import VirtualFabric
-    from harness.families.markov_sharded_kernel import ShardedMarkovSystem
+    from harness.families.markov_sharded.kernel import ShardedMarkovSystem
 
     device = torch.device("cuda", torch.cuda.current_device())
     config = {**base_config(vocab=2048, steps=2), "timeout_ns": 300_000_000}

@@ -325,7 +325,8 @@ def test_public_deadlines_are_the_serving_policy_and_the_harness_passes_its_own(
     """The public constructors default to kernels.diag's serving deadline (10 minutes); the harness systems
     build them with their own short deadlines, passed explicitly."""
     from contracts.markov_sharded import DEFAULT_TIMEOUT_NS
-    from harness.families import allreduce_mhc_kernel, markov_sharded_kernel
+    from harness.families.allreduce_mhc import kernel as allreduce_mhc_kernel
+    from harness.families.markov_sharded import kernel as markov_sharded_kernel
     from kernels.allreduce import AllReduceMHC
     from kernels.diag import SERVING_DEADLINE_NS
     from kernels.markov.exchange import PeerGather

@@ -383,10 +383,10 @@ def test_bad_input_hows(how):
 def test_transcendental_inputs_do_not_depend_on_the_cpus_vector_library():
     """Gumbel noise is -log(-log(u)) evaluated in fp64 and rounded once: the same bits as Python's libm
     gives (torch's fp32 log differs between AVX2 and AVX-512 machines, and the stored digests with it)."""
-    from scenarios import builders
+    from scenarios import draws
 
-    noise = builders._gumbel(7, (4096,), "noise")
-    u = torch.rand((4096,), generator=builders._generator(7, "noise"))
+    noise = draws.gumbel(7, (4096,), "noise")
+    u = torch.rand((4096,), generator=draws.generator(7, "noise"))
     u = u.clamp(min=torch.finfo(torch.float32).tiny, max=1.0 - 2.0**-24)
     want = torch.tensor([-math.log(-math.log(float(v))) for v in u], dtype=torch.float64).to(torch.float32)
     assert torch.equal(noise.view(torch.int32), want.view(torch.int32))

@@ -55,7 +55,7 @@ from __future__ import annotations
 import torch
 
 from contracts.deadlines import BENCH_TIMEOUT_MS
-from golden import allreduce as golden_allreduce
+from golden import allreduce_mhc as golden_allreduce
 from harness.bench.cases.checks import check_close, check_equal, max_ulp_distance, tensor_bytes
 from harness.bench.cases.virtual import build_ranks, launch_ranks
 from harness.bench.floor import FloorTerm, terms_bytes
@@ -222,7 +222,7 @@ OUTPUTS = ("residual_out", "layer_input")
 
 
 def golden_outputs(inputs: dict, weight: torch.Tensor, *, tp: int, hidden: int) -> dict:
-    """The golden loop's outputs of one plain call (``golden.allreduce.reference``, run on the CPU)."""
+    """The golden loop's outputs of one plain call (``golden.allreduce_mhc.reference``, run on the CPU)."""
     static = {"norm_weight": weight.cpu()}
     call = {name: value.cpu() for name, value in inputs.items()}
     return golden_allreduce.reference(static, make_config(tp=tp, hidden=hidden, bt=False), call, {"protocol": "ll"})
@@ -236,7 +236,7 @@ def golden_distance(outputs: dict, golden: dict) -> dict:
 def _ranks(device: torch.device, tp: int, hidden: int, bt: bool, flight: bool = True) -> list:
     """The cached virtual ranks of one (tp, H, flight recorder or not) instance (built, compiled and loaded once
     per process)."""
-    from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from harness.families.allreduce_mhc.kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     key = (device, tp, hidden, bt, flight)
     if key not in _SYSTEMS:

@@ -1,4 +1,4 @@
-"""Benchmark cases of seed 001's fused Markov draft loop (``harness.families.markov_fused_kernel.FusedMarkovLoop`` over ``kernels.markov.fused.MarkovKernels``).
+"""Benchmark cases of seed 001's fused Markov draft loop (``harness.families.markov_fused.kernel.FusedMarkovLoop`` over ``kernels.markov.fused.MarkovKernels``).
 
 Pairs of cases at rows R and steps S in {1, 8} x {1, 8}, vocab 129280,
 dim 256, tp 1, timed by the runner in the same run (CUDA-graph replays and
@@ -260,7 +260,7 @@ def _check_sharded(case: str, ranks: list, static: dict, check: dict, gemv) -> N
 
 def _sharded_setup(ctx: BenchContext, *, rows: int, steps: int, tp: int) -> Prepared:
     """The kernel loop on ``tp`` virtual ranks, each call a replay of every rank's graph, with a checked call first."""
-    from harness.families.markov_fused_kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
     from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     device = ctx.device
@@ -288,7 +288,7 @@ def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int, flight: boo
     loop at ``rows`` x ``steps``, with a checked call first."""
     if tp > 1:
         return _sharded_setup(ctx, rows=rows, steps=steps, tp=tp)
-    from harness.families.markov_fused_kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
     from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     device = ctx.device

@@ -158,7 +158,7 @@ def chain_check(case: str, static: dict, inputs: dict, out: dict) -> None:
 
 def _kernel_setup(ctx: BenchContext, world: int, flight: bool = True) -> Prepared:
     """The kernel on ``world`` virtual ranks (with the flight recorder or without), with a checked call first."""
-    from harness.families.markov_sharded_kernel import ShardedMarkovSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from harness.families.markov_sharded.kernel import ShardedMarkovSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     device = ctx.device
     static = make_static(device)

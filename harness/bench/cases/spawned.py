@@ -14,7 +14,7 @@ None is in the default set: they are run explicitly
 
   - ``..._ll`` and ``..._bt``: the kernel (one instance with both
     protocols, the protocol forced per call), held to the golden bits
-    (``golden.allreduce.reference`` on the CPU, every bit);
+    (``golden.allreduce_mhc.reference`` on the CPU, every bit);
   - ``..._unfused``, their baseline, the same eager form as the in-process
     cases: the ranks' sum taken locally (``x.sum(0)``, an all-reduce
     stand-in with no communication), then eager mHC and RMSNorm
@@ -185,7 +185,7 @@ def _allreduce_impls(ctx: RankContext, *, rows: int) -> list[RankImpl]:
     def kernel(protocol: str, params: dict) -> Prepared:
         """The public kernel over this rank's fabric (built once for both protocols), ``protocol`` forced."""
         if not systems:
-            from harness.families.allreduce_mhc_kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+            from harness.families.allreduce_mhc.kernel import AllReduceMHCSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
             systems.append(AllReduceMHCSystem(ctx.fabric, {"norm_weight": ar.make_weight(ctx.device, hidden)},
                                               ar.make_config(tp=tp, hidden=hidden, bt=True), timeout_ms=ar.TIMEOUT_MS))
@@ -228,7 +228,7 @@ def _sampler_impls(ctx: RankContext) -> list[RankImpl]:
 
     def kernel() -> Prepared:
         """This rank's sampler over its fabric, checked along its own chain."""
-        from harness.families.markov_sharded_kernel import ShardedMarkovSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+        from harness.families.markov_sharded.kernel import ShardedMarkovSystem  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
         static = ms.make_static(device)
         system = ShardedMarkovSystem(ctx.fabric, static, {**ms.make_config(world), "ranks_per_device": ctx.sharing})

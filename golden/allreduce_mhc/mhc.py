@@ -4,7 +4,7 @@ Arithmetic contract (per token, per hidden element h; every FP32 op rounds to
 nearest-even, once; subnormals are kept everywhere: no FTZ, no DAZ):
 
 1. ``f = f32(reduced[h])``: the all-reduced sublayer output is already BF16
-   (``bf16_rn`` of the rank-order FP32 sum, see ``golden/allreduce.py``), as
+   (``bf16_rn`` of the rank-order FP32 sum, see ``golden/allreduce_mhc/__init__.py``), as
    the unfused collective returns it, before the mix reads it.
 2. For each target stream ``j`` in ``0..hc-1``::
 

@@ -16,7 +16,7 @@ family's cases not available, naming the probe command. The kernel-only
 keys (``timeout_ns``, ``ctas``, ``ranks_per_device``) are stripped for the
 golden, the golden-only ones for the kernel.
 
-Kernel side: ``harness.families.markov_sharded_kernel.ShardedMarkovSystem``,
+Kernel side: ``harness.families.markov_sharded.kernel.ShardedMarkovSystem``,
 the family's generic ``launch`` over the public
 ``kernels.markov.sharded.ShardedMarkovSampler`` (one ``__call__`` per launch).
 """
@@ -26,7 +26,7 @@ from harness.families.family_adapter import FamilyAdapter
 ADAPTER = FamilyAdapter(
     family="markov_sharded",
     golden_module="golden.markov_sharded",
-    kernel_module="harness.families.markov_sharded_kernel",
+    kernel_module="harness.families.markov_sharded.kernel",
     tp_key="world",
     start_keys={"launches": "launch_counter_start"},
     resume_keys={"launches": "launches"},

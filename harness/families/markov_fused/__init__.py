@@ -4,13 +4,13 @@ Compared outputs: ``tokens`` [rows, steps], ``cache`` [max_reqs, steps, V]
 (every rank ends with the full vocabulary) and ``emb`` [rows, R]. The TP
 size travels in config key ``tp``.
 
-Kernel side (docs/interfaces.md): ``harness.families.markov_fused_kernel.FusedMarkovLoop``,
+Kernel side (docs/interfaces.md): ``harness.families.markov_fused.kernel.FusedMarkovLoop``,
 the seed's draft loop driven over the public ``kernels.markov.fused.MarkovKernels``
 (``anchor_embed``, per step the GEMV and ``step``, sharded ``gather_packets`` and ``pick``, then
 ``gather_draft`` and ``cache_fill``: the gathers on the device through the rank's fabric), takes its weights and
 call inputs as CUDA tensors (the adapter copies them to the rank's device,
 layout kept, and the kernel's in-place ``cache`` write lands on that copy),
-and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused_bias.HARNESS_BIAS``
+and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused.bias.HARNESS_BIAS``
 (``kernels.markov.head_gemv.HeadGemv`` where the row length is a multiple of
 32, else the exact ``golden.markov_fused.markov_bias``). The golden's config
 ``bias`` names the same GEMV's bits: the architecture facts' ``mma_model``
@@ -37,7 +37,7 @@ from harness.families.family_adapter import FamilyAdapter
 ADAPTER = FamilyAdapter(
     family="markov_fused",
     golden_module="golden.markov_fused",
-    kernel_module="harness.families.markov_fused_kernel",
+    kernel_module="harness.families.markov_fused.kernel",
     tp_key="tp",
     output_axes={
         "tokens": ("row", "step"),
@@ -47,6 +47,6 @@ ADAPTER = FamilyAdapter(
     kernel_only_config=("pdl", "sharded", "max_rows", "max_steps", "timeout_ns"),
     golden_only_config=("rcp_table", "bias"),
     arch_facts={"rcp_table": "reciprocals", "bias": "mma_model"},
-    kernel_kwargs={"bias_fn": "harness.families.markov_fused_bias:HARNESS_BIAS"},
+    kernel_kwargs={"bias_fn": "harness.families.markov_fused.bias:HARNESS_BIAS"},
     kernel_inputs_on_device=True,
 )

@@ -69,6 +69,14 @@ from golden.fp32 import (
     tanhf,
 )
 from golden.gumbel import noised_scores
+from golden.family_facts import FamilyFacts
+
+# What the shared floors need to know about this family (golden/family_facts.py).
+FACTS = FamilyFacts("markov_fused", order=0, tp_key="tp", stepped=True, default_steps=1, shape_input="idx_map",
+                    base_logits_input="base", request_map_input="idx_map", request_map_flat=False,
+                    anchor_input="anchor_idx", tolerance_flag="has_cap", routes_experts=False,
+                    call_inputs=("input_ids", "anchor_idx", "base", "idx_map", "pos", "seeds", "temperature",
+                                 "cache"))
 
 FAMILY = "markov_fused"
 _NO_BITS = 1 << 20  # lsb exponent of a zero entry: above every real one

@@ -1,6 +1,6 @@
 """RMSNorm of the mHC collapse, with the seed 004 consumer's exact reduction order.
 
-Inputs: ``prenorm`` BF16 ``[M, H]`` (the collapse, ``golden/mhc.py``),
+Inputs: ``prenorm`` BF16 ``[M, H]`` (the collapse, ``golden/allreduce_mhc/mhc.py``),
 ``weight`` BF16 ``[H]``, ``eps`` FP32. All FP32 ops round to nearest-even,
 no FTZ.
 

@@ -23,7 +23,7 @@ dropped route's staged row is zeroed and its weight set to 0, and its FMA
 still runs (``acc + 0*0``). Skipping it instead differs only in the sign of a
 zero accumulator, which the publish's negative-zero rewrite then erases, so
 both give the same published bits. The contribution is published through
-``golden.allreduce`` (which rewrites ``0x8000`` to ``0x0000``).
+``golden.allreduce_mhc`` (which rewrites ``0x8000`` to ``0x0000``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Adapter of seed 004's all-reduce + mHC: ``golden.allreduce`` vs ``kernels.allreduce``.
+"""Adapter of seed 004's all-reduce + mHC: ``golden.allreduce_mhc`` vs ``kernels.allreduce``.
 
 Compared outputs: ``residual_out`` [M, hc, H], ``layer_input`` [M, H]
 (absent with ``residual_only``), and with ``quantize`` the MXFP8
@@ -6,7 +6,7 @@ Compared outputs: ``residual_out`` [M, hc, H], ``layer_input`` [M, H]
 the reference does not produce for a config is not compared. The TP size
 travels in config key ``tp``.
 
-Kernel side: ``harness.families.allreduce_mhc_kernel.AllReduceMHCSystem``,
+Kernel side: ``harness.families.allreduce_mhc.kernel.AllReduceMHCSystem``,
 the family's generic ``launch`` over the public ``kernels.allreduce.AllReduceMHC``
 (``__call__`` / ``finalize`` on this rank's shard of each call).
 
@@ -15,7 +15,7 @@ call ran through the generation state they advance on the device (LL's
 consumer moves ``generation_next``, BT's owner reduce ``bt_generation_next``;
 ``state()`` reads both). Every call must have moved exactly the one its
 ``protocol`` param names, or, under ``auto``, the one the config's
-``bt_min_rows`` / ``bt_min_finalize_rows`` pick (``golden.allreduce.uses_bt``):
+``bt_min_rows`` / ``bt_min_finalize_rows`` pick (``golden.allreduce_mhc.uses_bt``):
 a scenario whose LL or BT call ran the other protocol fails.
 """
 
@@ -29,7 +29,7 @@ def protocol_problem(config: Mapping, call_inputs: Mapping, call_params: Any, be
                      after: Mapping) -> str | None:
     """Why the call did not run the protocol it names or implies (from ``state()`` before and after), or None."""
     from contracts.allreduce_mhc import check_call_params  # noqa: PLC0415 - torch stays out of the registry's import
-    from golden.allreduce import check_config, uses_bt  # noqa: PLC0415 - torch stays out of the registry's import
+    from golden.allreduce_mhc import check_config, uses_bt  # noqa: PLC0415 - torch stays out of the registry's import
 
     finalize, protocol = check_call_params(call_params)
     rows = int(call_inputs["residual"].shape[0])
@@ -45,8 +45,8 @@ def protocol_problem(config: Mapping, call_inputs: Mapping, call_params: Any, be
 
 ADAPTER = FamilyAdapter(
     family="allreduce_mhc",
-    golden_module="golden.allreduce",
-    kernel_module="harness.families.allreduce_mhc_kernel",
+    golden_module="golden.allreduce_mhc",
+    kernel_module="harness.families.allreduce_mhc.kernel",
     tp_key="tp",
     start_keys={"generation_ll": "start_generation", "generation_bt": "start_generation"},
     resume_keys={"generation_ll": "generation_next", "generation_bt": "bt_generation_next"},

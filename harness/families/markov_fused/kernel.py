@@ -24,7 +24,7 @@ and ``pick``; after the loop, sharded, ``gather_draft`` and
 ``cache_fill``. Every launch is on the device with fixed pointers, so the
 whole call is captured in one CUDA graph at any tp when ``bias_fn`` can be. The cache is written in place and returned with the tokens
 and the last ``emb``. ``bias_fn`` is the harness's
-``harness.families.markov_fused_bias.HARNESS_BIAS`` (the adapter passes it:
+``harness.families.markov_fused.bias.HARNESS_BIAS`` (the adapter passes it:
 ``HeadGemv``, whose bits the golden models; the default is a plain BF16
 matmul; the bench passes ``kernels.markov.head_gemv.HeadGemv``). A
 ``bias_fn`` with ``capture_problem(dim)`` says whether it can be captured

@@ -6,7 +6,7 @@ Arithmetic contract of the all-reduce, op by op:
 1. Contribution of rank r: ``x[r]`` (BF16 ``[M, H]``), or for a finalize call
    the MoE finalize of rank r's ``gemm2_permuted[r]``,
    ``expanded_idx_to_permuted_idx[r]``, ``shared_output[r]`` and the shared
-   ``expert_weights`` (``golden/moe.py``).
+   ``expert_weights`` (``golden/allreduce_mhc/moe.py``).
 2. Publish: every BF16 half equal to ``0x8000`` (negative zero, the Lamport
    mailbox's "empty" sentinel) is rewritten to ``0x0000``; every other bit
    pattern is sent unchanged. Negative subnormals (``0x8001..0x807F``) are
@@ -20,13 +20,13 @@ Arithmetic contract of the all-reduce, op by op:
    rewrite of a ``0x8000`` sum is likewise invisible, as the sum of
    sanitized values is never ``-0.0``.
 4. Then, identically under both protocols: mHC post-mix and collapse
-   (``golden/mhc.py``), RMSNorm (``golden/rmsnorm.py``), MXFP8 of the BF16
-   layer input (``golden/mxfp8.py``).
+   (``golden/allreduce_mhc/mhc.py``), RMSNorm (``golden/allreduce_mhc/rmsnorm.py``), MXFP8 of the BF16
+   layer input (``golden/allreduce_mhc/mxfp8.py``).
 
 NaN: a NaN in a contribution makes that element's reduced value NaN
 (``0x7FFF``), hence that element of every residual stream, and, through the
 token's sum of squares, the token's whole layer input. MXFP8 of a layer
-input holding NaN or Inf is what the kernel writes (``golden/mxfp8.py``
+input holding NaN or Inf is what the kernel writes (``golden/allreduce_mhc/mxfp8.py``
 item 5): scale byte 254 for the block, E4M3 NaN ``0x7F`` for its NaN and Inf
 elements, a signed zero for its finite ones.
 
@@ -61,10 +61,18 @@ from contracts import allreduce_mhc as contract
 from contracts.allreduce_mhc import GENERATIONS as LAMPORT_GENERATIONS
 from golden.comm import Comm
 from golden.fp32 import bf16_round
-from golden.mhc import collapse, post_mix
-from golden.moe import finalize_contribution
-from golden.mxfp8 import quantize as mxfp8_quantize
-from golden.rmsnorm import NormLayout, rms_norm
+from golden.allreduce_mhc.mhc import collapse, post_mix
+from golden.allreduce_mhc.moe import finalize_contribution
+from golden.allreduce_mhc.mxfp8 import quantize as mxfp8_quantize
+from golden.allreduce_mhc.rmsnorm import NormLayout, rms_norm
+from golden.family_facts import FamilyFacts
+
+# What the shared floors need to know about this family (golden/family_facts.py).
+FACTS = FamilyFacts("allreduce_mhc", order=2, tp_key="tp", stepped=False, default_steps=None,
+                    shape_input="residual", base_logits_input=None, request_map_input=None,
+                    request_map_flat=False, anchor_input=None, tolerance_flag=None, routes_experts=True,
+                    call_inputs=("x", "residual", "post", "comb", "pre", "gemm2_permuted", "expert_weights",
+                                 "expanded_idx_to_permuted_idx", "shared_output"))
 
 NEGATIVE_ZERO_BITS = -32768  # 0x8000 as int16
 # The validated config (``bt_min_rows`` None: not given, so LL only).

@@ -131,6 +131,15 @@ from contracts.markov_sharded import COUNTER_MODULUS, DTYPES, HEAD_DIM, INDEX_BI
 from contracts.markov_sharded import TAG_BITS, TAG_MASK, key_index, launch_tag
 from golden.comm import Comm, SoloComm, shard_bounds
 from golden import fp32
+from golden.family_facts import FamilyFacts
+
+# What the shared floors need to know about this family (golden/family_facts.py).
+FACTS = FamilyFacts("markov_sharded", order=1, tp_key="world", stepped=True, default_steps=None,
+                    shape_input="base_logits", base_logits_input="base_logits",
+                    request_map_input="idx_mapping", request_map_flat=True, anchor_input=None,
+                    tolerance_flag=None, routes_experts=False,
+                    call_inputs=("input_ids", "idx_mapping", "temperature", "noise", "base_logits",
+                                 "logits_cache"))
 
 _SIGN_BIT = 0x80000000
 _WORD_MASK = 0xFFFFFFFF
