@@ -6,19 +6,21 @@ An adapter answers four questions for the worker:
   is located as row/step/vocab index rather than a flat offset);
 - how to make the per-rank system for implementation ``golden`` (the class
   in ``golden.<module>``) or ``kernel`` (the class in
-  ``harness/families/<family>_kernel.py``, which gives the family's generic
+  ``harness/families/<family>/kernel.py``, which gives the family's generic
   ``launch(call_inputs, call_params)`` over the kernels' public API, the one
   users call; imported lazily: when that import fails, the case is *not
   available* with the import error as its reason, never a failure);
 - how to compute the reference (``golden.<module>.reference``, the unsharded
   loop);
 - which config key carries the TP size (``tp`` or ``world``);
+- how ``harness fuzz`` draws a random valid scenario of the family
+  (``fuzz_draw``, in ``harness/families/<family>/fuzz.py``);
 - which config keys only one implementation accepts (stripped for the
   other), which config entries the harness adds for the golden (on the
-  golden path and for the reference alike: e.g. markov_sharded's reciprocal
-  table and bias model, from the architecture's facts: ``arch_facts``),
-  which keyword arguments the kernel class gets (``kernels/`` never imports
-  ``golden``, so e.g. markov_fused's bias GEMV is handed in here), and
+  golden path and for the reference alike: e.g. a reciprocal table or a
+  bias model from the architecture's facts: ``arch_facts``), which keyword
+  arguments the kernel class gets (``kernels/`` never imports ``golden``,
+  so e.g. a bias GEMV the golden defines is handed in here), and
   whether the kernel needs its static weights and call inputs on its CUDA
   device (``kernel_inputs_on_device``: ``placement.DevicePlaced``).
 """
@@ -64,6 +66,9 @@ class FamilyAdapter:
     # ``module:function`` checking that a call ran the protocol it names or implies:
     # ``f(config, call_inputs, call_params, state_before, state_after) -> problem or None`` (None: no check).
     protocol_check: str | None = None
+    # ``module:function`` drawing a random valid scenario body for ``harness fuzz``:
+    # ``f(rng: random.Random, world) -> dict`` (config, inputs, calls, graph, inject); None: not fuzzed.
+    fuzz_draw: str | None = None
 
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""
@@ -133,6 +138,12 @@ class FamilyAdapter:
         if self.protocol_check is None:
             return None
         return resolve(self.protocol_check)(config, call_inputs, call_params, before, after)
+
+    def draw_scenario_body(self, rng: Any, world: int) -> dict:
+        """A random valid scenario body at ``world`` from the family's fuzz draw (ValueError when it has none)."""
+        if self.fuzz_draw is None:
+            raise ValueError(f"{self.family}: no fuzz draw (FamilyAdapter.fuzz_draw)")
+        return resolve(self.fuzz_draw)(rng, world)
 
     def make_system(self, impl: str, world_handle: Any, static: Mapping, config: Mapping) -> Any:
         """The system of implementation ``impl`` (``golden`` or ``kernel``)."""

@@ -1,8 +1,11 @@
 """Family adapters on the CPU: config keys per implementation, the golden's extra config, and the
 kernel path's input placement (a fake kernel system stands in for the GPU classes)."""
 
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,3 +140,29 @@ def test_every_adapter_agrees_with_the_family_registry():
     for family in FAMILIES:
         assert adapter(family).family == family
         assert adapter(family).tp_key == facts(family).tp_key, family
+
+
+def test_every_family_has_each_layer_found_by_its_registry():
+    """Each family of golden.families has an adapter (and no other), scenario hooks and a fuzz draw, in one order."""
+    from golden.families import FAMILIES
+    from harness.families.registry import ADAPTER_MODULES, ADAPTERS
+    from scenarios.family_hooks import ScenarioHooks, hooks
+
+    assert tuple(ADAPTERS) == FAMILIES and FAMILIES[:3] == ("markov_fused", "markov_sharded", "allreduce_mhc")
+    for family in FAMILIES:
+        assert ADAPTER_MODULES[family] == f"harness.families.{family}"
+        assert isinstance(hooks(family), ScenarioHooks) and ADAPTERS[family].fuzz_draw is not None
+
+
+def test_a_family_folder_must_carry_its_own_name(tmp_path):
+    """FACTS naming another family than its folder is refused: a name leads to its folder in every layer."""
+    (tmp_path / "golden" / "misnamed").mkdir(parents=True)
+    (tmp_path / "golden" / "misnamed" / "__init__.py").write_text(
+        "from golden.family_facts import FamilyFacts\n"
+        "FACTS = FamilyFacts('other', order=9, tp_key='tp', stepped=False, default_steps=None, shape_input='x',\n"
+        "                    base_logits_input=None, request_map_input=None, request_map_flat=False,\n"
+        "                    anchor_input=None, tolerance_flag=None, routes_experts=False, call_inputs=('x',))\n")
+    env = {**os.environ, "RANKCHECK_FAMILY_PATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-c", "import golden.families"], env=env, capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode != 0 and "FACTS names the family 'other', not 'misnamed'" in result.stderr

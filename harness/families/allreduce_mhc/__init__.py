@@ -57,4 +57,5 @@ ADAPTER = FamilyAdapter(
         "mxfp8_values": ("row", "hidden"),
         "mxfp8_scales": ("byte",),
     },
+    fuzz_draw="harness.families.allreduce_mhc.fuzz:draw",
 )

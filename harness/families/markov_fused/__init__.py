@@ -49,4 +49,5 @@ ADAPTER = FamilyAdapter(
     arch_facts={"rcp_table": "reciprocals", "bias": "mma_model"},
     kernel_kwargs={"bias_fn": "harness.families.markov_fused.bias:HARNESS_BIAS"},
     kernel_inputs_on_device=True,
+    fuzz_draw="harness.families.markov_fused.fuzz:draw",
 )

@@ -37,4 +37,5 @@ ADAPTER = FamilyAdapter(
     kernel_only_config=("timeout_ns", "ctas", "ranks_per_device"),
     golden_only_config=("bias_fn", "rcp_table"),
     arch_facts={"bias_fn": "mma_model", "rcp_table": "reciprocals"},
+    fuzz_draw="harness.families.markov_sharded.fuzz:draw",
 )
