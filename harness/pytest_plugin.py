@@ -4,10 +4,10 @@ Collection. A scenario file ``<root>/<family>/<name>.yaml`` is a file node,
 with one item per world the scenario lists (``--rankcheck-world`` keeps
 some) and per launcher (``--rankcheck-launcher``, repeatable, default
 ``auto``: chosen from the GPUs present, as ``validate`` does). Node ids are
-``scenarios/markov_sharded/nan_logits.yaml::world=4``, with ``[LAUNCHER]``
+``scenarios/<family>/<name>.yaml::world=4``, with ``[LAUNCHER]``
 after the world when several launchers are asked for. The repository's
 ``scenarios/`` is collected only when the command line names it or a path
-inside it (``pytest scenarios/``, ``pytest scenarios/markov_fused``, a
+inside it (``pytest scenarios/``, ``pytest scenarios/<family>``, a
 file, a node id); ``--rankcheck-scenario-root DIR`` adds another root,
 collected wherever pytest reaches it. So ``make test`` (``testpaths =
 tests``) and ``pytest .`` never collect scenarios. Items of scenarios

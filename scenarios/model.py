@@ -52,7 +52,7 @@ class Call:
     """One call of the launch script: its shape, repeat count and parameters."""
 
     rows: int
-    steps: int | None  # None for allreduce_mhc
+    steps: int | None  # None for a family whose calls take no steps (its facts' ``stepped``)
     repeat: int
     params: Mapping[str, Any]
     graph: str  # CUDA-graph label: calls with one label share one captured graph

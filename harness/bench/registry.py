@@ -2,7 +2,7 @@
 
 A case is a family's kernel (or any callable that enqueues GPU work) at one
 configuration. Kernel helpers register cases in their own module under
-``harness/bench/cases/`` (one file per family, e.g. ``cases/markov_fused.py``);
+``harness/bench/cases/`` (one file per family, ``cases/<family>.py``);
 ``discover()`` imports every module of that package, so adding a file is all
 it takes. A module that fails to import is reported by the runner (with its
 error), never silently skipped.
@@ -11,7 +11,7 @@ Declaring a case::
 
     from harness.bench.registry import Prepared, bench_case
 
-    @bench_case("markov_fused", "v8k_rows4_steps4", params={"vocab": 8192, ...},
+    @bench_case("<family>", "v8k_rows4_steps4", params={"vocab": 8192, ...},
                 description="one decode call, 4 rows x 4 steps")
     def _setup(ctx):                       # ctx: BenchContext (device, l2_bytes)
         kernel = MarkovFused(...)          # compile here, never under capture

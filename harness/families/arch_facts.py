@@ -2,7 +2,7 @@
 
 A family adapter names the golden config entries it takes from the facts
 (``FamilyAdapter.arch_facts``: config key -> ``ArchFacts`` field, e.g.
-markov_sharded's ``bias_fn`` from ``mma_model`` and ``rcp_table`` from
+a ``bias_fn`` from ``mma_model`` and an ``rcp_table`` from
 ``reciprocals``); the adapter resolves them on the rank, per case, through
 ``golden_entries``. The architecture (``choose_arch``) is:
 
@@ -21,7 +21,7 @@ An architecture without a facts file makes every case of a family that
 needs facts NOT-AVAILABLE (``NotAvailable``), the message naming the
 architecture and ``golden.arch.PROBE_COMMAND``; a corrupt file is an error
 naming the file (``golden.arch.ArchFactsCorrupt``, a ValueError). Families
-that need no facts (allreduce_mhc) are unaffected. Loaded facts are cached
+that need no facts (an empty ``arch_facts``) are unaffected. Loaded facts are cached
 per process and data directory.
 """
 

@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def check_worlds(family: str, worlds: Sequence[int]) -> None:
-    """ValueError naming the world when the family cannot run at it (powers of two; markov_sharded at most 8)."""
+    """ValueError naming the world when the family cannot run at it (powers of two up to 8: the mailbox's limit)."""
     for world in worlds:
         if world & (world - 1) or world > 8:
             raise ValueError(f"--world {world}: the fuzzer draws powers of two up to 8 for {family}")

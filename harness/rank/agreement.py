@@ -8,7 +8,7 @@ rank with other rows or parameters) is then named instead of silently
 pairing unrelated exchanges. On the kernel path the check runs after each
 completed launch: a disagreement that hangs the kernels must stay
 reproducible (the watchdog names it), and one the kernels' protocol does not
-exchange (e.g. markov_sharded's ``query_per_row``) completes with wrong bits
+exchange (e.g. a call param such as ``query_per_row``) completes with wrong bits
 instead of hanging, and is named here.
 
 Protocol: each rank describes its call (launch index, call, parameters,

@@ -54,7 +54,7 @@ its case, TP group, blamed rank as the group numbers it and as the world
 does, launch, and the diagnosis's words; ``diagnoses``) and the JUnit
 suite's first properties (``result``, then ``diagnosis.<i>``). With TP
 groups each JUnit case's classname starts with its group
-(``group5.markov_sharded.basic``), so a CI page lists every group's cases
+(``group5.<family>.<name>``), so a CI page lists every group's cases
 under it.
 
 A case of a scenario that asks for CUDA graphs carries its graph counts
