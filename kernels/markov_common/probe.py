@@ -234,7 +234,7 @@ def measure_reciprocal_table(temperatures, device: str = "cuda") -> dict:
         "provenance": {
             "device": props.name,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "command": "python3 -m kernels.markov.probe OUT.json TEMPERATURE... (div.full.f32 q, 1.0, t)",
+            "command": "python3 -m kernels.markov_common.probe OUT.json TEMPERATURE... (div.full.f32 q, 1.0, t)",
             "torch": torch.__version__,
             "cuda": torch.version.cuda,
         },
@@ -269,10 +269,10 @@ def write_reciprocal_table(path: str, temperatures) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kernels.markov.probe OUT.json T1 T2 ...``: measure and merge a reciprocal table."""
+    """``python -m kernels.markov_common.probe OUT.json T1 T2 ...``: measure and merge a reciprocal table."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2:
-        print("usage: python -m kernels.markov.probe OUT.json TEMPERATURE...", file=sys.stderr)
+        print("usage: python -m kernels.markov_common.probe OUT.json TEMPERATURE...", file=sys.stderr)
         return 2
     doc = write_reciprocal_table(args[0], [float(a) for a in args[1:]])
     print(f"{args[0]}: {len(doc['reciprocals'])} reciprocals ({doc['provenance']['device']})")

@@ -39,9 +39,9 @@ from cutlass import Int32, Int64, Uint32
 from kernels import ptx
 from kernels.flight import ident as flight_ident
 from kernels.flight_device import FlightRing, begin, digest, end, key_part, take
-from kernels.allreduce import device
-from kernels.allreduce.kernel_shape import FANOUTS, AllReduceKernel, check_choice
-from kernels.allreduce.layout import (
+from kernels.allreduce_mhc import device
+from kernels.allreduce_mhc.kernel_shape import FANOUTS, AllReduceKernel, check_choice
+from kernels.allreduce_mhc.layout import (
     ACTIVE,
     NEXT,
     PUBLISH_THREADS,

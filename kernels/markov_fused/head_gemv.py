@@ -20,8 +20,8 @@ import torch
 from cutlass import Int32, Int64
 
 from kernels.compile import compiled
-from kernels.markov.fused_checks import check_tensor, require
-from kernels.markov.head_gemv_kernel import MAX_DIM, MAX_ROWS, HeadGemvKernel
+from kernels.markov_fused.checks import check_tensor, require
+from kernels.markov_fused.head_gemv_kernel import MAX_DIM, MAX_ROWS, HeadGemvKernel
 
 TILE_ROWS = 16
 # The fraction of head copies marked L2 evict_last: the best of 0-0.9 on the H200 at V 129280, dim 256 (a 66 MB head).

@@ -44,7 +44,7 @@ from contracts.markov_sharded import (
 )
 from contracts.markov_sharded import check_tensor as check_spec
 from kernels import hostcopy
-from kernels.markov.sharded_layout import DTYPE_BYTES, VECTOR_BYTES
+from kernels.markov_sharded.layout import DTYPE_BYTES, VECTOR_BYTES
 
 
 @dataclass

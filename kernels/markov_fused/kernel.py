@@ -4,9 +4,9 @@ Each kernel is a class (``kernels.variant.KernelVariant``): its compile-time
 configuration in ``__init__`` (and ``key()``, hence its symbol), a
 ``@cute.jit __call__`` that launches it on raw addresses and scalars, and the
 ``@cute.kernel kernel``. What each one computes, the layouts in bytes and the
-memory ordering are in ``kernels/markov/fused.py``'s docstring; the sizes and
-variant rules come from ``fused_layout.py``; the instruction sequences live
-in ``kernels/ptx.py``. The host class ``MarkovKernels`` (``fused.py``)
+memory ordering are in ``kernels/markov_fused/host.py``'s docstring; the sizes and
+variant rules come from ``layout.py``; the instruction sequences live
+in ``kernels/ptx.py``. The host class ``MarkovKernels`` (``host.py``)
 compiles and launches them; nothing here reads a torch tensor.
 
 The traced helpers below are plain Python functions called while a kernel is
@@ -33,8 +33,8 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
-from kernels.markov.arguments import BlockResults, LogitTransform, Rows, Winner
-from kernels.markov.fused_layout import (
+from kernels.markov_common.arguments import BlockResults, LogitTransform, Rows, Winner
+from kernels.markov_fused.layout import (
     BIG_INDEX,
     BLOCK_SIZES,
     FILL_BLOCK,
@@ -170,11 +170,11 @@ class AnchorKernel(KernelVariant):
 
 class StepKernel(KernelVariant):
     """Grid (rows, blocks), 128 threads, ``block`` vocab entries per CTA; one
-    draft step (see ``fused.py``'s docstring). ``blocks`` is compile-time.
+    draft step (see ``host.py``'s docstring). ``blocks`` is compile-time.
 
     ``stamps`` (bench only; the default variants compile as without it): thread 0
     of every CTA stores ``%globaltimer`` with plain stores into the stamps after
-    ``block_argmax`` (``fused_layout.step_scratch_slots``), no synchronisation
+    ``block_argmax`` (``layout.step_scratch_slots``), no synchronisation
     added: ``between`` (read at entry, stored with the next: it ends the time
     since this slot's previous step, i.e. the GEMV and the launches),
     ``ready`` (the inputs' loads issued and, with PDL, the wait for the GEMV

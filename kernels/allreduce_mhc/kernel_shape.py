@@ -9,7 +9,7 @@ fragment of one token, the CTAs per token and the BT owner capacity.
 
 from __future__ import annotations
 
-from kernels.allreduce.layout import VEC, ctas_per_token, owner_capacity
+from kernels.allreduce_mhc.layout import VEC, ctas_per_token, owner_capacity
 from kernels.flight_device import checked_flag
 from kernels.variant import KernelVariant
 

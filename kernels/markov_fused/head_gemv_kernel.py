@@ -5,7 +5,7 @@ For request row r < rows (at most 8) and head row v < n (a multiple of 16)::
     bias[r, v] = cvt.rn.bf16(acc[r, v])
 
 with ``acc`` the chain of ``dim / 16`` ``mma.sync.m16n8k16`` (BF16 in, FP32
-accumulate) of ``kernels.markov.head_tile`` from +0.0: the sharded
+accumulate) of ``kernels.markov_common.head_tile`` from +0.0: the sharded
 sampler's tile arithmetic, so the bits are ``golden.markov_fused.mma_bias``
 (``golden.markov_sharded.hopper_mma_bias`` rounded to BF16) on the H200.
 The seed's contract leaves the GEMV to the caller; this is the caller's
@@ -49,7 +49,7 @@ from cutlass import Int32, Int64, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
-from kernels.markov.head_tile import (TILE_ROWS, VECTOR_BYTES, WARP, bf16_bits, check_l2_keep, copy_tile,
+from kernels.markov_common.head_tile import (TILE_ROWS, VECTOR_BYTES, WARP, bf16_bits, check_l2_keep, copy_tile,
                                      slot_fragment, stream_bytes, thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 

@@ -1,4 +1,4 @@
-"""Layout, tags and work split of the fused loop's device all-gather (``kernels.markov.exchange``).
+"""Layout, tags and work split of the fused loop's device all-gather (``kernels.markov_fused.exchange``).
 
 Nothing here touches a GPU or CuTe DSL: the device kernel
 (``exchange_kernel.py``) and the host class (``exchange.py``) take their

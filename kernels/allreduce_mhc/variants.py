@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from kernels.allreduce.consumer import OUTPUTS, LamportMHCConsumer
-from kernels.allreduce.owner_reduce import OwnerReduceKernel
-from kernels.allreduce.publish import FANOUTS, PROTOCOLS, SOURCES, PublishKernel
+from kernels.allreduce_mhc.consumer import OUTPUTS, LamportMHCConsumer
+from kernels.allreduce_mhc.owner_reduce import OwnerReduceKernel
+from kernels.allreduce_mhc.publish import FANOUTS, PROTOCOLS, SOURCES, PublishKernel
 from kernels.compile import CaptureError, compiled as compiled_once
-from kernels.compile import preload  # noqa: F401 - kernels.allreduce.host calls variants.preload
+from kernels.compile import preload  # noqa: F401 - kernels.allreduce_mhc.host calls variants.preload
 
 GATE_SHAPE = {"hidden": 5120, "hc": 4, "tp": 8, "capacity": 128, "top_k": 8}
 

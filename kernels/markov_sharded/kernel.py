@@ -34,7 +34,7 @@ Per tile and request row (the lane's two rows in a loop, loads predicated on
 BF16 again for a BF16 cache), the value's cache bits go to the warp's shared
 staging ``[warp][row 8][16]`` (32-bit words), the score is ``value`` or
 ``add.rn(div.full(value, T), noise)`` (``selp`` on ``T != 0``), and the
-lane's best 64-bit candidate key (``sharded_layout``) per request row is
+lane's best 64-bit candidate key (``layout``) per request row is
 kept. Then the tile's cache elements leave as 16-byte vectors, one per lane
 and request row, into the local cache (``logits_cache[state, i, :]``) and
 every peer's staging buffer. A request index outside ``[0, max_reqs)`` is
@@ -101,7 +101,7 @@ Phase stamps (``stamps=True``, a bench-only variant: the default variants
 compile to the same code as without the option). Thread 0 of every CTA
 stores ``%globaltimer`` (ns) with a plain ``st.global.b64`` into int64
 ``[ctas][stamp_names(steps)]`` after the control words
-(``sharded_layout.STAMP_WORD``), at points the kernel already passes, with
+(``layout.STAMP_WORD``), at points the kernel already passes, with
 no synchronisation added: ``start`` (entry), ``setup`` (after the first
 barrier: the resident tile's loads issued, the anchors' embeddings in shared
 memory), and per step ``resident`` (warp 0's resident tile scored and its
@@ -133,14 +133,14 @@ from cutlass import Float32, Int32, Int64, Uint32, const_expr
 from cutlass.memory import SmemAllocator
 
 from kernels import ptx
-from kernels.markov.arguments import BaseLogits, LogitsCache, Rows
-from kernels.markov.head_tile import (bf16_bits, check_l2_keep, chunk_mma, copy_tile, slot_fragment, stream_bytes,
+from kernels.markov_common.arguments import BaseLogits, LogitsCache, Rows
+from kernels.markov_common.head_tile import (bf16_bits, check_l2_keep, chunk_mma, copy_tile, slot_fragment, stream_bytes,
                                      thread_coordinates, tile_bias)
 from kernels.variant import KernelVariant
 from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.flight import ident as flight_ident
 from kernels.flight_device import FlightRing, begin, checked_flag, digest, end, key_part
-from kernels.markov.sharded_layout import (
+from kernels.markov_sharded.layout import (
     ARRIVAL_WORD,
     CHUNKS,
     CLAIM_WORD,
@@ -260,7 +260,7 @@ class ShardedMarkovSample(KernelVariant):
         if not isinstance(cooperative, bool):
             raise TypeError(f"cooperative: expected a bool, got {cooperative!r}")
         # Cooperative launch only guarantees co-residency within one grid; for
-        # ranks sharing a GPU the host passes False (see sharded.py).
+        # ranks sharing a GPU the host passes False (see host.py).
         self.cooperative = cooperative
         if not isinstance(stamps, bool):
             raise TypeError(f"stamps: expected a bool, got {stamps!r}")

@@ -27,7 +27,7 @@ from cutlass import Boolean, Float32, Int32, Int64, Uint32
 
 from kernels import ptx
 from kernels.diag import WaitKind, write_diag_and_trap
-from kernels.allreduce.layout import SENTINEL_BITS, SENTINEL_WORD, VEC_BYTES
+from kernels.allreduce_mhc.layout import SENTINEL_BITS, SENTINEL_WORD, VEC_BYTES
 
 LOW_HALF = 0xFFFF
 HIGH_HALF = 0xFFFF0000
@@ -131,7 +131,7 @@ def poll_fragments(addresses, awaited_ranks, valid, deadline, step: Int32, gener
     """Poll each 16-byte slot at ``addresses`` until none holds a sentinel half and
     return their words (flat, four per slot); past ``deadline.timeout_ns`` (0: never),
     write the diagnostic record naming the first slot's rank still empty and trap
-    (``deadline``: ``kernels.allreduce.arguments.WaitDeadline``)."""
+    (``deadline``: ``kernels.allreduce_mhc.arguments.WaitDeadline``)."""
     timeout_ns = deadline.timeout_ns
     words = [Uint32(0)] * (4 * len(addresses))
     start = ptx.globaltimer()

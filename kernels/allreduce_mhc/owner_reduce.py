@@ -30,10 +30,10 @@ from cutlass import Float32, Int32, Int64, Uint32
 from kernels import ptx
 from kernels.flight import ident as flight_ident
 from kernels.flight_device import FlightRing, begin, digest, end, key_part, take
-from kernels.allreduce import device
-from kernels.allreduce.arguments import WaitDeadline
-from kernels.allreduce.kernel_shape import FANOUTS, AllReduceKernel, check_choice
-from kernels.allreduce.layout import (
+from kernels.allreduce_mhc import device
+from kernels.allreduce_mhc.arguments import WaitDeadline
+from kernels.allreduce_mhc.kernel_shape import FANOUTS, AllReduceKernel, check_choice
+from kernels.allreduce_mhc.layout import (
     ACTIVE,
     GENERATIONS,
     NEXT,

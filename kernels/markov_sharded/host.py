@@ -6,7 +6,7 @@ over the TP group (``group``: a ``torch.distributed`` group, buffers from
 torch symmetric memory, or a ``kernels.fabric`` provider). A speculator step
 calls it on its own tensors, ``sampler(base_logits, input_ids,
 query_per_row, idx_mapping, temperature, noise, logits_cache, draft_tokens,
-rows)``: one launch of ``ShardedMarkovSample`` (``sharded_kernel.py``: the
+rows)``: one launch of ``ShardedMarkovSample`` (``kernel.py``: the
 arithmetic, the work split and the memory ordering) that writes
 ``draft_tokens`` and ``logits_cache`` in place (fixed pointers, so the call
 can be captured in a CUDA graph); ``state() -> {"launches"}`` reports the
@@ -14,10 +14,10 @@ launch counter. The harness's generic ``launch(call_inputs, call_params)``
 lives in ``harness/families/markov_sharded_kernel.py`` and calls this API.
 
 Construction is collective over the fabric's ranks: the configuration and
-the static weights are checked (``sharded_checks.py``), the kernel variant
+the static weights are checked (``checks.py``), the kernel variant
 ``(steps, base_dtype, cache_dtype)`` is compiled (or taken from the
 process-wide cache of ``kernels.compile``), then every rank allocates its peer buffer
-``markov_sharded.peer`` (``uint8``, ``sharded_layout.peer_buffer_bytes``:
+``markov_sharded.peer`` (``uint8``, ``layout.peer_buffer_bytes``:
 mailbox, then both parities of staging) through ``fabric.alloc`` (zero
 filled: no record carries a tag), loads the variant's code into the context
 (``kernels.loading.preload``: under CUDA's lazy loading a first launch would
@@ -63,9 +63,9 @@ ranks' grids; those are co-resident because the host gives each rank its
 share of the SMs, one 512-thread CTA per SM.
 
 Phase stamps (bench only, ``stamps=True``): the variant with
-``%globaltimer`` stamps compiled in (``sharded_kernel``'s docstring), the
+``%globaltimer`` stamps compiled in (``kernel``'s docstring), the
 control words followed by its int64 ``[ctas][stamp_names(steps)]`` buffer
-(``sharded_layout.control_words``); ``stamps()`` copies the last launch's to
+(``layout.control_words``); ``stamps()`` copies the last launch's to
 the host. ``harness.bench.breakdown`` reads them.
 
 Nothing compiles in ``__call__``; a call may be captured into a CUDA graph
@@ -85,7 +85,7 @@ from kernels.diag import SERVING_DEADLINE_NS
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.fabric import fabric_of
 from kernels.flight import flight_args, flight_recorder_of
-from kernels.markov.sharded_checks import (
+from kernels.markov_sharded.checks import (
     CallArgs,
     SamplerConfig,
     argument_label,
@@ -93,7 +93,7 @@ from kernels.markov.sharded_checks import (
     check_config,
     check_static,
 )
-from kernels.markov.sharded_layout import (
+from kernels.markov_sharded.layout import (
     DTYPE_BYTES,
     LAUNCH_WORD,
     MAX_ROWS,
@@ -121,7 +121,7 @@ def compiled_kernel(
 ):
     """The compiled ``ShardedMarkovSample`` variant (``kernels.compile``: cached by configuration, launch kind,
     stamps and options; ``CaptureError`` instead of compiling under capture)."""
-    from kernels.markov.sharded_kernel import ShardedMarkovSample  # CuTe DSL, imported on first compile
+    from kernels.markov_sharded.kernel import ShardedMarkovSample  # CuTe DSL, imported on first compile
 
     return compiled(ShardedMarkovSample(steps, base_dtype, cache_dtype, cooperative, stamps, flight=flight), options,
                     remedy="construct the ShardedMarkovSampler")

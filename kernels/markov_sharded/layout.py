@@ -1,7 +1,7 @@
 """Seed 000's memory layout and key encoding: the bytes the sharded sampler's ranks agree on.
 
-Pure Python (no CUDA, no DSL), shared by the kernel (``sharded_kernel.py``),
-the host class (``sharded.py``) and the CPU tests; the limits and the key
+Pure Python (no CUDA, no DSL), shared by the kernel (``kernel.py``),
+the host class (``host.py``) and the CPU tests; the limits and the key
 encoding the golden loop shares are the family contract's
 (``contracts.markov_sharded``), re-exported here.
 

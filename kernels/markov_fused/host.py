@@ -52,9 +52,9 @@ sharded or not, soft cap on/off, tp of the pick. Kernels compile through
 ``kernels.compile`` (cached by configuration, never under CUDA graph
 capture: ``CaptureError``).
 
-Modules, the ``kernels/allreduce`` way: ``fused_layout.py`` (constants and
-the host-side variant rules, no GPU), ``fused_kernels.py`` (the four device
-kernel classes and their traced helpers), ``fused_checks.py`` (the argument
+Modules, the ``kernels/allreduce_mhc`` way: ``layout.py`` (constants and
+the host-side variant rules, no GPU), ``kernel.py`` (the four device
+kernel classes and their traced helpers), ``checks.py`` (the argument
 checks), ``exchange.py`` / ``exchange_kernel.py`` / ``exchange_layout.py``
 (the device all-gather of the packets and draft logits) and this module,
 the host side: ``MarkovKernels``, the seed's functions, ``compile_kernel``
@@ -79,7 +79,7 @@ src_s0, cache, idx_map, rows, steps, shard, vocab)`` (compiled on first
 use, cached by configuration), and the seed's helpers: ``compile_step(*,
 block, blocks, vector, has_cap, sharded, pdl, row_bytes, chunk, w1_rows)``
 (the compiled step, through ``compile_kernel``), the variant rules of
-``fused_layout.py`` (``Operand``, ``vectorized``, ``fill_vectorized``,
+``layout.py`` (``Operand``, ``vectorized``, ``fill_vectorized``,
 ``copy_chunk``, ``vector_bytes``, ``finish_warps``) and ``BLOCK_SIZES``
 (the seed takes any power of two from 128; these are those compiled and
 gated, up to 4096). ``base`` of a step is that step's logits over the whole
@@ -101,8 +101,8 @@ from cutlass import Float32, Int32, Int64
 
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.flight import flight_args, flight_recorder_of
-from kernels.markov.exchange import DEFAULT_TIMEOUT_NS, PeerGather, check_timeout
-from kernels.markov.fused_checks import (
+from kernels.markov_fused.exchange import DEFAULT_TIMEOUT_NS, PeerGather, check_timeout
+from kernels.markov_fused.checks import (
     check_anchor_embed,
     check_cache_fill,
     check_exchange,
@@ -112,8 +112,8 @@ from kernels.markov.fused_checks import (
     check_weights,
     require,
 )
-from kernels.markov.fused_kernels import AnchorKernel, CacheFillKernel, PickKernel, StepKernel
-from kernels.markov.fused_layout import (
+from kernels.markov_fused.kernel import AnchorKernel, CacheFillKernel, PickKernel, StepKernel
+from kernels.markov_fused.layout import (
     BLOCK_SIZES,
     FILL_BLOCK,
     PICK_THREADS,
@@ -221,7 +221,7 @@ class MarkovKernels:
     them, and after the loop the ``[rows, steps, width]`` draft logits are
     gathered for ``cache_fill``. Given ``group`` (a ``kernels.fabric``
     provider or a ``torch.distributed`` group), construction is collective
-    and builds the device exchange (``kernels.markov.exchange``):
+    and builds the device exchange (``kernels.markov_fused.exchange``):
     ``gather_packets`` and ``gather_draft`` are then one kernel launch each,
     so the whole loop (anchor, GEMVs, steps, gathers, picks, fill) is
     captured in one CUDA graph at any tp (``docs/interfaces.md`` shows the
@@ -652,7 +652,7 @@ def markov_pick(packets: torch.Tensor, rows: int, tokens: torch.Tensor, step: in
 
 class StampedMarkovKernels(MarkovKernels):
     """``MarkovKernels`` whose steps store ``%globaltimer`` phase stamps (bench only, ``StepKernel(stamps=True)``):
-    each call's ``block_argmax`` must then be the head of ``fused_layout.step_scratch_slots`` int64 slots."""
+    each call's ``block_argmax`` must then be the head of ``layout.step_scratch_slots`` int64 slots."""
 
     stamps = True
 

@@ -1,4 +1,4 @@
-"""Argument checks of the fused Markov loop's host class (``MarkovKernels`` in ``fused.py``).
+"""Argument checks of the fused Markov loop's host class (``MarkovKernels`` in ``host.py``).
 
 Every launch method of ``MarkovKernels`` calls its check here before it
 launches: each tensor argument's type, dtype, shape, device and strides (and
@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from contracts.markov_fused import step_base_start
-from kernels.markov.fused_layout import WARP
+from kernels.markov_fused.layout import WARP
 
 
 def require(condition: bool, exc, message: str) -> None:

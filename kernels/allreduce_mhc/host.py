@@ -70,8 +70,8 @@ import torch
 
 from contracts.deadlines import SERVING_DEADLINE_MS
 from kernels import hostcopy
-from kernels.allreduce import variants
-from kernels.allreduce.config import (
+from kernels.allreduce_mhc import variants
+from kernels.allreduce_mhc.config import (
     AllReduceConfig,
     CallArgs,
     RankCall,
@@ -82,17 +82,17 @@ from kernels.allreduce.config import (
 )
 from kernels.fabric import fabric_of
 from kernels.flight import flight_args, flight_recorder_of
-from kernels.allreduce.consumer import LamportMHCConsumer
-from kernels.allreduce.layout import (
+from kernels.allreduce_mhc.consumer import LamportMHCConsumer
+from kernels.allreduce_mhc.layout import (
     ACTIVE,
     NEXT,
     bt_mailbox_shape,
     bt_reduced_shape,
     ll_mailbox_shape,
 )
-from kernels.allreduce.owner_reduce import OwnerReduceKernel
-from kernels.allreduce.protocol_rows import choose_thresholds
-from kernels.allreduce.publish import PublishKernel
+from kernels.allreduce_mhc.owner_reduce import OwnerReduceKernel
+from kernels.allreduce_mhc.protocol_rows import choose_thresholds
+from kernels.allreduce_mhc.publish import PublishKernel
 
 SENTINEL_INT16 = -32768
 # Every wait has a deadline, by default one a serving engine's stalled peer

@@ -19,7 +19,7 @@ import torch
 
 from contracts import allreduce_mhc as contract
 from contracts.allreduce_mhc import AllReduceConfig, CallArgs, config_label, public_label  # noqa: F401 - public_label: host.py's
-from kernels.allreduce.layout import VEC_BYTES, NormLayout
+from kernels.allreduce_mhc.layout import VEC_BYTES, NormLayout
 
 
 def arch_of_capability(major: int, minor: int = 0) -> str:

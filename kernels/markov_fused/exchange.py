@@ -86,7 +86,7 @@ from contracts.deadlines import SERVING_DEADLINE_NS
 from kernels import hostcopy
 from kernels.compile import compiled, preload
 from kernels.flight import flight_args
-from kernels.markov.exchange_layout import (
+from kernels.markov_fused.exchange_layout import (
     CONTROL_WORDS,
     LAUNCH_WORD,
     MAX_RANKS,
@@ -106,7 +106,7 @@ DEFAULT_TIMEOUT_NS = SERVING_DEADLINE_NS
 def compile_gather(unit: int, options: str | None = None, *, flight: bool = True):
     """The compiled ``PeerGatherKernel`` at ``unit`` bytes per piece, with the flight recorder compiled in or not
     (``kernels.compile``: cached)."""
-    from kernels.markov.exchange_kernel import PeerGatherKernel  # CuTe DSL, imported on first compile
+    from kernels.markov_fused.exchange_kernel import PeerGatherKernel  # CuTe DSL, imported on first compile
 
     return compiled(PeerGatherKernel(unit=unit, flight=flight), options, remedy="build MarkovKernels with a group")
 

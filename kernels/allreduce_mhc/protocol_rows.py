@@ -63,7 +63,7 @@ import os
 import warnings
 from typing import NamedTuple, Sequence
 
-from kernels.allreduce.config import threshold_key
+from kernels.allreduce_mhc.config import threshold_key
 from kernels.cache_dir import cache_root
 
 THRESHOLDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "thresholds.json")

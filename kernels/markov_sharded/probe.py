@@ -26,8 +26,8 @@ from cutlass.memory import SmemAllocator
 from kernels import ptx
 from kernels.compile import compiled
 from kernels.variant import KernelVariant
-from kernels.markov.head_tile import tile_bias
-from kernels.markov.sharded_layout import CHUNKS, HEAD_DIM, MAX_ROWS, ROW_BYTES, TILE_ROWS, WARP
+from kernels.markov_common.head_tile import tile_bias
+from kernels.markov_sharded.layout import CHUNKS, HEAD_DIM, MAX_ROWS, ROW_BYTES, TILE_ROWS, WARP
 
 class MmaChainProbe(KernelVariant):
     """Grid (tiles, sets), 32 threads: ``out[set, r, v] = chain(embeds[set, r], head[v])``."""

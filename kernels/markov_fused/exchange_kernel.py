@@ -2,7 +2,7 @@
 
 Grid ``(ctas,)``, 128 threads, one launch per gather (the protocol, the
 layout in bytes and why a slot is never overwritten while read are in
-``kernels/markov/exchange.py``'s docstring; sizes and offsets in
+``kernels/markov_fused/exchange.py``'s docstring; sizes and offsets in
 ``exchange_layout.py``). Compile-time configuration: ``unit``, the bytes
 per piece (16 or 2). Every instruction is a ``kernels.ptx`` helper.
 
@@ -43,7 +43,7 @@ from kernels.diag import WaitKind, write_diag_and_trap
 from kernels.flight import ident as flight_ident, kernel_index
 from kernels import flight_device, ptx  # flight_device.begin/end by module: the kernel's `begin`/`end` are its share
 from kernels.flight_device import FlightRing, checked_flag, digest, key_part
-from kernels.markov.exchange_layout import (
+from kernels.markov_fused.exchange_layout import (
     CLAIM_WORD,
     END_WORD,
     FLAG_BYTES,

@@ -1,7 +1,7 @@
-"""Constants and host-side variant rules of the fused Markov draft loop (``kernels.markov.fused``).
+"""Constants and host-side variant rules of the fused Markov draft loop (``kernels.markov_fused.host``).
 
 Nothing here touches a GPU or CuTe DSL: the device kernels
-(``fused_kernels.py``) and the host class (``fused.py``) both take their
+(``kernel.py``) and the host class (``host.py``) both take their
 sizes from these constants, and the host picks a compile-time variant with
 these rules from the addresses and strides of a call, so tests check them on
 a CPU.
@@ -117,7 +117,7 @@ def copy_chunk(row_bytes: int, threads: int, *tensors: Any) -> int:
     return chunk
 
 
-# A step CTA's stamps, each ending a phase (``fused_kernels.StepKernel``'s docstring).
+# A step CTA's stamps, each ending a phase (``kernel.StepKernel``'s docstring).
 STEP_STAMPS = ("between", "ready", "scored", "arrived", "finish")
 
 
