@@ -1,7 +1,7 @@
 """The argument contract of seed 004's AllReduceMHC: its limits, config keys, call tensor specifications and their checks.
 
 One contract for the golden system (``golden.allreduce``), the kernel's host
-checks (``kernels.allreduce.config``, which add what the kernels need of
+checks (``kernels.allreduce_mhc.config``, which add what the kernels need of
 memory: device, contiguity, 16-byte alignment) and the scenario schema
 (``scenarios.schema``, which takes the limits and ``hidden_problem``).
 

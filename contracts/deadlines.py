@@ -36,7 +36,7 @@ Why here. ``kernels/`` may not import ``golden/`` or ``harness/``, and
 ``golden/`` neither ``kernels/`` nor ``harness/``; ``contracts/`` is the leaf
 every package may import, so the serving default that both a kernel and its
 stand-in take, the harness's per-family kernel deadlines (one of them the
-default of ``contracts.markov_sharded``'s own config check) and the
+default of the sharded sampler's own config check) and the
 wall-clock allowances sit side by side on one page, and the modules that
 used to hold copies import them from here.
 

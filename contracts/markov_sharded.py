@@ -1,7 +1,7 @@
 """The argument contract of seed 000's sharded Markov sampler: its limits, config keys and call tensors, and their checks.
 
 One contract for the golden loop (``golden.markov_sharded``), the kernel's
-host checks (``kernels.markov.sharded_checks``, which add what the kernel
+host checks (``kernels.markov_sharded.checks``, which add what the kernel
 needs of memory: strides, alignment, device) and the scenario schema
 (``scenarios.schema``, which takes the limits and ``vocab_problem``).
 

@@ -96,9 +96,9 @@ def generator(seed: int, *salt: int) -> torch.Generator:
 def public_classes(impl: str) -> tuple:
     """(AllReduceMHC, ShardedMarkovSampler, MarkovKernels) of ``impl``: the kernels or their golden stand-ins."""
     if impl == "kernel":
-        from kernels.allreduce import AllReduceMHC
-        from kernels.markov.fused import MarkovKernels
-        from kernels.markov.sharded import ShardedMarkovSampler
+        from kernels.allreduce_mhc import AllReduceMHC
+        from kernels.markov_fused.host import MarkovKernels
+        from kernels.markov_sharded.host import ShardedMarkovSampler
     else:
         from golden.public import AllReduceMHC, MarkovKernels, ShardedMarkovSampler
     return AllReduceMHC, ShardedMarkovSampler, MarkovKernels

@@ -111,7 +111,7 @@ def compare(rows: list, family: str, mode: str, eager: dict, replayed: dict) -> 
 
 def run_allreduce(fabric, args, device, rows: list) -> None:
     """``AllReduceMHC.__call__`` and ``finalize``: eager, then graph replays on the same inputs."""
-    from kernels.allreduce import AllReduceMHC
+    from kernels.allreduce_mhc import AllReduceMHC
 
     hidden, hc, top_k, tp, rank, m = 1024, 4, 8, fabric.world, fabric.rank, args.rows
     layer = AllReduceMHC(hidden_size=hidden, hc_mult=hc, max_num_tokens=8, top_k=top_k, device=device,
@@ -155,7 +155,7 @@ def run_allreduce(fabric, args, device, rows: list) -> None:
 
 def run_sharded(fabric, args, device, rows: list) -> None:
     """``ShardedMarkovSampler.__call__`` on the caller's tensors: eager, then graph replays."""
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     # One 16-row head tile per warp of every rank: the vocabulary is a multiple of 16 * world.
     vocab, steps, max_reqs, m = 512 * fabric.world, 4, 8, args.rows
@@ -200,7 +200,7 @@ class DraftLoop:
     built with ``group=fabric``), so the whole loop can be captured."""
 
     def __init__(self, w1, w2, *, rows: int, steps: int, max_reqs: int, block: int, fabric=None) -> None:
-        from kernels.markov.fused import MarkovKernels, vector_bytes
+        from kernels.markov_fused.host import MarkovKernels, vector_bytes
 
         vocab, dim = w1.shape
         tp, rank = (fabric.world, fabric.rank) if fabric is not None else (1, 0)

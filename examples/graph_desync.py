@@ -104,8 +104,8 @@ def generator(seed: int, *salt: int) -> torch.Generator:
 def build_objects(impl: str, group, device, args: argparse.Namespace, world: int) -> dict:
     """The step's public objects, in launch order (the same on every rank, so their rings are named alike)."""
     if impl == "kernel":
-        from kernels.allreduce import AllReduceMHC
-        from kernels.markov.sharded import ShardedMarkovSampler
+        from kernels.allreduce_mhc import AllReduceMHC
+        from kernels.markov_sharded.host import ShardedMarkovSampler
     else:
         from golden.public import AllReduceMHC, ShardedMarkovSampler
     placement = dict(device=device, flight_dir=args.flight_dir)

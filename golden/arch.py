@@ -21,7 +21,7 @@ compute capability 9.0)::
      "provenance": {"device", "driver", "date", "command", ...}}
 
 The reciprocals stay in their own table (``golden/data/rcp_f32_<arch>.json``,
-the format ``kernels.markov.probe`` writes and ``harness golden --measure-rcp``
+the format ``kernels.markov_common.probe`` writes and ``harness golden --measure-rcp``
 extends), which the facts name, so every reader of that table keeps working
 and one copy of the bits exists. The evidence is the MMA probe's mismatch
 count of every model on every operand family: a fact measured like the rest.

@@ -4,7 +4,7 @@ Everything a run keeps for later runs lives under one directory per user:
 the harness's reference outputs and compiled kernels
 (``harness.references.cache``), the launch durations it schedules by
 (``harness.launch.durations``) and the LL/BT crossovers ``harness bench``
-measures for the all-reduce (``kernels.allreduce.protocol_rows``). It is
+measures for the all-reduce (its ``protocol_rows`` module). It is
 ``$RANKCHECK_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/rankcheck`` when
 that is set, else ``~/.cache/rankcheck``; each lookup reads the environment
 anew, so a test or a launcher that sets the variable is followed.

@@ -99,6 +99,16 @@ Device counter words (device ``int32 [16]``, owned by the instance): word 0
 the launch counter, word ``1 + kernel`` the launch number of the kernel's
 latest begin (kernel < 15).
 
+Families. The flight code does not list the kernel families: each family's
+package under ``kernels/`` declares ``FLIGHT_CODE`` (its header and ``ident``
+code, 1 to 255) and ``FLIGHT_KERNELS`` (its kernels' names, in the order of
+their numbers) in its ``__init__``, and ``declared_families`` finds them by
+importing every subpackage of ``kernels`` (whose ``__init__`` imports
+neither CuTe DSL nor torch) when this module loads. ``FAMILIES`` (name to
+code) and ``KERNELS`` (name to kernel names) are what it found; the
+family's name is its folder's. A new family is found by being there; two
+packages declaring one code fail the import.
+
 The device writers are in ``kernels.flight_device`` (CuTe DSL); this module
 needs only the standard library (and torch / cuda-bindings for a ring
 registered with CUDA), so the harness reads rings on machines without
@@ -108,8 +118,10 @@ either.
 from __future__ import annotations
 
 import atexit
+import importlib
 import mmap
 import os
+import pkgutil
 import struct
 import tempfile
 import threading
@@ -134,12 +146,6 @@ RUN_ID_VAR = "TORCHELASTIC_RUN_ID"
 SHM_DIRECTORY = "/dev/shm"
 RING_SUFFIX = ".ring"
 
-FAMILIES = {"markov_sharded": 1, "markov_fused": 2, "allreduce_mhc": 3}
-KERNELS = {
-    "markov_sharded": ("sample",),
-    "markov_fused": ("anchor", "step", "pick", "fill", "gather"),
-    "allreduce_mhc": ("publish", "owner_reduce", "consumer"),
-}
 PROTOCOLS = ("none", "ll", "bt")
 STATUS_ENDED, STATUS_TIMED_OUT = 1, 2
 
@@ -152,6 +158,30 @@ COMPARED = ("family", "kernel", "protocol", "tag", "parity", "rows", "steps", "d
 _U32 = 0xFFFFFFFF
 _HEADER = struct.Struct("<8I32s")
 _RECORD = struct.Struct("<16I")
+
+
+def declared_families(package: str = __package__ or "kernels") -> tuple[dict[str, int], dict[str, tuple[str, ...]]]:
+    """``(FAMILIES, KERNELS)`` as the subpackages of ``package`` declare them (module docstring), by code."""
+    found: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for info in sorted(pkgutil.iter_modules([str(Path(__file__).resolve().parent)]), key=lambda m: m.name):
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"{package}.{info.name}")
+        code, kernels = getattr(module, "FLIGHT_CODE", None), getattr(module, "FLIGHT_KERNELS", None)
+        if code is None:
+            continue
+        if not (isinstance(code, int) and 0 < code < 256) or not kernels or len(kernels) > 15:
+            raise ValueError(f"{module.__name__}: FLIGHT_CODE must be 1..255 and FLIGHT_KERNELS 1 to 15 names, "
+                             f"got {code!r}, {kernels!r}")
+        taken = [name for name, (other, _) in found.items() if other == code]
+        if taken:
+            raise ValueError(f"{module.__name__}: FLIGHT_CODE {code} is already {taken[0]}'s")
+        found[info.name] = (code, tuple(kernels))
+    ordered = sorted(found.items(), key=lambda item: item[1][0])
+    return {name: code for name, (code, _) in ordered}, {name: kernels for name, (_, kernels) in ordered}
+
+
+FAMILIES, KERNELS = declared_families()
 
 
 class FlightFormatError(ValueError):
@@ -753,6 +783,7 @@ __all__: Sequence[str] = (
     "checksum",
     "collect",
     "compare_ranks",
+    "declared_families",
     "decode_record",
     "default_directory",
     "digest",

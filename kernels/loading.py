@@ -3,8 +3,8 @@
 CUDA's default module loading is lazy (``CU_MODULE_LAZY_LOADING``; CuTe DSL
 4.8.1 relies on it, see its ``jit_executor.py``): a kernel's code is loaded
 at its first launch, and that load waits for the device. Kernels whose grids
-spin on a peer rank (the mailbox waits of ``kernels.markov.sharded_kernel``,
-the Lamport waits of ``kernels.allreduce``) make that wait unbounded when
+spin on a peer rank (the sharded sampler's mailbox waits, the all-reduce's
+Lamport waits) make that wait unbounded when
 ranks share a device (``kernels.fabric.VirtualFabric``): a rank whose first
 launch of a variant comes while a peer's grid waits for that very launch
 blocks in the load, and the peer times out. ``preload`` moves the load to

@@ -29,7 +29,7 @@ block of finite values, item 5 for a block holding a NaN or an Inf:
    padding rows (and padding columns) are 0.
 
 5. Non-finite blocks: what the kernel's instruction sequence writes
-   (``kernels/allreduce/consumer.py`` ``quantize``, SM90 and SM100 alike).
+   (``kernels/allreduce_mhc/consumer.py`` ``quantize``, SM90 and SM100 alike).
    Its ``amax`` is the integer maximum of the halves' bits under mask
    ``0x7FFF``, so a block holding a NaN (of either sign) or an Inf has a NaN
    or Inf ``amax``; ``amax * f32(1/448)`` is NaN or Inf and its UE8M0

@@ -11,7 +11,7 @@ One call (``launch``) drafts ``steps`` tokens for each of ``rows`` rows:
    default) is the exact dot product of the bf16 rows rounded once to bf16
    (``markov_bias``, which resolves rare inexact sums on the host);
    ``"hopper_mma"`` is the chained ``m16n8k16`` MMAs of
-   ``kernels.markov.head_gemv.HeadGemv`` on the H200 (``mma_bias``, the
+   ``kernels.markov_fused.head_gemv.HeadGemv`` on the H200 (``mma_bias``, the
    architecture facts' ``mma_model``), the GEMV a CUDA graph can capture. An
    MMA chain runs in K tiles of 32, so a row length R that is not a multiple
    of 32 has no MMA model: there every model is the exact sum (the GEMV a
@@ -153,7 +153,7 @@ def _check_gemv_operands(emb: torch.Tensor, w2: torch.Tensor) -> None:
 
 
 def mma_bias(emb: torch.Tensor, w2: torch.Tensor, *, slice_rows: int = 16384) -> torch.Tensor:
-    """``kernels.markov.head_gemv``'s bias on the H200: ``cvt.rn.bf16.f32`` of each FP32 sum of the
+    """``kernels.markov_fused.head_gemv``'s bias on the H200: ``cvt.rn.bf16.f32`` of each FP32 sum of the
     chained ``m16n8k16`` MMAs of ``golden.markov_sharded.hopper_mma_bias`` (the kernel's k order, from
     +0.0), NaN as 0x7FFF; the head is taken ``slice_rows`` rows at a time to bound the float64 work."""
     from golden.markov_sharded import hopper_mma_bias

@@ -1,8 +1,8 @@
 """Golden stand-ins of the kernels' public classes: the same constructors and methods, computed on the CPU.
 
-A serving engine holds ``kernels.allreduce.AllReduceMHC``,
-``kernels.markov.sharded.ShardedMarkovSampler`` and
-``kernels.markov.fused.MarkovKernels``; where no GPU exists (CPU tests, the
+A serving engine holds ``kernels.allreduce_mhc.AllReduceMHC``,
+``kernels.markov_sharded.host.ShardedMarkovSampler`` and
+``kernels.markov_fused.host.MarkovKernels``; where no GPU exists (CPU tests, the
 offline replay of a recording) the classes of the same names here take
 their place: the kernel class's constructor keywords and method signatures
 (names, defaults, return values, in-place writes into the caller's
@@ -38,9 +38,9 @@ from golden.public.markov_fused import MarkovKernels
 from golden.public.markov_sharded import ShardedMarkovSampler
 
 STAND_INS = {
-    "kernels.allreduce.host.AllReduceMHC": AllReduceMHC,
-    "kernels.markov.sharded.ShardedMarkovSampler": ShardedMarkovSampler,
-    "kernels.markov.fused.MarkovKernels": MarkovKernels,
+    "kernels.allreduce_mhc.host.AllReduceMHC": AllReduceMHC,
+    "kernels.markov_sharded.host.ShardedMarkovSampler": ShardedMarkovSampler,
+    "kernels.markov_fused.host.MarkovKernels": MarkovKernels,
 }
 
 __all__ = ["AllReduceMHC", "MarkovKernels", "STAND_INS", "ShardedMarkovSampler"]

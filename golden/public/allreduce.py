@@ -1,4 +1,4 @@
-"""Golden stand-in of ``kernels.allreduce.AllReduceMHC`` (seed 004): the public class, computed by ``golden.allreduce_mhc``.
+"""Golden stand-in of ``kernels.allreduce_mhc.AllReduceMHC`` (seed 004): the public class, computed by ``golden.allreduce_mhc``.
 
 ``AllReduceMHC`` here takes the kernel class's constructor keywords and
 methods (``__call__``, ``finalize``, ``state``) with the same names,
@@ -25,7 +25,7 @@ Protocol. LL below ``bt_min_rows`` rows (finalize: ``bt_min_finalize_rows``),
 BT from there when ``max_num_tokens`` reaches it, ``protocol`` forcing one,
 as the kernel picks. Without ``bt_min_rows`` the kernel resolves a
 threshold per GPU and fabric (the bench's measurement, the user cache's over
-the shipped ``kernels/allreduce/thresholds.json``, else the seed's preset)
+the shipped ``kernels/allreduce_mhc/thresholds.json``, else the seed's preset)
 that the golden cannot know: the stand-in then runs LL only. A kernel
 instance's ``public_args`` carries its resolved thresholds, so a stand-in
 rebuilt from them picks as it did. The bits never depend on
@@ -109,7 +109,7 @@ def _as_bytes(values: Any) -> Any:
 
 
 class AllReduceMHC:
-    """Golden stand-in of ``kernels.allreduce.AllReduceMHC``: same constructor, ``__call__``, ``finalize``, ``state``.
+    """Golden stand-in of ``kernels.allreduce_mhc.AllReduceMHC``: same constructor, ``__call__``, ``finalize``, ``state``.
 
     ``group``: a ``golden.comm.Comm`` of ``tp`` ranks (None: world 1);
     ``device``: None or a CPU device. Every other argument is the kernel
@@ -180,7 +180,7 @@ class AllReduceMHC:
     def __call__(self, x, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out=None, *, protocol="auto"):
         """Return (post-mixed residual streams, normalized layer input) of ``x`` all-reduced over the group.
 
-        The arguments are the kernel's (``kernels.allreduce.AllReduceMHC.__call__``);
+        The arguments are the kernel's (``kernels.allreduce_mhc.AllReduceMHC.__call__``);
         ``mxfp8_out`` is written in place; the outputs are new tensors.
         """
         return self._launch({"x": x}, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol)

@@ -1,4 +1,4 @@
-"""Golden stand-in of ``kernels.markov.fused.MarkovKernels`` (seed 001), computed by ``golden.markov_fused``.
+"""Golden stand-in of ``kernels.markov_fused.host.MarkovKernels`` (seed 001), computed by ``golden.markov_fused``.
 
 ``MarkovKernels`` here takes the kernel class's constructor arguments and
 its six launch methods (``anchor_embed``, ``step``, ``gather_packets``,
@@ -75,7 +75,7 @@ from golden.public.common import (
     public_args,
 )
 
-# ``kernels.markov.fused_layout.BLOCK_SIZES`` and ``WARP`` (tests/golden/test_stand_ins.py checks they agree).
+# ``kernels.markov_fused.layout.BLOCK_SIZES`` and ``WARP`` (tests/golden/test_stand_ins.py checks they agree).
 BLOCK_SIZES = (128, 256, 512, 1024, 2048, 4096)
 MAX_TP = 32
 
@@ -94,7 +94,7 @@ def _check_int(name: str, value: Any, low: int) -> int:
 
 
 class MarkovKernels:
-    """Golden stand-in of ``kernels.markov.fused.MarkovKernels``: the loop's six launch methods on the CPU.
+    """Golden stand-in of ``kernels.markov_fused.host.MarkovKernels``: the loop's six launch methods on the CPU.
 
     ``group``: a ``golden.comm.Comm`` of ``tp`` ranks (the exchange) or
     None; ``arch`` (golden only): whose measured reciprocals ``step``

@@ -1,4 +1,4 @@
-"""Golden stand-in of ``kernels.markov.sharded.ShardedMarkovSampler`` (seed 000), computed by ``golden.markov_sharded``.
+"""Golden stand-in of ``kernels.markov_sharded.host.ShardedMarkovSampler`` (seed 000), computed by ``golden.markov_sharded``.
 
 ``ShardedMarkovSampler`` here takes the kernel class's constructor
 arguments and ``__call__`` (same names, defaults, return value: the
@@ -73,7 +73,7 @@ def _full_width(tensor: torch.Tensor, vocab: int, first: int) -> torch.Tensor:
 
 
 class ShardedMarkovSampler:
-    """Golden stand-in of ``kernels.markov.sharded.ShardedMarkovSampler``: same constructor, ``__call__``, ``state``.
+    """Golden stand-in of ``kernels.markov_sharded.host.ShardedMarkovSampler``: same constructor, ``__call__``, ``state``.
 
     ``group``: a ``golden.comm.Comm`` (None: world 1); ``device``: None or
     a CPU device; ``arch`` (golden only): whose measured facts give the

@@ -16,7 +16,7 @@ summary printed (``harness.bench.report``). A run (not interrupted) that
 timed the all-reduce's LL and BT at some shape merges the crossovers it
 measured, keyed by platform (arch, provider, tp, H), into the user cache's
 ``allreduce_thresholds.json``, which ``AllReduceMHC`` reads over the shipped
-``kernels/allreduce/thresholds.json``, or into ``--thresholds-into PATH``
+``kernels/allreduce_mhc/thresholds.json``, or into ``--thresholds-into PATH``
 (``harness.bench.thresholds.record``); the source tree stays clean.
 
 torchrun cases (``launcher="torchrun"``, none in the default set; ``--list``
@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--thresholds-into", default=None, metavar="PATH",
                         help="where the LL/BT crossovers the run measured go (default: the user cache's "
                              "allreduce_thresholds.json, which AllReduceMHC reads over the shipped kernels/"
-                             "allreduce/thresholds.json; name that file to change the defaults; "
+                             "allreduce_mhc/thresholds.json; name that file to change the defaults; "
                              "harness.bench.thresholds)")
     parser.add_argument("--allow-unavailable", action="store_true",
                         help="exit 0 when a torchrun case is not available here (no GPU) and nothing failed")

@@ -9,7 +9,7 @@ reading the stamps after each call:
 - ``markov_sharded``: ``ShardedMarkovSampler(..., stamps=True)`` on
   ``world`` virtual ranks of this GPU (``cases/markov_sharded.py``); thread
   0 of every CTA stamps the end of each phase of the one cooperative kernel
-  (``kernels/markov/sharded_kernel.py``). Eager launches.
+  (``kernels/markov_sharded/kernel.py``). Eager launches.
 - ``markov_fused`` (tp 1): ``FusedMarkovLoop(..., stamps=True)`` with the
   bench's GEMV (``HeadGemv``) and PDL (``cases/markov_fused.py``): thread 0
   of every step CTA stamps its phases (``StepKernel``), a CTA slot ``(row, block)`` is followed through the
@@ -156,7 +156,7 @@ def format_table(table: dict, title: str) -> str:
 
 def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, warmup: int, reps: int):
     """``(stamp names, [launch][ctas][stamps], call times in us)`` of the stamped sampler on this GPU."""
-    from kernels.markov.sharded import ShardedMarkovSampler  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+    from kernels.markov_sharded.host import ShardedMarkovSampler  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
 
     device = torch.device("cuda", torch.cuda.current_device())
     static = sharded_case.make_static(device, vocab=vocab)
@@ -194,7 +194,7 @@ def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, war
 def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
     """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
     from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
-    from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+    from kernels.markov_fused.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
 
     device = torch.device("cuda", torch.cuda.current_device())
     static = fused_case.make_static(device, vocab=vocab, dim=fused_case.DIM)

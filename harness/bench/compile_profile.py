@@ -61,10 +61,10 @@ STAGES = {"preprocess": ("cutlass.base_dsl.dsl", "BaseDSL", "run_preprocessor"),
 
 def _allreduce_variants(arch: str) -> dict:
     """The variants an ``AllReduceMHC`` with BT enabled compiles (tp 2, hidden 5120, capacity 128): name -> thunk."""
-    from kernels.allreduce import variants  # timed: part of getting the kernels
-    from kernels.allreduce.consumer import LamportMHCConsumer  # timed: part of getting the kernels
-    from kernels.allreduce.owner_reduce import OwnerReduceKernel  # timed: part of getting the kernels
-    from kernels.allreduce.publish import PublishKernel  # timed: part of getting the kernels
+    from kernels.allreduce_mhc import variants  # timed: part of getting the kernels
+    from kernels.allreduce_mhc.consumer import LamportMHCConsumer  # timed: part of getting the kernels
+    from kernels.allreduce_mhc.owner_reduce import OwnerReduceKernel  # timed: part of getting the kernels
+    from kernels.allreduce_mhc.publish import PublishKernel  # timed: part of getting the kernels
 
     shape = dict(hidden=5120, tp=2, capacity=128)
     thunks = {}
@@ -80,9 +80,9 @@ def _allreduce_variants(arch: str) -> dict:
 
 def _fused_variants(arch: str) -> dict:
     """The variants a sharded ``MarkovKernels`` at tp 2 compiles (row 512 bytes, 8 blocks): name -> thunk."""
-    from kernels.markov.exchange import compile_gather  # timed: part of getting the kernels
-    from kernels.markov.fused import compile_kernel  # timed: part of getting the kernels
-    from kernels.markov.fused_kernels import (
+    from kernels.markov_fused.exchange import compile_gather  # timed: part of getting the kernels
+    from kernels.markov_fused.host import compile_kernel  # timed: part of getting the kernels
+    from kernels.markov_fused.kernel import (
         AnchorKernel, CacheFillKernel, PickKernel, StepKernel)  # timed: part of getting the kernels
 
     row = dict(row_bytes=512, w1_rows=4096)
@@ -96,14 +96,14 @@ def _fused_variants(arch: str) -> dict:
 
 def _sharded_variants(arch: str) -> dict:
     """The variant a ``ShardedMarkovSampler`` of 4 steps in bfloat16 compiles: name -> thunk."""
-    from kernels.markov.sharded import compiled_kernel  # timed: part of getting the kernels
+    from kernels.markov_sharded.host import compiled_kernel  # timed: part of getting the kernels
 
     return {"sample[s4,bf16]": lambda: compiled_kernel(4, "bfloat16", "bfloat16")}
 
 
 def _head_variants(arch: str) -> dict:
     """The variant a ``HeadGemv`` at dim 256 compiles: name -> thunk."""
-    from kernels.markov.head_gemv import compiled_kernel  # timed: part of getting the kernels
+    from kernels.markov_fused.head_gemv import compiled_kernel  # timed: part of getting the kernels
 
     return {"head_gemv[d256]": lambda: compiled_kernel(256, 0.5, True)}
 

@@ -1,4 +1,4 @@
-"""The LL/BT row thresholds of ``kernels.allreduce``, derived from a bench results document.
+"""The LL/BT row thresholds of ``kernels.allreduce_mhc``, derived from a bench results document.
 
 The all-reduce picks its protocol per call from the row count: LL (one
 Lamport round, every rank reads every peer's whole contribution) below a
@@ -26,11 +26,11 @@ ranks on NVLink.
 Where they go: by default this machine's own table in the user cache,
 ``allreduce_thresholds.json`` under ``$RANKCHECK_CACHE_DIR`` (else
 ``$XDG_CACHE_HOME/rankcheck`` or ``~/.cache/rankcheck``;
-``kernels.allreduce.protocol_rows.user_thresholds_file``), which
-``AllReduceMHC`` reads over the shipped ``kernels/allreduce/thresholds.json``.
+``kernels.allreduce_mhc.protocol_rows.user_thresholds_file``), which
+``AllReduceMHC`` reads over the shipped ``kernels/allreduce_mhc/thresholds.json``.
 A bench run therefore leaves the source tree clean and never writes into an
 installed, possibly read-only or shared package; the shipped defaults change
-only when asked by name (``--thresholds-into kernels/allreduce/thresholds.json``
+only when asked by name (``--thresholds-into kernels/allreduce_mhc/thresholds.json``
 and a commit).
 
 ``harness bench`` does this itself at the end of a run that measured both
@@ -50,8 +50,8 @@ import os
 import sys
 from typing import Mapping, Sequence
 
-from kernels.allreduce.config import arch_of_capability, threshold_key
-from kernels.allreduce.protocol_rows import read_table, user_thresholds_file
+from kernels.allreduce_mhc.config import arch_of_capability, threshold_key
+from kernels.allreduce_mhc.protocol_rows import read_table, user_thresholds_file
 
 FAMILY = "allreduce_mhc"
 RULE = ("smallest measured M from which the BT graph median is below LL's at it and at every larger "
@@ -60,7 +60,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 
 def arch_of(capability: str) -> str:
-    """The CuTe DSL target of a ``major.minor`` capability string (``kernels.allreduce.config``'s mapping)."""
+    """The CuTe DSL target of a ``major.minor`` capability string (``kernels.allreduce_mhc.config``'s mapping)."""
     major, _, minor = str(capability).partition(".")
     return arch_of_capability(int(major), int(minor or 0))
 

@@ -1,6 +1,6 @@
 """The libdevice-versus-PTX checks of ``harness golden --probe``: the golden's fp32 contracts on this GPU.
 
-``kernels.markov.probe`` runs single sequences of ``kernels/ptx.py`` (the
+``kernels.markov_common.probe`` runs single sequences of ``kernels/ptx.py`` (the
 very text the Markov kernels embed) elementwise over CUDA tensors; each check
 here feeds it 10^7 inputs and compares with the golden's emulation on the
 CPU (``tests/golden/test_fp32_gpu.py`` runs these same checks as GPU tests):
@@ -202,9 +202,9 @@ CHECKS: tuple[Callable[..., list[CheckResult]], ...] = (
 
 def run_checks(probe: Any = None, *, n: int = N, chunk: int = CHUNK, device: str = "cuda",
                progress: Callable[[CheckResult], None] = lambda result: None) -> dict[str, CheckResult]:
-    """Every check against ``probe`` (default ``kernels.markov.probe``): ``{name: CheckResult}`` in check order."""
+    """Every check against ``probe`` (default ``kernels.markov_common.probe``): ``{name: CheckResult}`` in check order."""
     if probe is None:
-        from kernels.markov import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
+        from kernels.markov_common import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
     out: dict[str, CheckResult] = {}
     for check in CHECKS:
         for result in check(probe, n, chunk, device):

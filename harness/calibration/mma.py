@@ -4,7 +4,7 @@ The sharded sampler's bias is 16 chained ``mma.sync.m16n8k16`` (BF16 in,
 FP32 accumulate), and how the tensor core rounds inside one MMA is not
 documented. ``golden.markov_sharded.BIAS_FUNCTIONS`` holds the candidate
 models (``fp32_k_order``, ``mma_chain``, ``hopper_mma``, ...).
-``kernels.markov.sharded_probe.mma_chain`` runs the kernel's own chain and
+``kernels.markov_sharded.probe.mma_chain`` runs the kernel's own chain and
 fragment layout on given operands; ``compare`` counts, for one operand
 family, the sums where each model's FP32 bits differ from the hardware's and
 keeps a few examples per model. The families (``operands``): ordinary
@@ -70,8 +70,8 @@ def operands(kind: str, tiles: int, sets: int, seed: int, device) -> tuple[torch
 
 
 def gpu_chain(head: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
-    """The kernel's MMA chain on the current CUDA device (``kernels.markov.sharded_probe.mma_chain``), on the CPU."""
-    from kernels.markov.sharded_probe import mma_chain  # noqa: PLC0415 - CuTe DSL, on a GPU only
+    """The kernel's MMA chain on the current CUDA device (``kernels.markov_sharded.probe.mma_chain``), on the CPU."""
+    from kernels.markov_sharded.probe import mma_chain  # noqa: PLC0415 - CuTe DSL, on a GPU only
 
     device = torch.device("cuda", torch.cuda.current_device())
     return mma_chain(head.to(device), embeds.to(device)).cpu()

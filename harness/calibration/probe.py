@@ -186,7 +186,7 @@ def settle(facts_doc: dict, table_doc: dict, *, run_dir: Path, data_dir: Path | 
 
 def run_probe(run_dir: Path | None = None, *, replace: bool = False, out: TextIO = sys.stdout) -> int:
     """Measure, decide and settle this GPU's facts (see the module docstring); the exit code."""
-    problem = rcp_table.measuring_problem(["kernels.markov.probe", "kernels.markov.sharded_probe"])
+    problem = rcp_table.measuring_problem(["kernels.markov_common.probe", "kernels.markov_sharded.probe"])
     if problem:
         print(f"rankcheck golden --probe: {problem}. Nothing written.", file=sys.stderr)
         return 2

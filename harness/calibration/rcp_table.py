@@ -4,7 +4,7 @@ The golden reproduces ``div.full.f32(x, t)`` from the hardware reciprocal of
 each temperature ``t`` (``rcp.approx.ftz.f32``, not correctly rounded), read
 from ``golden/data/rcp_f32_<arch>.json`` (format in docs/interfaces.md), the
 table the architecture's facts name (``golden.arch``). This command measures
-those bits on the GPU with ``kernels.markov.probe`` (``write_reciprocal_table``:
+those bits on the GPU with ``kernels.markov_common.probe`` (``write_reciprocal_table``:
 a probe kernel running ``div.full.f32 q, 1.0, t``) and merges them into the
 table of the GPU's own architecture; a temperature measured before must give
 the same bits (else the probe raises and nothing is written). The default
@@ -99,12 +99,12 @@ def measure(temperatures: Iterable[float] | None = None, table: Path | None = No
 
     Returns the exit code: 0 when written, 2 without a GPU or the probe (message on stderr).
     """
-    problem = measuring_problem(["kernels.markov.probe"])
+    problem = measuring_problem(["kernels.markov_common.probe"])
     if problem:
         print(f"rankcheck golden --measure-rcp: {problem}. No table was changed.", file=sys.stderr)
         return 2
     import torch  # noqa: PLC0415 - torch loads in seconds: the CLI imports this module at start
-    from kernels.markov import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
+    from kernels.markov_common import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
 
     if table is None:
         table = table_path(golden_arch.arch_of_capability(*torch.cuda.get_device_capability()))
@@ -127,7 +127,7 @@ def measured_document(temperatures: Iterable[float], stored: dict | None, *, com
                       extra_provenance: dict | None = None) -> dict:
     """A reciprocal table of ``temperatures`` (finite normal fp32) measured on this GPU, laid out as the stored one
     (its note kept)."""
-    from kernels.markov import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
+    from kernels.markov_common import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
 
     measured = probe.measure_reciprocal_table(sorted({f32(float(t)) for t in temperatures}))
     note = (stored or {}).get("note") or golden_arch.RCP_NOTE.format(arch=measured["arch"])
@@ -136,7 +136,7 @@ def measured_document(temperatures: Iterable[float], stored: dict | None, *, com
 
 
 def render_table(doc: dict) -> str:
-    """The text of a reciprocal table as ``kernels.markov.probe`` writes it (one-space indent, final newline)."""
+    """The text of a reciprocal table as ``kernels.markov_common.probe`` writes it (one-space indent, final newline)."""
     return json.dumps(doc, indent=1) + "\n"
 
 

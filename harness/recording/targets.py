@@ -57,14 +57,14 @@ class PublicClass:
 
 _REPLICATED_MHC = ("residual", "post", "comb", "pre", "norm_weight")
 PUBLIC_CLASSES: dict[str, PublicClass] = {c.name: c for c in (
-    PublicClass("AllReduceMHC", "kernels.allreduce", {
+    PublicClass("AllReduceMHC", "kernels.allreduce_mhc", {
         "__call__": MethodFacts(agreed=_REPLICATED_MHC),
         "finalize": MethodFacts(agreed=("expert_weights", *_REPLICATED_MHC)),
     }),
-    PublicClass("ShardedMarkovSampler", "kernels.markov.sharded", {
+    PublicClass("ShardedMarkovSampler", "kernels.markov_sharded.host", {
         "__call__": MethodFacts(agreed=("input_ids", "idx_mapping", "temperature")),
     }),
-    PublicClass("MarkovKernels", "kernels.markov.fused", {
+    PublicClass("MarkovKernels", "kernels.markov_fused.host", {
         "anchor_embed": MethodFacts(agreed=("input_ids", "anchor_idx")),
         "step": MethodFacts(agreed=("idx_map", "pos", "seeds", "temperature"), per_rank=("vocab_offset",)),
         "gather_packets": MethodFacts(),

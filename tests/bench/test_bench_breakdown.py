@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from harness.bench import breakdown
-from kernels.markov.sharded_layout import stamp_names
+from kernels.markov_sharded.layout import stamp_names
 
 
 def _buffer(steps: int, ctas: int, offset: int = 0) -> list[list[int]]:
@@ -78,7 +78,7 @@ def test_without_a_gpu_it_exits_2_saying_so(monkeypatch, capsys, family):
 
 def test_fused_slots_follow_a_cta_through_the_steps():
     """A fused slot's stamps, step by step: ``between`` is the gap since the slot's previous step."""
-    from kernels.markov.fused_layout import STEP_STAMPS, step_stamp_names
+    from kernels.markov_fused.layout import STEP_STAMPS, step_stamp_names
 
     names = step_stamp_names(2)
     assert names[0] == "s0.between" and len(names) == 2 * len(STEP_STAMPS)

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from harness.bench.thresholds import arch_of, crossover, derive, main
-from kernels.allreduce.protocol_rows import measured_threshold
+from kernels.allreduce_mhc.protocol_rows import measured_threshold
 
 
 def test_crossover_needs_bt_ahead_from_there_on():
@@ -102,10 +102,10 @@ def test_by_default_the_crossovers_go_to_the_user_cache_and_the_shipped_table_is
                                                                                           capsys):
     """With $HOME and $XDG_CACHE_HOME in a temporary directory, a bench run's end (``_finish`` without
     --thresholds-into) and the tool without --into merge into $XDG_CACHE_HOME/rankcheck/allreduce_thresholds.json,
-    creating it, and leave kernels/allreduce/thresholds.json as it was; --thresholds-into names another file."""
+    creating it, and leave kernels/allreduce_mhc/thresholds.json as it was; --thresholds-into names another file."""
     import harness.bench as bench
     from harness.bench import report, results
-    from kernels.allreduce.protocol_rows import THRESHOLDS_FILE
+    from kernels.allreduce_mhc.protocol_rows import THRESHOLDS_FILE
 
     monkeypatch.delenv("RANKCHECK_CACHE_DIR", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))

@@ -157,11 +157,11 @@ def test_bench_inputs_pass_the_kernels_argument_checks(monkeypatch):
     """The inputs the cases time are ones the kernel systems accept (checked as on the GPU, here on the CPU)."""
     import types
 
-    from kernels.allreduce.config import check_call as allreduce_call
-    from kernels.allreduce.config import check_config as allreduce_config
+    from kernels.allreduce_mhc.config import check_call as allreduce_call
+    from kernels.allreduce_mhc.config import check_config as allreduce_config
     from harness.families.markov_fused.kernel import FusedMarkovLoop
-    from kernels.markov.sharded_checks import check_call as sharded_call
-    from kernels.markov.sharded_checks import check_config as sharded_config
+    from kernels.markov_sharded.checks import check_call as sharded_call
+    from kernels.markov_sharded.checks import check_config as sharded_config
 
     gen = torch.Generator().manual_seed(0)
     cfg = sharded_config(markov_sharded.make_config(8), 8)

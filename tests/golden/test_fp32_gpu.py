@@ -1,6 +1,6 @@
 """The golden fp32 emulation against the kernels' own PTX on the GPU (2 x 10^5 inputs per check).
 
-``kernels/markov/probe.py`` runs single sequences of ``kernels/ptx.py`` (the
+``kernels/markov_common/probe.py`` runs single sequences of ``kernels/ptx.py`` (the
 very text the Markov step kernel embeds) elementwise over CUDA tensors;
 ``harness.calibration.fp32`` holds the checks (the same ones ``harness golden
 --probe`` records in the architecture's facts): every exact op must match the
@@ -33,7 +33,7 @@ TEST_INPUTS = N // 50
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: getattr(c, "__name__", None) or
                          f"{c.func.__name__}-{'-'.join(f'{k}={v}' for k, v in c.keywords.items())}")
 def test_golden_contract_holds_on_this_gpu(check):
-    from kernels.markov import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
+    from kernels.markov_common import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
 
     for result in check(probe, TEST_INPUTS, TEST_INPUTS, "cuda"):
         print(f"{result.name}: {result.verdict()} (worst {result.worst_ulps} {result.unit} ulp)")

@@ -391,7 +391,7 @@ def test_mirrored_constants_equal_the_kernels():
     """The deadline default and the step block sizes the stand-ins check are the kernels' own."""
     from golden.public.markov_fused import BLOCK_SIZES, MAX_TP
     from kernels.diag import SERVING_DEADLINE_NS as KERNEL_DEADLINE
-    from kernels.markov.fused_layout import BLOCK_SIZES as KERNEL_BLOCKS, WARP
+    from kernels.markov_fused.layout import BLOCK_SIZES as KERNEL_BLOCKS, WARP
 
     assert SERVING_DEADLINE_NS == KERNEL_DEADLINE
     assert BLOCK_SIZES == KERNEL_BLOCKS and MAX_TP == WARP
@@ -440,7 +440,7 @@ def assert_ring_numbering(kernel) -> None:
 def test_allreduce_kernel_class_equals_its_stand_in(tmp_path):
     """World 1 on the GPU: ``AllReduceMHC`` and the stand-in rebuilt from its ``public_args`` give the same bits,
     state and flight launches over LL and BT calls; the ring numbers the launches as ``flight_launches`` does."""
-    from kernels.allreduce import AllReduceMHC as Kernel
+    from kernels.allreduce_mhc import AllReduceMHC as Kernel
     from kernels.fabric import VirtualFabric
 
     static, config, calls = scenario_calls("allreduce_mhc", "ll_bt_boundary", 1)
@@ -463,7 +463,7 @@ def test_allreduce_kernel_class_equals_its_stand_in(tmp_path):
 def test_sampler_kernel_class_equals_its_stand_in(tmp_path):
     """World 1 on the GPU: ``ShardedMarkovSampler`` and its stand-in (from ``public_args``) agree bit for bit."""
     from kernels.fabric import VirtualFabric
-    from kernels.markov.sharded import ShardedMarkovSampler as Kernel
+    from kernels.markov_sharded.host import ShardedMarkovSampler as Kernel
 
     static, config, calls = scenario_calls("markov_sharded", "basic", 1)
     (fabric,) = VirtualFabric.create(1, "cuda")
@@ -487,7 +487,7 @@ def test_fused_kernel_class_equals_its_stand_in(sharded, tmp_path):
     """World 1 on the GPU: ``MarkovKernels`` (unsharded, and sharded at tp 1 with its device exchange) and its
     stand-in (from ``public_args``) write the same bits into the caller's buffers, method by method."""
     from kernels.fabric import VirtualFabric
-    from kernels.markov.fused import MarkovKernels as Kernel
+    from kernels.markov_fused.host import MarkovKernels as Kernel
 
     static, config, calls = scenario_calls("markov_fused", "basic", 1)
     (fabric,) = VirtualFabric.create(1, "cuda")

@@ -284,7 +284,7 @@ def test_when_no_model_fits_the_probe_writes_no_facts_and_shows_mismatches():
 
 
 class GoldenAsHardware:
-    """The golden's own functions standing in for ``kernels.markov.probe`` (on the CPU)."""
+    """The golden's own functions standing in for ``kernels.markov_common.probe`` (on the CPU)."""
 
     logf_ftz = staticmethod(fp32.logf_ftz)
     tanhf = staticmethod(fp32.tanhf)

@@ -56,12 +56,12 @@ def test_kernel_path_is_not_available_without_gpu_or_module(monkeypatch):
 
     from harness.families import FamilyAdapter
 
-    fam = FamilyAdapter("x", "golden.markov_sharded", "kernels.markov.nonexistent", "tp", {})
+    fam = FamilyAdapter("x", "golden.markov_sharded", "kernels.markov_sharded.nonexistent", "tp", {})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(NotAvailable, match="no CUDA device"):
         fam.check_available("kernel")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    with pytest.raises(NotAvailable, match="cannot import kernels.markov.nonexistent"):
+    with pytest.raises(NotAvailable, match="cannot import kernels.markov_sharded.nonexistent"):
         fam.check_available("kernel")
 
 

@@ -17,8 +17,8 @@ from golden.markov_fused import markov_bias, mma_bias
 from harness.wire.errors import NotAvailable
 from harness.families.markov_fused.bias import HarnessBias
 
-pytest.importorskip("kernels.markov.head_gemv")  # CuTe DSL's cuda bindings
-from kernels.markov.head_gemv import MAX_ROWS, TILE_ROWS  # noqa: E402
+pytest.importorskip("kernels.markov_fused.head_gemv")  # CuTe DSL's cuda bindings
+from kernels.markov_fused.head_gemv import MAX_ROWS, TILE_ROWS  # noqa: E402
 
 
 class LimitedGemv:

@@ -108,7 +108,7 @@ def test_a_load_inside_a_phase_is_counted_as_load_apart_from_compile(fake_clock)
     assert clock.seconds["construct"] == pytest.approx(0.5)
 
 
-KERNEL_FAMILIES = ("kernels.allreduce.variants", "kernels.markov.fused", "kernels.markov.sharded")
+KERNEL_FAMILIES = ("kernels.allreduce_mhc.variants", "kernels.markov_fused.host", "kernels.markov_sharded.host")
 
 
 @pytest.mark.parametrize("module_name", KERNEL_FAMILIES)

@@ -20,7 +20,7 @@ import sys
 import torch
 
 from kernels.fabric import VirtualFabric
-from kernels.markov.fused import MarkovKernels
+from kernels.markov_fused.host import MarkovKernels
 
 TIMEOUT_NS = 2_000_000_000
 VOCAB, DIM, TP = 256, 64, 2

@@ -14,8 +14,8 @@ import sys
 import torch
 
 from kernels.diag import DiagRecord
-from kernels.markov.exchange import PeerGather
-from kernels.markov.exchange_layout import flag_offset, slot_offset, tag_of
+from kernels.markov_fused.exchange import PeerGather
+from kernels.markov_fused.exchange_layout import flag_offset, slot_offset, tag_of
 from trap_child import dump_rank0_and_exit, launch_failed, report_json
 
 PAYLOAD = torch.arange(8, dtype=torch.int32).view(2, 4)

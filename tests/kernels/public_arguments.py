@@ -1,9 +1,9 @@
 """Bad arguments at every public entry point of the kernels: each refused, naming it, before anything is written.
 
 Issue 41 asks to show it for every tensor argument of the three public
-objects (``docs/interfaces.md``): ``kernels.markov.fused.MarkovKernels`` and
-the seed's functions beside it, ``kernels.markov.sharded.ShardedMarkovSampler``
-and ``kernels.allreduce.AllReduceMHC``. This driver tries, for every tensor
+objects (``docs/interfaces.md``): ``kernels.markov_fused.host.MarkovKernels`` and
+the seed's functions beside it, ``kernels.markov_sharded.host.ShardedMarkovSampler``
+and ``kernels.allreduce_mhc.AllReduceMHC``. This driver tries, for every tensor
 argument of every public entry point (constructors included), a shape too
 small, a shape too large, a wrong dtype, a wrong stride where the kernels
 need one (a transposed copy, or every second element of a vector), and for
@@ -550,7 +550,7 @@ def probing(cls: type, prober: Prober) -> Callable:
 
 class SeedFunctions:
     """What ``FusedMarkovLoop`` calls on its kernels object, made by the seed's functions beside the class
-    (``kernels.markov.fused``: ``anchor_embed``, ``markov_step``, ``markov_pick``, ``cache_fill``) over the same
+    (``kernels.markov_fused.host``: ``anchor_embed``, ``markov_step``, ``markov_pick``, ``cache_fill``) over the same
     ``w1``; at tp 1 a gather is the rank's own tensor with a leading rank dimension."""
 
     # FusedMarkovLoop reads it; the functions own no exchange.
@@ -565,7 +565,7 @@ class SeedFunctions:
 
     def _seed(self, name: str, *args: Any, **kwargs: Any) -> None:
         """The seed's function ``name``, through the prober."""
-        from kernels.markov import fused
+        from kernels.markov_fused import host as fused
 
         self.prober.call(f"fused.{name}", getattr(fused, name), args, kwargs)
 
@@ -575,7 +575,7 @@ class SeedFunctions:
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """``fused.markov_step`` with ``MarkovKernels.step``'s arguments by name, and ``w1`` and the loop's fields."""
-        from kernels.markov.fused import MarkovKernels
+        from kernels.markov_fused.host import MarkovKernels
 
         named = inspect.signature(MarkovKernels.step).bind(None, *args, **kwargs).arguments
         del named["self"]
@@ -639,7 +639,7 @@ def fused_loop_verdict(kernels_factory: Callable, prober: Prober, *, sharded: bo
 
 def run_markov_kernels(prober: Prober) -> dict[str, str]:
     """``MarkovKernels`` sharded at tp 1, with its device exchange: every method inside one loop call."""
-    from kernels.markov.fused import MarkovKernels
+    from kernels.markov_fused.host import MarkovKernels
 
     return fused_loop_verdict(probing(MarkovKernels, prober), prober, sharded=True, seed=101)
 

@@ -18,8 +18,8 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from golden.allreduce_mhc import mxfp8 as golden_mxfp8  # noqa: E402
 from golden.allreduce_mhc import rmsnorm as golden_rmsnorm  # noqa: E402
-from kernels.allreduce import layout  # noqa: E402
-from kernels.allreduce.config import check_call, check_config  # noqa: E402
+from kernels.allreduce_mhc import layout  # noqa: E402
+from kernels.allreduce_mhc.config import check_call, check_config  # noqa: E402
 
 CPU = torch.device("cpu")
 SMALL = {"hidden": 1024, "hc": 4, "tp": 4, "capacity": 8, "top_k": 8}
@@ -161,7 +161,7 @@ def test_misaligned_input_is_rejected():
 
 
 def test_threshold_provenance(tmp_path):
-    from kernels.allreduce.protocol_rows import measured_threshold
+    from kernels.allreduce_mhc.protocol_rows import measured_threshold
 
     path = tmp_path / "thresholds.json"
     entry, why = measured_threshold("sm_90a", "symmetric", 8, 5120, [str(path)])
@@ -178,7 +178,7 @@ def _instance_thresholds(provider: str, tp: int, hidden: int, capacity: int, **g
     ``provider`` on an H200 (sm_90a)."""
     from types import SimpleNamespace
 
-    from kernels.allreduce.host import AllReduceMHC
+    from kernels.allreduce_mhc.host import AllReduceMHC
 
     instance = object.__new__(AllReduceMHC)
     config = {**_config(tp=tp, hidden=hidden, capacity=capacity), "bt_min_rows": None, **given}
@@ -196,7 +196,7 @@ def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ra
     given bt_min_rows wins over both."""
     import functools
 
-    from kernels.allreduce import host, protocol_rows
+    from kernels.allreduce_mhc import host, protocol_rows
 
     table = tmp_path / "thresholds.json"
     table.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {
@@ -218,7 +218,7 @@ def test_distinct_gpus_without_a_measurement_take_the_seed_preset_and_virtual_ra
 
 
 def test_a_measured_crossover_is_taken_as_measured(tmp_path):
-    from kernels.allreduce.protocol_rows import choose_thresholds
+    from kernels.allreduce_mhc.protocol_rows import choose_thresholds
 
     path = tmp_path / "thresholds.json"
     path.write_text(json.dumps({"sm_90a/virtual/tp4/h7168": {"bt_min_rows": 64, "bt_min_finalize_rows": None,
@@ -230,7 +230,7 @@ def test_a_measured_crossover_is_taken_as_measured(tmp_path):
 def _tables(tmp_path, monkeypatch, cache: str):
     """A shipped table (tp2 and tp4 measured) patched in as the defaults, and ``cache`` as the user cache's
     table under ``$RANKCHECK_CACHE_DIR``; the cache file's path."""
-    from kernels.allreduce import protocol_rows
+    from kernels.allreduce_mhc import protocol_rows
 
     shipped = tmp_path / "shipped.json"
     shipped.write_text(json.dumps({"sm_90a/virtual/tp2/h5120": {"bt_min_rows": 64, "source": "shipped-2"},
@@ -246,7 +246,7 @@ def _tables(tmp_path, monkeypatch, cache: str):
 def test_the_user_cache_overrides_the_shipped_table_key_by_key(tmp_path, monkeypatch):
     """By default the lookup reads the shipped table, then the user cache over it: a key in both takes the
     cache's entry, a key only in the cache is used, a key only in the shipped table still applies."""
-    from kernels.allreduce import protocol_rows
+    from kernels.allreduce_mhc import protocol_rows
 
     cache = _tables(tmp_path, monkeypatch, json.dumps({
         "sm_90a/virtual/tp4/h5120": {"bt_min_rows": 96, "source": "cache-4"},
@@ -263,7 +263,7 @@ def test_the_user_cache_overrides_the_shipped_table_key_by_key(tmp_path, monkeyp
 def test_a_broken_user_cache_is_ignored_with_a_warning_naming_it(tmp_path, monkeypatch, cache):
     """A cache table that is not JSON, not an object of entries, or holds a threshold that is not a whole
     number warns with its path and is ignored: the shipped entry applies and the construction goes on."""
-    from kernels.allreduce import protocol_rows
+    from kernels.allreduce_mhc import protocol_rows
 
     path = _tables(tmp_path, monkeypatch, cache)
     with pytest.warns(RuntimeWarning, match=re.escape(str(path))):
@@ -272,7 +272,7 @@ def test_a_broken_user_cache_is_ignored_with_a_warning_naming_it(tmp_path, monke
 
 
 def test_a_broken_shipped_table_raises(tmp_path):
-    from kernels.allreduce.protocol_rows import measured_threshold
+    from kernels.allreduce_mhc.protocol_rows import measured_threshold
 
     shipped = tmp_path / "shipped.json"
     shipped.write_text("{not json")
@@ -294,7 +294,7 @@ def test_the_cache_directory_follows_rankcheck_cache_dir_then_xdg_cache_home_the
 
 
 def test_device_arch_maps_capabilities(monkeypatch):
-    from kernels.allreduce.host import device_arch
+    from kernels.allreduce_mhc.host import device_arch
 
     for capability, arch in (((9, 0), "sm_90a"), ((10, 0), "sm_100a")):
         monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device, c=capability: c)
@@ -309,7 +309,7 @@ def test_device_arch_maps_capabilities(monkeypatch):
 
 def _ptx(name: str, arch: str, shape=SMALL) -> str:
     """The PTX of one gate variant at ``shape`` for ``arch`` (compiled once per test worker)."""
-    from kernels.allreduce.variants import compiled, gate_kernels
+    from kernels.allreduce_mhc.variants import compiled, gate_kernels
 
     return compiled(gate_kernels(arch, shape)[name], arch, "--keep-ptx").artifacts.PTX
 
@@ -349,7 +349,7 @@ def test_sm100_uses_the_ue8m0_instruction():
 
 
 def test_every_variant_has_its_own_symbol():
-    from kernels.allreduce.variants import gate_kernels
+    from kernels.allreduce_mhc.variants import gate_kernels
 
     names = []
     for name in gate_kernels("sm_90a", SMALL):
@@ -358,7 +358,7 @@ def test_every_variant_has_its_own_symbol():
 
 
 def test_compile_variants_follow_the_gate_convention():
-    from kernels.allreduce.variants import compile_variants
+    from kernels.allreduce_mhc.variants import compile_variants
 
     variants = compile_variants("sm_90a")
     assert len(variants) == 17 and len({name for name, _, _ in variants}) == 17  # 3 of them without the recorder
@@ -367,8 +367,8 @@ def test_compile_variants_follow_the_gate_convention():
 
 def test_no_compile_under_capture(monkeypatch):
     from kernels import compile as compile_mechanism
-    from kernels.allreduce import variants
-    from kernels.allreduce.publish import PublishKernel
+    from kernels.allreduce_mhc import variants
+    from kernels.allreduce_mhc.publish import PublishKernel
 
     monkeypatch.setattr(compile_mechanism, "capturing", lambda: True)
     kernel = PublishKernel(hidden=64, tp=1, capacity=1, protocol="ll", source="plain", fanout="unicast")

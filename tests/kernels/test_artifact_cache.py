@@ -47,7 +47,7 @@ def artifacts(tmp_path, monkeypatch):
 
 def head(dim=32, pdl=False):
     """The compiled ``HeadGemvKernel`` variant through the families' one compile path."""
-    from kernels.markov.head_gemv import compiled_kernel
+    from kernels.markov_fused.head_gemv import compiled_kernel
 
     return compiled_kernel(dim, 0.0, pdl)
 
@@ -132,7 +132,7 @@ def test_decode_names_what_is_wrong():
 
 
 def test_every_key_input_changes_the_key(monkeypatch):
-    from kernels.markov.head_gemv_kernel import HeadGemvKernel
+    from kernels.markov_fused.head_gemv_kernel import HeadGemvKernel
 
     kernel = HeadGemvKernel(32, l2_keep=0.0, pdl=False)
     base = artifact_cache.artifact_key(kernel, None)
@@ -170,7 +170,7 @@ def test_the_loaded_object_is_the_compiled_kernel(artifacts, monkeypatch):
     from cutlass._mlir import ir
     import cuda.bindings.driver as driver
 
-    from kernels.markov.head_gemv_kernel import HeadGemvKernel
+    from kernels.markov_fused.head_gemv_kernel import HeadGemvKernel
 
     monkeypatch.delenv(artifact_cache.ARTIFACTS_VAR)
     kernel = HeadGemvKernel(32, l2_keep=0.0, pdl=True)
@@ -222,7 +222,7 @@ def test_a_fresh_process_compiles_nothing_the_first_one_stored(tmp_path):
     # initialised under another test's settings (its arch), whose key is rightly another.
     root = tmp_path / "kernels"
     probe = ("from kernels.compile_clock import compile_seconds, load_seconds\n"
-             "from kernels.markov.head_gemv import compiled_kernel\n"
+             "from kernels.markov_fused.head_gemv import compiled_kernel\n"
              "f = compiled_kernel(32, 0.0, False)\n"
              "print(f.load_from_binary, compile_seconds(), load_seconds())\n")
     env = dict(os.environ, PYTHONPATH=str(ROOT), **{artifact_cache.ARTIFACTS_VAR: str(root)})

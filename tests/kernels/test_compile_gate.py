@@ -118,10 +118,11 @@ def test_parse_ptxas_report_counts_a_callee_frame_against_the_variant():
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
 def test_gate_compiles_markov_subset(arch, capsys, tmp_path):
-    from kernels.markov import fused, probe
+    from kernels.markov_common import probe
+    from kernels.markov_fused import host as fused
 
     out = tmp_path / "gate.json"
-    registry = [("kernels.markov.fused", fused.compile_variants), ("kernels.markov.probe", probe.compile_variants)]
+    registry = [("kernels.markov_fused.host", fused.compile_variants), ("kernels.markov_common.probe", probe.compile_variants)]
     status = compile_gate.main(["--arch", arch, "--filter", SUBSET, "--quiet", "--json", str(out)], registry=registry)
     text = capsys.readouterr().out
     assert status == 0, text
@@ -140,9 +141,9 @@ def test_gate_compiles_markov_subset(arch, capsys, tmp_path):
 def test_ptx_dir_keeps_each_variants_ptx_for_a_diff(tmp_path, capsys):
     """``--ptx-dir``: one PTX file per variant, the same bits on a second compile (so ``diff -r`` of two trees
     shows only real changes), holding the kernel's tensor-core MMAs."""
-    from kernels.markov import sharded
+    from kernels.markov_sharded import host as sharded
 
-    registry = [("kernels.markov.sharded", sharded.compile_variants)]
+    registry = [("kernels.markov_sharded.host", sharded.compile_variants)]
     only = r"^markov_sharded\.sample\[s8,bfloat16/bfloat16\]$"
     status = compile_gate.main(["--arch", "sm_90a", "--filter", only, "--quiet", "--ptx-dir", str(tmp_path / "a")],
                                registry=registry)
@@ -241,12 +242,12 @@ def test_gate_compiles_even_where_an_artifact_directory_is_set(capsys, monkeypat
 
 
 def test_allreduce_registry_defers_compiling_and_passes_options_through(monkeypatch):
-    """kernels.allreduce.variants follows the convention: yielding compiles nothing; a thunk compiles its
+    """kernels.allreduce_mhc.variants follows the convention: yielding compiles nothing; a thunk compiles its
     variant once with exactly the gate's options (the compile itself is stubbed: no DSL work here)."""
     import cutlass.cute
 
     from kernels import compile as compile_mechanism
-    from kernels.allreduce import variants
+    from kernels.allreduce_mhc import variants
 
     seen = []
 
@@ -273,9 +274,9 @@ def _module_exists(dotted: str) -> bool:
 def test_discover_finds_every_kernel_registry():
     found, failed = compile_gate.discover("kernels")
     names = [m for m, _ in found]
-    expected = {"kernels.markov.fused", "kernels.markov.probe", "kernels.allreduce.variants"}
+    expected = {"kernels.markov_fused.host", "kernels.markov_common.probe", "kernels.allreduce_mhc.variants"}
     # Seed 000's module registers its variants once it exists (being written alongside).
-    expected |= {m for m in ("kernels.markov.sharded",) if _module_exists(m)}
+    expected |= {m for m in ("kernels.markov_sharded.host",) if _module_exists(m)}
     assert expected <= set(names), names
     assert len(names) == len(set(names)) and len({id(fn) for _, fn in found}) == len(found)
     assert not failed, failed
@@ -308,7 +309,7 @@ def test_the_full_gate_slices_hold_every_registered_variant_once(arch):
     assert sum(len(s) for s in slices) == len(registered)
     assert set().union(*slices) == set(registered)
     modules = {module for module, _ in registered.values()}
-    assert {"kernels.markov.fused", "kernels.allreduce.variants"} <= modules, modules
+    assert {"kernels.markov_fused.host", "kernels.allreduce_mhc.variants"} <= modules, modules
 
 
 @pytest.mark.slow

@@ -1,4 +1,4 @@
-"""kernels/markov/head_gemv*.py on the CPU: where the GEMV applies, configuration errors before anything
+"""kernels/markov_fused/head_gemv*.py on the CPU: where the GEMV applies, configuration errors before anything
 touches a GPU, and its PTX: two tiles in flight per warp (cp.async, wait_group 1), the 16-MMA chain per tile
 at dim 256, the L2 policy and the PDL instructions only in the variants that ask for them."""
 
@@ -16,7 +16,7 @@ def _ptx(**config) -> str:
     import cutlass.cute as cute
     from cutlass import Int32, Int64
 
-    from kernels.markov.head_gemv_kernel import HeadGemvKernel
+    from kernels.markov_fused.head_gemv_kernel import HeadGemvKernel
 
     args = [Int64(0)] * 4 + [Int32(1)] * 3 + [cute.runtime.make_fake_stream()]
     text = cute.compile(HeadGemvKernel(**config), *args, options="--keep-ptx --gpu-arch sm_90a").artifacts.PTX
@@ -24,8 +24,8 @@ def _ptx(**config) -> str:
 
 
 def test_supports_and_config_errors():
-    from kernels.markov.head_gemv import MAX_DIM, supports
-    from kernels.markov.head_gemv_kernel import HeadGemvKernel, shared_bytes
+    from kernels.markov_fused.head_gemv import MAX_DIM, supports
+    from kernels.markov_fused.head_gemv_kernel import HeadGemvKernel, shared_bytes
 
     assert supports(256, 129280) and supports(32, 16) and supports(MAX_DIM, 16160)
     assert not supports(64 + 16, 129280) and not supports(MAX_DIM + 32, 16) and not supports(256, 129281)

@@ -34,7 +34,7 @@ def _assert_golden(bias: torch.Tensor, emb: torch.Tensor, head: torch.Tensor) ->
 @pytest.mark.parametrize("dim", [32, 256, 384])
 @pytest.mark.parametrize("rows", [1, 3, 8])
 def test_bits_equal_golden(dim, rows):
-    from kernels.markov.head_gemv import HeadGemv
+    from kernels.markov_fused.head_gemv import HeadGemv
 
     gemv = HeadGemv(dim, torch.device("cuda"))
     # 16 rows (one tile), then more tiles than warps so that every warp cycles both buffers.
@@ -45,7 +45,7 @@ def test_bits_equal_golden(dim, rows):
 
 @pytest.mark.parametrize("l2_keep, pdl", [(0.0, False), (0.5, True), (1.0, False)])
 def test_variants_and_special_values(l2_keep, pdl):
-    from kernels.markov.head_gemv import HeadGemv
+    from kernels.markov_fused.head_gemv import HeadGemv
 
     gemv = HeadGemv(256, torch.device("cuda"), l2_keep=l2_keep, pdl=pdl)
     emb, head = _operands(8, 4096, 256, 7)
@@ -59,7 +59,7 @@ def test_variants_and_special_values(l2_keep, pdl):
 
 
 def test_graph_replay_takes_new_inputs():
-    from kernels.markov.head_gemv import HeadGemv
+    from kernels.markov_fused.head_gemv import HeadGemv
 
     gemv = HeadGemv(256, torch.device("cuda"))
     emb, head = _operands(8, 8192, 256, 11)
@@ -85,7 +85,7 @@ def test_graph_replay_takes_new_inputs():
     (lambda e, h: (e.cpu(), h), "emb: expected device"),
 ])
 def test_bad_arguments_rejected_before_launch(bad, message):
-    from kernels.markov.head_gemv import HeadGemv
+    from kernels.markov_fused.head_gemv import HeadGemv
 
     gemv = HeadGemv(256, torch.device("cuda"))
     emb, head = _operands(8, 256, 256, 13)

@@ -10,8 +10,8 @@ import random
 import pytest
 import torch
 
-from kernels.markov import exchange_layout as layout
-from kernels.markov.exchange_layout import ExchangeModel, parity_of, tag_of
+from kernels.markov_fused import exchange_layout as layout
+from kernels.markov_fused.exchange_layout import ExchangeModel, parity_of, tag_of
 
 
 @pytest.mark.parametrize("launch", [0, 1, 2, 3, (1 << 31) - 2, (1 << 31) - 1, 1 << 31, (1 << 32) - 2, (1 << 32) - 1])
@@ -146,7 +146,7 @@ def test_model_a_rank_two_launches_ahead_is_impossible():
 
 
 def test_timeout_must_be_a_non_negative_int():
-    from kernels.markov.exchange import check_timeout
+    from kernels.markov_fused.exchange import check_timeout
 
     assert check_timeout(0) == 0
     for bad in (-1, 1.5, True, None):
@@ -155,7 +155,7 @@ def test_timeout_must_be_a_non_negative_int():
 
 
 def test_peer_gather_needs_a_fabric():
-    from kernels.markov.exchange import PeerGather
+    from kernels.markov_fused.exchange import PeerGather
 
     with pytest.raises(TypeError, match=r"^fabric: expected a kernels.fabric provider \(missing 'rank'\)"):
         PeerGather(object(), "x", 64)
@@ -163,7 +163,7 @@ def test_peer_gather_needs_a_fabric():
 
 def _gather_on_cpu(slot_bytes: int = 64):
     """A ``PeerGather`` with CPU fields and nothing compiled: its argument checks run, no launch is reached."""
-    from kernels.markov.exchange import PeerGather
+    from kernels.markov_fused.exchange import PeerGather
 
     gather = PeerGather.__new__(PeerGather)
     gather.rank, gather.world, gather.device, gather.slot_bytes = 0, 2, torch.device("cpu"), slot_bytes
@@ -186,7 +186,7 @@ def test_gather_checks_its_tensor(tensor, message):
 
 def test_exchange_arguments_of_markov_kernels():
     from kernels.fabric import VirtualFabric
-    from kernels.markov.fused_checks import check_exchange
+    from kernels.markov_fused.checks import check_exchange
 
     fabrics = VirtualFabric.create(2, "cpu")
     with pytest.raises(ValueError, match="^group: the exchange needs a vocab shard"):
@@ -205,7 +205,7 @@ def test_exchange_arguments_of_markov_kernels():
 
 def _sharded_kernels_on_cpu(tp: int):
     """A sharded ``MarkovKernels`` (vocab 1024, R 64) with CPU tensors and nothing compiled."""
-    from kernels.markov.fused import MarkovKernels
+    from kernels.markov_fused.host import MarkovKernels
 
     kernels = MarkovKernels.__new__(MarkovKernels)
     kernels._bind(torch.zeros(1024, 64, dtype=torch.bfloat16), torch.zeros(4, 64, dtype=torch.bfloat16),
@@ -232,7 +232,7 @@ def _step_arguments(width: int, rows: int = 3, steps: int = 2) -> dict:
 def test_the_seeds_shard_view_of_base_is_read_from_its_first_column(tp, rank):
     """``base[:, col, off:off + width]`` and ``base[:, col, off:]`` start at id ``vocab_offset`` (the seed's
     meaning, read from column 0); the whole-vocab ``base[:, col]`` is read from column ``vocab_offset``."""
-    from kernels.markov.fused_checks import check_step
+    from kernels.markov_fused.checks import check_step
 
     kernels = _sharded_kernels_on_cpu(tp)
     width = 1024 // tp
@@ -271,7 +271,7 @@ def test_vocab_offset_outside_the_vocab_is_refused():
 
 
 def test_seed_functions_check_before_compiling():
-    from kernels.markov import fused
+    from kernels.markov_fused import host as fused
 
     w1 = torch.zeros(64, 8, dtype=torch.bfloat16)
     emb = torch.zeros(2, 8, dtype=torch.bfloat16)
@@ -326,7 +326,7 @@ def _gather_ptx(flight: bool) -> str:
     pytest.importorskip("cutlass")
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
     from kernels.compile import compiled
-    from kernels.markov.exchange_kernel import PeerGatherKernel
+    from kernels.markov_fused.exchange_kernel import PeerGatherKernel
 
     text = compiled(PeerGatherKernel(unit=16, flight=flight), "--gpu-arch sm_90a --keep-ptx", remedy="test")
     text = text.artifacts.PTX
@@ -336,7 +336,7 @@ def _gather_ptx(flight: bool) -> str:
 
 def test_the_gather_records_its_launch_in_the_loops_ring_and_the_variant_without_does_not():
     from kernels import flight
-    from kernels.markov.exchange_kernel import GATHER_KERNEL, PeerGatherKernel
+    from kernels.markov_fused.exchange_kernel import GATHER_KERNEL, PeerGatherKernel
 
     recorded, bare = _gather_ptx(True), _gather_ptx(False)
     # the ring's counter taken once, six 8-byte stores of the begin and two of the end, at system scope, relaxed;

@@ -93,7 +93,7 @@ def test_loop_in_one_graph_equals_eager_and_golden(tp, pdl):
 def test_stale_tag_is_never_taken(tmp_path):
     """Rank 1 never posts; rank 0's mailbox holds rank 1's payload and tag from two launches back. Rank 0 must not
     take it: its wait passes the deadline and the record names rank 1, the tag it expected and the stale one."""
-    from kernels.markov.exchange_layout import tag_of
+    from kernels.markov_fused.exchange_layout import tag_of
 
     _, report = trapped_report("markov_exchange_stale_child.py", tmp_path / "stale.json")
     assert report["kind_name"] == "MAILBOX_TAG" and report["rank"] == 0 and report["awaited_rank"] == 1, report
@@ -159,7 +159,7 @@ def waiting_rank_report(result: dict, launch: int) -> dict:
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_a_rank_that_never_calls_is_named_at_the_deadline(mode, disagreements):
-    from kernels.markov.exchange_layout import tag_of
+    from kernels.markov_fused.exchange_layout import tag_of
 
     report = waiting_rank_report(disagreements[mode, "never"], launch=0)
     assert (report["expected_tag"], report["seen_tag"]) == (tag_of(0), 0), report  # rank 1 never posted
@@ -185,7 +185,7 @@ def test_ranks_calling_with_different_sizes_are_named_with_both_sizes(mode, disa
 
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_a_rank_that_skips_a_call_is_named_by_the_rank_it_left_waiting(mode, disagreements):
-    from kernels.markov.exchange_layout import tag_of
+    from kernels.markov_fused.exchange_layout import tag_of
 
     # Rank 0's third call (launch 2) waits for rank 1, whose flag of that parity still holds launch 0's tag.
     report = waiting_rank_report(disagreements[mode, "skip"], launch=2)

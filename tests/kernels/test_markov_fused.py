@@ -1,4 +1,4 @@
-"""kernels/markov/fused.py on the CPU: variant rules (vector vs scalar from
+"""kernels/markov_fused/host.py on the CPU: variant rules (vector vs scalar from
 alignment, finishing warps, row-copy width), configuration errors raised
 before anything touches a GPU, and the step kernel's PTX (ordering and the
 instructions of the contract) for a representative variant."""
@@ -13,7 +13,7 @@ import torch
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 from harness.families.markov_fused import kernel as driver  # noqa: E402
-from kernels.markov import fused  # noqa: E402
+from kernels.markov_fused import host as fused  # noqa: E402
 
 CONFIG = dict(vocab=4096, dim=64, tp=1, max_reqs=4, has_cap=False, mult=1.0, cap=30.0, inv_cap=1 / 30, block=512)
 
@@ -178,7 +178,7 @@ def test_step_stamps_are_a_separate_variant_storing_after_the_wait():
     """Off by default (same key as before the option); on, five timer reads and
     five predicated 64-bit stores, none before the PDL wait (the flight
     recorder's two timer reads are in both)."""
-    from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots
+    from kernels.markov_fused.layout import STEP_STAMPS, step_scratch_slots
 
     config = dict(block=1024, blocks=4, vector=True, has_cap=False, sharded=False, pdl=True, row_bytes=128,
                   chunk=4, w1_rows=4096)
@@ -196,13 +196,13 @@ def test_step_stamps_are_a_separate_variant_storing_after_the_wait():
 def test_stamped_step_gate_variants_do_not_spill():
     from harness import compile_gate
 
-    registry = [("kernels.markov.fused", fused.compile_variants)]
+    registry = [("kernels.markov_fused.host", fused.compile_variants)]
     results = compile_gate.run_gate(["sm_90a"], registry, name_filter=r",stamps\]$")
     assert len(results) == 2 and all(r.ok and not r.spilled for r in results), [r.verdict for r in results]
 
 
 def test_loop_reads_each_slots_stamps_step_by_step():
-    from kernels.markov.fused_layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
+    from kernels.markov_fused.layout import STEP_STAMPS, step_scratch_slots, step_stamp_names
 
     loop = object.__new__(driver.FusedMarkovLoop)
     rows, blocks, steps, phases = 2, 3, 2, len(STEP_STAMPS)

@@ -77,7 +77,7 @@ def build_case(*, vocab, dim=64, rows=4, steps=3, max_reqs=6, seed=0, temps=TEMP
 
 def rcp_table(temperature: torch.Tensor) -> dict[int, int]:
     """The GPU's div.full.f32 reciprocal of every temperature (the golden's table)."""
-    from kernels.markov import probe
+    from kernels.markov_common import probe
 
     t = temperature.cuda()
     bits = (t.view(torch.int32).to(torch.int64) & 0xFFFFFFFF).cpu().tolist()
@@ -236,7 +236,7 @@ def test_soft_cap_approximate_range_within_declared_ulps():
 
 def test_misaligned_strides_take_the_scalar_path():
     from harness.families.markov_fused import kernel as driver
-    from kernels.markov import fused
+    from kernels.markov_fused import host as fused
 
     static, inputs = build_case(vocab=4096, seed=41, nan=True, padding=True, wrap=True)
     config = config_of(4096, block=1024)
@@ -281,7 +281,7 @@ def test_cuda_graph_captured_once_replayed_with_new_inputs(sharded, pdl):
 
 
 def test_compile_under_capture_raises():
-    from kernels.markov import fused
+    from kernels.markov_fused import host as fused
 
     stream = torch.cuda.Stream()
     graph = torch.cuda.CUDAGraph()
@@ -344,7 +344,7 @@ def test_a_rank_that_builds_slowly_starts_late_and_never_times_out(graph, monkey
     from harness.families.markov_fused.kernel import HARNESS_TIMEOUT_NS, FusedMarkovLoop
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
-    from kernels.markov import fused
+    from kernels.markov_fused import host as fused
 
     assert HARNESS_TIMEOUT_NS == 10_000_000_000
     compile_kernel = fused.compile_kernel
@@ -385,7 +385,7 @@ def test_a_rank_that_builds_slowly_starts_late_and_never_times_out(graph, monkey
 
 
 def test_an_unsharded_cache_too_small_for_the_requests_or_the_vocab_is_refused_before_launch():
-    from kernels.markov.fused import MarkovKernels
+    from kernels.markov_fused.host import MarkovKernels
 
     static, inputs = build_case(vocab=1024, seed=90)
     gpu = to_gpu(inputs)
@@ -440,7 +440,7 @@ def test_the_seeds_shard_view_of_base_steps_as_the_whole_row():
     """Rank 1 of tp 2 through the seed's ``markov_step``: ``base`` as the whole row (read from ``vocab_offset``),
     as the seed's view of the rank's columns (read from column 0; vector path) and as a copy of that view one
     element off alignment (scalar path) give the same packets and draft logits."""
-    from kernels.markov import fused
+    from kernels.markov_fused import host as fused
 
     vocab, width, block = 1024, 512, 512
     static, inputs = build_case(vocab=vocab, seed=92, nan=True)

@@ -16,8 +16,8 @@ os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
 import golden.markov_sharded as golden  # noqa: E402
 from contracts import markov_sharded as contract  # noqa: E402
-from kernels.markov import sharded_layout as layout  # noqa: E402
-from kernels.markov.sharded_checks import check_call, check_config  # noqa: E402
+from kernels.markov_sharded import layout  # noqa: E402
+from kernels.markov_sharded.checks import check_call, check_config  # noqa: E402
 
 CPU = torch.device("cpu")
 
@@ -160,7 +160,7 @@ def test_bad_call_names_the_argument(name):
 
 
 def test_compile_registry_lists_every_variant():
-    from kernels.markov import sharded
+    from kernels.markov_sharded import host as sharded
 
     variants = sharded.compile_variants("sm_90a")
     names = [name for name, _, _ in variants]
@@ -174,7 +174,7 @@ def test_compile_registry_lists_every_variant():
                                   "markov_sharded.sample[s8,bfloat16/bfloat16,stamps]"])
 def test_one_variant_compiles_without_spills(name):
     from harness import compile_gate
-    from kernels.markov import sharded
+    from kernels.markov_sharded import host as sharded
 
     (entry,) = [v for v in sharded.compile_variants("sm_90a") if v[0] == name]
     text, error = compile_gate._capture_fd2(lambda: entry[1]("--gpu-arch sm_90a remarks{ptx}"))
@@ -197,7 +197,7 @@ def test_kernel_ptx_carries_the_protocol_instructions():
     import cutlass.cute as cute
     from cutlass import Int32, Int64
 
-    from kernels.markov.sharded_kernel import ShardedMarkovSample
+    from kernels.markov_sharded.kernel import ShardedMarkovSample
 
     args = [Int64(0)] * 20 + [Int32(1)] * 7 + [Int64(0), Int64(0), Int32(0), cute.runtime.make_fake_stream()]
     compiled = cute.compile(ShardedMarkovSample(2, "float32", "bfloat16"), *args, options="--keep-ptx --gpu-arch sm_90a")
@@ -218,7 +218,7 @@ def _sample_ptx(steps: int, stamps: bool, **config) -> str:
     import cutlass.cute as cute
     from cutlass import Int32, Int64
 
-    from kernels.markov.sharded_kernel import ShardedMarkovSample
+    from kernels.markov_sharded.kernel import ShardedMarkovSample
 
     args = [Int64(0)] * 20 + [Int32(1)] * 7 + [Int64(0), Int64(0), Int32(0), cute.runtime.make_fake_stream()]
     kernel = ShardedMarkovSample(steps, "bfloat16", "bfloat16", stamps=stamps, **config)
@@ -230,7 +230,7 @@ def test_stamps_are_a_separate_variant_of_nine_timer_stores():
     """Off by default (same key, hence symbol, as before the option); on, the
     same kernel plus one timer read and one predicated 64-bit store per stamp
     site (entry, setup, resident, streamed, fold, wait, next, copy, end)."""
-    from kernels.markov.sharded_kernel import ShardedMarkovSample
+    from kernels.markov_sharded.kernel import ShardedMarkovSample
 
     assert ShardedMarkovSample(8, "bfloat16", "bfloat16").key() == (
         "ShardedMarkovSample", "s8", "bfloat16", "bfloat16", "coop", "keep50")
@@ -257,7 +257,7 @@ def test_stamp_buffer_follows_the_control_words():
 
 
 def test_probe_compiles():
-    from kernels.markov import sharded_probe
+    from kernels.markov_sharded import probe as sharded_probe
 
     assert sharded_probe._compiled() is not None
 
@@ -265,7 +265,7 @@ def test_probe_compiles():
 def test_kernel_arguments_pin_the_seed_layout():
     """The addresses and sizes the host passes: the rank's head rows, its noise
     columns, the base column of a full-width base, the peer table and control words."""
-    from kernels.markov.sharded import kernel_arguments
+    from kernels.markov_sharded.host import kernel_arguments
 
     world, rank = 4, 2
     cfg = check_config(config(world=world), world)
@@ -325,7 +325,7 @@ def test_virtual_peer_table_addresses_each_ranks_own_mailbox():
 
 def test_kernel_variants_have_distinct_symbol_names():
     """CuTe DSL 4.8.1 mangles ``str(kernel)`` into the symbol: variants must differ."""
-    from kernels.markov.sharded_kernel import ShardedMarkovSample
+    from kernels.markov_sharded.kernel import ShardedMarkovSample
 
     names = {
         str(ShardedMarkovSample(s, b, c, cooperative))
@@ -359,7 +359,7 @@ def test_ranks_sharing_a_gpu_launch_plainly():
     """Virtual ranks (and ``ranks_per_device > 1``) launch without the cooperative
     attribute, a rank alone on its GPU with it: the host launcher's
     ``CU_LAUNCH_ATTRIBUTE_COOPERATIVE`` (id 2) is 1 only in the cooperative variant."""
-    from kernels.markov import sharded
+    from kernels.markov_sharded import host as sharded
 
     class Fabric:
         def __init__(self, provider):
@@ -378,7 +378,7 @@ def test_ranks_sharing_a_gpu_launch_plainly():
 def test_sampler_reads_its_stamps_after_the_control_words():
     from types import SimpleNamespace
 
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     sampler = object.__new__(ShardedMarkovSampler)
     sampler.stamped, sampler.ctas, sampler.cfg = True, 3, SimpleNamespace(steps=2)
@@ -402,7 +402,7 @@ def test_the_config_has_every_field_the_host_code_reads():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    sources = [*root.glob("kernels/markov/sharded*.py"), root / "harness/bench/breakdown.py",
+    sources = [*root.glob("kernels/markov_sharded/*.py"), root / "harness/bench/breakdown.py",
                *root.glob("harness/families/markov_sharded/*.py")]
     read = {name for path in sources for name in re.findall(r"\bcfg\.([a-z_]+)\b", path.read_text())}
     cfg = check_config(config(), 2)
@@ -414,7 +414,7 @@ def test_streamed_tiles_go_through_cp_async_with_the_l2_policy_only_when_asked()
     """The streamed head tiles are copied into shared memory with 16 cp.async per lane and tile (the
     prologue's, the loop's), waited for with wait_group 0; the default marks half of them evict_last,
     ``l2_keep=0`` issues no policy; a fraction outside [0, 1] is refused."""
-    from kernels.markov.sharded_kernel import ShardedMarkovSample
+    from kernels.markov_sharded.kernel import ShardedMarkovSample
 
     kept, plain = _sample_ptx(2, False), _sample_ptx(2, False, l2_keep=0.0)
     assert "createpolicy.fractional.L2::evict_last.L2::evict_first.b64" in kept and " 0.5;" in kept

@@ -274,7 +274,7 @@ def case_out_of_range_row_is_inert_under_capture() -> None:
     from golden.markov_sharded import as_clamped_anchors, as_padding
     from kernels import hostcopy
     from kernels.fabric import VirtualFabric
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     world, rows = 2, 4
     config = base_config(vocab=2048, steps=4)
@@ -332,7 +332,7 @@ def case_launch_kind(cooperative: bool) -> None:
     cooperative or plain; prints how long each rank's launch calls blocked the host."""
     import time
 
-    from kernels.markov import sharded
+    from kernels.markov_sharded import host as sharded
 
     sharded.cooperative_launch = lambda fabric, cfg: cooperative
     original = sharded.ShardedMarkovSampler.__call__

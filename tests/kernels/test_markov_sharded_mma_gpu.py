@@ -8,7 +8,7 @@ largest exponent, the sum rounded toward zero: fitted to the first H200
 report). The test requires the model the harness uses on this GPU (its
 architecture's facts, ``golden/data/arch/<arch>.json``, ``harness.families.arch_facts``)
 to match every sum. The operands and the comparison are ``harness.calibration.mma``'s,
-which ``harness golden --probe`` runs over the full set. The probe (``kernels.markov.sharded_probe``) runs
+which ``harness golden --probe`` runs over the full set. The probe (``kernels.markov_sharded.probe``) runs
 the kernel's own chain and fragment layout on given operands; this test
 compares its FP32 bits with the model on random operands: ordinary
 (N(0, 1) BF16), adversarial exponent spreads (operands 2^e with e spread

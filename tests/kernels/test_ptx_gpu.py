@@ -1,4 +1,4 @@
-"""The PTX sequences of kernels/ptx.py on the GPU (through kernels/markov/probe.py)
+"""The PTX sequences of kernels/ptx.py on the GPU (through kernels/markov_common/probe.py)
 against the golden emulation (golden/fp32.py, golden/gumbel.py) on random
 inputs: exact where the contract is exact (logf, MurmurHash3, uniform, the
 Gumbel score with measured reciprocals, the output transform, tanhf below
@@ -46,7 +46,7 @@ def assert_bits_equal(got: torch.Tensor, want: torch.Tensor, label: str) -> None
 
 
 def test_logf_ftz_exact():
-    from kernels.markov import probe
+    from kernels.markov_common import probe
 
     x = random_f32_bits(N, 1)
     x = torch.cat([x, torch.tensor([0.0, -0.0, 1e-45, 2.0**-126, 1.0, float("inf"), float("nan")])])
@@ -54,7 +54,7 @@ def test_logf_ftz_exact():
 
 
 def test_tanhf_exact_below_06_and_within_ulps_above():
-    from kernels.markov import probe
+    from kernels.markov_common import probe
 
     x = (torch.rand(N, generator=_gen(2)) * 24 - 12).to(torch.float32)
     got = probe.tanhf(x.cuda()).cpu()
@@ -66,7 +66,7 @@ def test_tanhf_exact_below_06_and_within_ulps_above():
 
 
 def test_murmur_uniform_and_gumbel_exact():
-    from kernels.markov import probe
+    from kernels.markov_common import probe
 
     n = N // 4
     g = _gen(3)
@@ -93,7 +93,7 @@ def test_murmur_uniform_and_gumbel_exact():
 
 
 def test_output_transform_exact_without_cap_and_in_the_polynomial_range():
-    from kernels.markov import probe
+    from kernels.markov_common import probe
 
     n = N // 4
     g = _gen(4)
@@ -111,7 +111,7 @@ def test_output_transform_exact_without_cap_and_in_the_polynomial_range():
 
 
 def test_reciprocal_table_document(tmp_path):
-    from kernels.markov import probe
+    from kernels.markov_common import probe
 
     path = str(tmp_path / "rcp.json")
     probe.write_reciprocal_table(path, [0.7, 1.0])

@@ -15,9 +15,9 @@ import torch
 
 os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from kernels.allreduce.config import check_config, check_rank_call, public_label  # noqa: E402
-from kernels.allreduce.layout import mxfp8_scale_bytes  # noqa: E402
-from kernels.markov.sharded_checks import argument_label, check_call, check_config as sampler_config  # noqa: E402
+from kernels.allreduce_mhc.config import check_config, check_rank_call, public_label  # noqa: E402
+from kernels.allreduce_mhc.layout import mxfp8_scale_bytes  # noqa: E402
+from kernels.markov_sharded.checks import argument_label, check_call, check_config as sampler_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = torch.device("cpu")
@@ -29,7 +29,7 @@ def parameters(function) -> list[str]:
 
 
 def test_allreduce_signatures_are_the_seeds():
-    from kernels.allreduce import AllReduceMHC
+    from kernels.allreduce_mhc import AllReduceMHC
 
     mix = ["residual", "post", "comb", "pre", "norm_weight", "norm_eps", "mxfp8_out"]
     assert parameters(AllReduceMHC.__call__) == ["x", *mix, "protocol"]
@@ -42,8 +42,8 @@ def test_allreduce_signatures_are_the_seeds():
 
 
 def test_markov_signatures_are_the_seeds():
-    from kernels.markov.fused import MarkovKernels
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov_fused.host import MarkovKernels
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     init = parameters(MarkovKernels.__init__)
     assert init[:8] == ["w1", "embeds", "width", "has_cap", "tp", "steps", "pick_pdl", "fill_vector"]
@@ -65,7 +65,7 @@ def test_markov_signatures_are_the_seeds():
 
 
 def test_markov_functions_beside_the_class_are_the_seeds():
-    from kernels.markov import fused
+    from kernels.markov_fused import host as fused
 
     def names(function) -> list[str]:
         """Every parameter name of a module-level function."""
@@ -89,7 +89,7 @@ def test_no_generic_launch_left_in_kernels():
 
 
 def test_allreduce_constructor_errors_name_the_public_argument():
-    from kernels.allreduce import AllReduceMHC
+    from kernels.allreduce_mhc import AllReduceMHC
     from kernels.fabric import VirtualFabric
 
     (fabric,) = VirtualFabric.create(1, "cpu")
@@ -205,7 +205,7 @@ def test_sampler_call_names_arguments_and_takes_shard_columns():
 
 def test_sampler_constructor_checks_before_any_allocation():
     from kernels.fabric import VirtualFabric
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     fabrics = VirtualFabric.create(2, "cpu")
     table = torch.zeros(256, 256, dtype=torch.bfloat16)
@@ -219,7 +219,7 @@ def test_sampler_constructor_checks_before_any_allocation():
 
 def _kernels_on_cpu(sharded: bool):
     """A ``MarkovKernels`` with CPU tensors and nothing compiled: every check runs, no launch is reached."""
-    from kernels.markov.fused import MarkovKernels
+    from kernels.markov_fused.host import MarkovKernels
 
     kernels = MarkovKernels.__new__(MarkovKernels)
     kernels.w1 = torch.zeros(1024, 64, dtype=torch.bfloat16)
@@ -290,7 +290,7 @@ def test_markov_anchor_and_constructor_checks():
         kernels.anchor_embed(torch.zeros(8, dtype=torch.int32), torch.zeros(3, dtype=torch.int32), emb, arrivals)
     with pytest.raises(ValueError, match=r"^input_ids: expected dtype torch.int32"):
         kernels.anchor_embed(torch.zeros(8, dtype=torch.int64), torch.zeros(3, dtype=torch.int64), emb, arrivals)
-    from kernels.markov.fused import MarkovKernels
+    from kernels.markov_fused.host import MarkovKernels
 
     with pytest.raises(ValueError, match="w1: expected a CUDA tensor"):
         MarkovKernels(torch.zeros(16, 8, dtype=torch.bfloat16), torch.zeros(1, 8, dtype=torch.bfloat16), width=16,
@@ -300,7 +300,7 @@ def test_markov_anchor_and_constructor_checks():
 def test_help_shows_the_seed_signature():
     import pydoc
 
-    from kernels.allreduce import AllReduceMHC
+    from kernels.allreduce_mhc import AllReduceMHC
 
     text = pydoc.render_doc(AllReduceMHC.__call__, renderer=pydoc.plaintext)
     assert "__call__(self, x" in text and "norm_eps" in text and "mxfp8_out" in text
@@ -327,11 +327,11 @@ def test_public_deadlines_are_the_serving_policy_and_the_harness_passes_its_own(
     from contracts.markov_sharded import DEFAULT_TIMEOUT_NS
     from harness.families.allreduce_mhc import kernel as allreduce_mhc_kernel
     from harness.families.markov_sharded import kernel as markov_sharded_kernel
-    from kernels.allreduce import AllReduceMHC
+    from kernels.allreduce_mhc import AllReduceMHC
     from kernels.diag import SERVING_DEADLINE_NS
-    from kernels.markov.exchange import PeerGather
-    from kernels.markov.fused import MarkovKernels
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.markov_fused.exchange import PeerGather
+    from kernels.markov_fused.host import MarkovKernels
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     def default(function, name):
         return inspect.signature(function).parameters[name].default

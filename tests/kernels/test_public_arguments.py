@@ -27,9 +27,9 @@ ID_PARAMETERS = {"input_ids", "anchor_idx", "idx_map", "idx_mapping", "expanded_
 def public_entry_points() -> dict[str, inspect.Signature]:
     """Every public entry point with a tensor parameter, by the name the cases use (``MarkovKernels.step``,
     ``fused.markov_step``), and its signature."""
-    from kernels.allreduce import AllReduceMHC
-    from kernels.markov import fused
-    from kernels.markov.sharded import ShardedMarkovSampler
+    from kernels.allreduce_mhc import AllReduceMHC
+    from kernels.markov_fused import host as fused
+    from kernels.markov_sharded.host import ShardedMarkovSampler
 
     found = {}
     for cls in (fused.MarkovKernels, ShardedMarkovSampler, AllReduceMHC):

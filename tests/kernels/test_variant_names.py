@@ -11,10 +11,10 @@ identifiers; tests/kernels/test_allreduce.py checks the all-reduce's symbols.
 import itertools
 import re
 
-from kernels.markov.fused import BLOCK_SIZES, AnchorKernel, CacheFillKernel, PickKernel, StepKernel, vector_bytes
-from kernels.markov.probe import OPS, ProbeKernel
-from kernels.markov.sharded_kernel import ShardedMarkovSample
-from kernels.markov.sharded_probe import MmaChainProbe
+from kernels.markov_fused.host import BLOCK_SIZES, AnchorKernel, CacheFillKernel, PickKernel, StepKernel, vector_bytes
+from kernels.markov_common.probe import OPS, ProbeKernel
+from kernels.markov_sharded.kernel import ShardedMarkovSample
+from kernels.markov_sharded.probe import MmaChainProbe
 from kernels.variant import KernelVariant
 
 

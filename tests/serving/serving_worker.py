@@ -104,8 +104,8 @@ class AllReduceRunner(Runner):
     """``AllReduceMHC``: a call is one ``__call__`` or ``finalize`` of one layer."""
 
     def __init__(self, planned, fabric, device) -> None:
-        from kernels.allreduce import AllReduceMHC
-        from kernels.allreduce.config import check_config
+        from kernels.allreduce_mhc import AllReduceMHC
+        from kernels.allreduce_mhc.config import check_config
 
         super().__init__(planned, fabric.rank, device)
         cfg = self.cfg = check_config(planned.config)
@@ -132,8 +132,8 @@ class SamplerRunner(Runner):
     """``ShardedMarkovSampler``: every call on the instance's one mailbox, rows changing from call to call."""
 
     def __init__(self, planned, fabric, device) -> None:
-        from kernels.markov.sharded import ShardedMarkovSampler
-        from kernels.markov.sharded_checks import check_config
+        from kernels.markov_sharded.host import ShardedMarkovSampler
+        from kernels.markov_sharded.checks import check_config
 
         super().__init__(planned, fabric.rank, device)
         cfg = check_config(planned.config, fabric.world)
@@ -160,9 +160,9 @@ class FusedRunner(Runner):
     device exchange (``group``, ``gather_packets``, ``gather_draft``), so the loop captures at any tp."""
 
     def __init__(self, planned, fabric, device) -> None:
-        from kernels.markov.fused import MarkovKernels
-        from kernels.markov.fused_layout import vector_bytes
-        from kernels.markov.head_gemv import HeadGemv
+        from kernels.markov_fused.host import MarkovKernels
+        from kernels.markov_fused.layout import vector_bytes
+        from kernels.markov_fused.head_gemv import HeadGemv
 
         super().__init__(planned, fabric.rank, device)
         cfg = planned.config

@@ -1,4 +1,4 @@
-"""Benchmark cases of seed 004's all-reduce + mHC + RMSNorm (``kernels.allreduce.AllReduceMHC``).
+"""Benchmark cases of seed 004's all-reduce + mHC + RMSNorm (``kernels.allreduce_mhc.AllReduceMHC``).
 
 Virtual ranks on ONE GPU (``virtual.py``): the ranks share its SMs and
 exchange through its memory, so these times are not a latency measurement

@@ -1,4 +1,4 @@
-"""Benchmark cases of seed 001's fused Markov draft loop (``harness.families.markov_fused.kernel.FusedMarkovLoop`` over ``kernels.markov.fused.MarkovKernels``).
+"""Benchmark cases of seed 001's fused Markov draft loop (``harness.families.markov_fused.kernel.FusedMarkovLoop`` over ``kernels.markov_fused.host.MarkovKernels``).
 
 Pairs of cases at rows R and steps S in {1, 8} x {1, 8}, vocab 129280,
 dim 256, tp 1, timed by the runner in the same run (CUDA-graph replays and
@@ -6,7 +6,7 @@ eager launches, inputs rotated beyond the L2); the goals are judged at rows
 8, steps 8:
 
 - ``rR_sS_v129280_tp1``: the whole draft loop of the kernel system: anchor,
-  per step the bias GEMV (``kernels.markov.head_gemv.HeadGemv``: the head
+  per step the bias GEMV (``kernels.markov_fused.head_gemv.HeadGemv``: the head
   streamed through shared memory, half of it kept in L2 between steps,
   PDL) and the step kernel (output transform, cache store, Gumbel or greedy
   pick, next embedding), the step launched with PDL.
@@ -42,7 +42,7 @@ last so that a trap cannot take the tp 1 cases with it): the same loop
 vocab-parallel on 2 or 4 virtual ranks of this GPU (``virtual.py``; each
 rank a ``1/tp`` shard of ``w2`` and of the vocabulary), per step HeadGemv,
 step, the device exchange of the pick packets (``gather_packets``,
-``kernels.markov.exchange``) and the pick, then ``gather_draft`` and
+``kernels.markov_fused.exchange``) and the pick, then ``gather_draft`` and
 ``cache_fill``. Each input set carries one cache per rank and one CUDA graph
 per rank holding that rank's whole loop, captured in the rank's thread
 between two fabric barriers with ``capture_begin``/``capture_end``
@@ -261,7 +261,7 @@ def _check_sharded(case: str, ranks: list, static: dict, check: dict, gemv) -> N
 def _sharded_setup(ctx: BenchContext, *, rows: int, steps: int, tp: int) -> Prepared:
     """The kernel loop on ``tp`` virtual ranks, each call a replay of every rank's graph, with a checked call first."""
     from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
-    from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from kernels.markov_fused.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     device = ctx.device
     static = make_static(device, vocab=VOCAB, dim=DIM)
@@ -289,7 +289,7 @@ def _setup(ctx: BenchContext, *, fused: bool, rows: int, steps: int, flight: boo
     if tp > 1:
         return _sharded_setup(ctx, rows=rows, steps=steps, tp=tp)
     from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
-    from kernels.markov.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from kernels.markov_fused.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     device = ctx.device
     static = make_static(device, vocab=VOCAB, dim=DIM)

@@ -1,4 +1,4 @@
-"""Benchmark cases of seed 000's sharded Markov sampler (``kernels.markov.sharded.ShardedMarkovSampler``).
+"""Benchmark cases of seed 000's sharded Markov sampler (``kernels.markov_sharded.host.ShardedMarkovSampler``).
 
 Cases at rows 8, steps 8, vocab 129280 (BF16 base and cache, query 1 token
 per row), timed by the runner in the same run:
@@ -60,7 +60,7 @@ PARAMS = {"query_per_row": 1}
 def floor_terms(*, rows: int, steps: int, vocab: int, world: int, sm_count: int, sharing: int | None = None,
                 dim: int = DIM) -> tuple[FloorTerm, ...]:
     """What one GPU holding ``sharing`` (default all ``world``) ranks must move per call (module docstring)."""
-    from kernels.markov.sharded_layout import TILE_ROWS, WARPS, default_ctas  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
+    from kernels.markov_sharded.layout import TILE_ROWS, WARPS, default_ctas  # noqa: PLC0415 - CuTe DSL: loaded when the case runs, not when cases are listed
 
     sharing = world if sharing is None else sharing
     shard = vocab // world

@@ -1,4 +1,4 @@
-"""Adapter of seed 004's all-reduce + mHC: ``golden.allreduce_mhc`` vs ``kernels.allreduce``.
+"""Adapter of seed 004's all-reduce + mHC: ``golden.allreduce_mhc`` vs ``kernels.allreduce_mhc``.
 
 Compared outputs: ``residual_out`` [M, hc, H], ``layer_input`` [M, H]
 (absent with ``residual_only``), and with ``quantize`` the MXFP8
@@ -7,7 +7,7 @@ the reference does not produce for a config is not compared. The TP size
 travels in config key ``tp``.
 
 Kernel side: ``harness.families.allreduce_mhc.kernel.AllReduceMHCSystem``,
-the family's generic ``launch`` over the public ``kernels.allreduce.AllReduceMHC``
+the family's generic ``launch`` over the public ``kernels.allreduce_mhc.AllReduceMHC``
 (``__call__`` / ``finalize`` on this rank's shard of each call).
 
 Protocol check (``protocol_problem``): the kernels report which protocol a

@@ -2,9 +2,9 @@
 
 ``AllReduceMHCSystem(fabric, static, config, *, timeout_ms, diag)`` takes the
 family's config and static weights (``docs/interfaces.md``), checks them as
-the golden does (``kernels.allreduce.config.check_config``: unknown keys,
+the golden does (``kernels.allreduce_mhc.config.check_config``: unknown keys,
 shapes, bounds; the norm weight BF16 ``[H]``, copied to the device once) and
-builds ``kernels.allreduce.AllReduceMHC`` collectively over the fabric with
+builds ``kernels.allreduce_mhc.AllReduceMHC`` collectively over the fabric with
 the seed's arguments. ``launch(call_inputs, call_params)`` validates the
 harness's form of a call (full ``[tp, ...]`` contributions, CPU or device
 tensors, ``call_params`` finalize/protocol) with ``check_call``, takes this
@@ -26,9 +26,9 @@ import torch
 
 from contracts.deadlines import ALLREDUCE_MHC_HARNESS_TIMEOUT_MS
 from kernels import hostcopy
-from kernels.allreduce.config import CallArgs, check_call, check_config, check_tensor
-from kernels.allreduce.host import AllReduceMHC
-from kernels.allreduce.layout import mxfp8_scale_bytes
+from kernels.allreduce_mhc.config import CallArgs, check_call, check_config, check_tensor
+from kernels.allreduce_mhc.host import AllReduceMHC
+from kernels.allreduce_mhc.layout import mxfp8_scale_bytes
 
 SYSTEM_CLASS = "AllReduceMHCSystem"
 # The harness's own Lamport deadline, passed explicitly (contracts.deadlines): the hang and timeout scenarios

@@ -1,17 +1,17 @@
-"""Adapter of seed 001's fused Markov loop: ``golden.markov_fused`` vs ``kernels.markov.fused``.
+"""Adapter of seed 001's fused Markov loop: ``golden.markov_fused`` vs ``kernels.markov_fused.host``.
 
 Compared outputs: ``tokens`` [rows, steps], ``cache`` [max_reqs, steps, V]
 (every rank ends with the full vocabulary) and ``emb`` [rows, R]. The TP
 size travels in config key ``tp``.
 
 Kernel side (docs/interfaces.md): ``harness.families.markov_fused.kernel.FusedMarkovLoop``,
-the seed's draft loop driven over the public ``kernels.markov.fused.MarkovKernels``
+the seed's draft loop driven over the public ``kernels.markov_fused.host.MarkovKernels``
 (``anchor_embed``, per step the GEMV and ``step``, sharded ``gather_packets`` and ``pick``, then
 ``gather_draft`` and ``cache_fill``: the gathers on the device through the rank's fabric), takes its weights and
 call inputs as CUDA tensors (the adapter copies them to the rank's device,
 layout kept, and the kernel's in-place ``cache`` write lands on that copy),
 and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused.bias.HARNESS_BIAS``
-(``kernels.markov.head_gemv.HeadGemv`` where the row length is a multiple of
+(``kernels.markov_fused.head_gemv.HeadGemv`` where the row length is a multiple of
 32, else the exact ``golden.markov_fused.markov_bias``). The golden's config
 ``bias`` names the same GEMV's bits: the architecture facts' ``mma_model``
 (``hopper_mma`` on the H200, ``golden.markov_fused.mma_bias``), for the

@@ -6,7 +6,7 @@ config ``bias``, which the adapter takes from the architecture's facts:
 ``mma_model``, ``hopper_mma`` on the H200). ``HarnessBias`` is that GEMV on
 the kernel side:
 
-- row length R a multiple of 32: ``kernels.markov.head_gemv.HeadGemv``, the
+- row length R a multiple of 32: ``kernels.markov_fused.head_gemv.HeadGemv``, the
   chained MMAs whose bits are ``golden.markov_fused.mma_bias``. It runs on
   the device only, so a loop using it can be captured into a CUDA graph.
   ``HeadGemv`` takes at most ``MAX_ROWS`` rows and a head whose height is a
@@ -52,7 +52,7 @@ class HarnessBias:
 
     def _gemv(self, dim: int, device: torch.device) -> Any:
         """The ``HeadGemv`` of row length ``dim`` on ``device`` (built once)."""
-        from kernels.markov import head_gemv  # noqa: PLC0415 - CuTe DSL
+        from kernels.markov_fused import head_gemv  # noqa: PLC0415 - CuTe DSL
 
         key = (dim, device)
         with self._lock:
@@ -67,7 +67,7 @@ class HarnessBias:
 
     def __call__(self, emb: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         """The bf16 ``[rows, n]`` bias of ``emb`` ``[rows, R]`` and ``head`` ``[n, R]``, on the current stream."""
-        from kernels.markov.head_gemv import MAX_ROWS, TILE_ROWS  # noqa: PLC0415 - CuTe DSL
+        from kernels.markov_fused.head_gemv import MAX_ROWS, TILE_ROWS  # noqa: PLC0415 - CuTe DSL
 
         dim = emb.shape[1]
         if self.capture_problem(dim) is not None:

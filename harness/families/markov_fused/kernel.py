@@ -3,7 +3,7 @@
 In the seed the kernels run around the caller's own GEMV; here the harness
 is that caller. ``FusedMarkovLoop(fabric, static, config, *, bias_fn=None)``
 checks the family's config and weights (``docs/interfaces.md``), builds
-``kernels.markov.fused.MarkovKernels`` over ``w1`` with every variant the
+``kernels.markov_fused.host.MarkovKernels`` over ``w1`` with every variant the
 configuration can launch (the step at the config's block and PDL, scalar
 and, where the block has one, vector; the pick and both cache fills when
 sharded) and, sharded, its device exchange over ``fabric`` (collective;
@@ -26,7 +26,7 @@ whole call is captured in one CUDA graph at any tp when ``bias_fn`` can be. The 
 and the last ``emb``. ``bias_fn`` is the harness's
 ``harness.families.markov_fused.bias.HARNESS_BIAS`` (the adapter passes it:
 ``HeadGemv``, whose bits the golden models; the default is a plain BF16
-matmul; the bench passes ``kernels.markov.head_gemv.HeadGemv``). A
+matmul; the bench passes ``kernels.markov_fused.head_gemv.HeadGemv``). A
 ``bias_fn`` with ``capture_problem(dim)`` says whether it can be captured
 (``graph_capture_problem``). ``stamps=True`` (bench only,
 ``harness.bench.breakdown``) builds the steps with phase stamps.
@@ -44,9 +44,9 @@ from contracts.deadlines import MARKOV_FUSED_HARNESS_TIMEOUT_NS
 from kernels import hostcopy
 from kernels.compile import capturing
 from kernels.fabric import FabricMismatch, VirtualFabric
-from kernels.markov.fused import MarkovKernels, StampedMarkovKernels
-from kernels.markov.fused_checks import check_tensor, require
-from kernels.markov.fused_layout import BLOCK_SIZES, STEP_STAMPS, WARP, step_scratch_slots, step_stamp_names, vector_bytes
+from kernels.markov_fused.host import MarkovKernels, StampedMarkovKernels
+from kernels.markov_fused.checks import check_tensor, require
+from kernels.markov_fused.layout import BLOCK_SIZES, STEP_STAMPS, WARP, step_scratch_slots, step_stamp_names, vector_bytes
 
 SYSTEM_CLASS = "FusedMarkovLoop"
 _CONFIG_KEYS = {"vocab", "dim", "tp", "max_reqs", "has_cap", "mult", "cap", "inv_cap", "block"}
@@ -195,7 +195,7 @@ class FusedMarkovLoop:
             require(all(s >= 0 for s in call_inputs[name].stride()), ValueError, f"call_inputs.{name}: negative strides")
         if not torch.cuda.is_current_stream_capturing():
             # Values (not capturable: they need the host); under capture the
-            # kernels clamp instead (kernels/markov/fused.py).
+            # kernels clamp instead (kernels/markov_fused/host.py).
             # Read through pinned host copies: no reduction kernel, so nothing is first loaded (which needs the
             # context idle) while a peer's exchange spins.
             anchor = hostcopy.to_host(call_inputs["anchor_idx"])

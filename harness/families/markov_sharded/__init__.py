@@ -1,4 +1,4 @@
-"""Adapter of seed 000's sharded Markov sampler: ``golden.markov_sharded`` vs ``kernels.markov.sharded``.
+"""Adapter of seed 000's sharded Markov sampler: ``golden.markov_sharded`` vs ``kernels.markov_sharded.host``.
 
 Compared outputs: ``draft_tokens`` [rows, steps] and ``logits_cache``
 [max_reqs, steps, V] (full vocabulary on every rank). The TP size travels
@@ -18,7 +18,7 @@ golden, the golden-only ones for the kernel.
 
 Kernel side: ``harness.families.markov_sharded.kernel.ShardedMarkovSystem``,
 the family's generic ``launch`` over the public
-``kernels.markov.sharded.ShardedMarkovSampler`` (one ``__call__`` per launch).
+``kernels.markov_sharded.host.ShardedMarkovSampler`` (one ``__call__`` per launch).
 """
 
 from harness.families.family_adapter import FamilyAdapter

@@ -1,9 +1,9 @@
 """The harness's ``markov_sharded`` kernel system: the family's generic interface over ``ShardedMarkovSampler``.
 
 ``ShardedMarkovSystem(fabric, static, config, *, diag)`` checks the family's
-config (``kernels.markov.sharded_checks.check_config``: unknown
+config (``kernels.markov_sharded.checks.check_config``: unknown
 keys are errors, the golden-only ``bias_fn`` and ``rcp_table`` are accepted
-and ignored) and builds the public ``kernels.markov.sharded.ShardedMarkovSampler``
+and ignored) and builds the public ``kernels.markov_sharded.host.ShardedMarkovSampler``
 collectively over the fabric from the static ``embed_table`` and ``head``.
 ``launch(call_inputs, call_params)`` validates the harness's form of a call
 (``call_inputs`` / ``call_params['query_per_row', 'rows', 'steps']``, CPU
@@ -24,8 +24,8 @@ from typing import Any, Mapping
 import torch
 
 from kernels.compile import capturing
-from kernels.markov.sharded import ShardedMarkovSampler
-from kernels.markov.sharded_checks import check_call, check_config
+from kernels.markov_sharded.host import ShardedMarkovSampler
+from kernels.markov_sharded.checks import check_call, check_config
 
 SYSTEM_CLASS = "ShardedMarkovSystem"
 

@@ -1,0 +1,139 @@
+"""Every family lives in its homes: no Python file outside them names a family (issue 42 items 1 and 2).
+
+A kernel family is one folder per layer (``docs/adding-a-family.md``):
+``kernels/<family>/``, ``golden/<family>/``, ``scenarios/<family>/``,
+``harness/families/<family>/`` and ``contracts/<family>.py``. The shared
+floors reach a family through its adapter and its facts, found by the
+registries (``golden/families.py``, ``harness/families/registry.py``), so
+they never need its name. This test reads every ``.py`` file of the tree
+outside ``tests/`` and ``docs/`` (nothing is imported) and fails on a file
+that names a family it is not the home of, unless ``KNOWN_LEFT`` lists it
+with the reason it still does. The list only shrinks: an entry whose file
+no longer names a family (or is gone) fails too, so a cleared file leaves
+the list in the commit that clears it.
+
+A family's name is the three family names below, spelled as words; the
+scan has no list of its own to keep, since a fourth family added under the
+recipe lives in its homes from the start (``test_family_kit.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILY_NAMES = ("markov_sharded", "markov_fused", "allreduce_mhc")
+# Top-level folders that are not the product: the tests and docs may name any family; the rest are not sources.
+SKIPPED = {"tests", "docs", ".venv", ".git", "runs"}
+
+# File -> why it still names a family outside the family's homes. Only shrinks (see the module docstring).
+KNOWN_LEFT = {
+    # kernels: docstrings of one family's kernels that cite another family's golden or layout.
+    "kernels/markov_fused/head_gemv_kernel.py": "its docstring cites the sharded golden's MMA bias it reproduces",
+    "kernels/markov_fused/host.py": "its docstring cites the all-reduce family's module layout as the model",
+    # Examples: user code that calls each family's public API by name.
+    "examples/decode_step.py": "runs each family's public class; its runner table is keyed by family",
+    "examples/decode_loop.py": "imports each family's public class (or its golden stand-in) by name",
+    "examples/graph_desync.py": "its docstring shows a flight-ring name of the all-reduce family",
+    # golden: shared arithmetic that still lives in one family's module, and the stand-ins' index.
+    "golden/arch.py": "the MMA bias models are golden.markov_sharded.BIAS_FUNCTIONS, not yet a shared module",
+    "golden/markov_fused/__init__.py": "imports the shared MMA bias (hopper_mma_bias) from the sharded family",
+    "golden/public/__init__.py": "re-exports each family's golden stand-in class; not yet one module per family",
+    "golden/public/allreduce.py": "the all-reduce family's stand-in, not yet under golden/allreduce_mhc/",
+    "golden/public/markov_fused.py": "the fused family's stand-in, not yet under golden/markov_fused/",
+    "golden/public/markov_sharded.py": "the sharded family's stand-in, not yet under golden/markov_sharded/",
+    # harness: the bench tool's cases and tables are still per family in the shared bench package.
+    "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
+    "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
+    "harness/bench/breakdown.py": "the phase breakdown runs the two Markov kernel systems by family",
+    "harness/bench/cases/allreduce_mhc.py": "bench cases not yet moved to harness/families/allreduce_mhc/",
+    "harness/bench/cases/markov_fused.py": "bench cases not yet moved to harness/families/markov_fused/",
+    "harness/bench/cases/markov_sharded.py": "bench cases not yet moved to harness/families/markov_sharded/",
+    "harness/bench/cases/spawned.py": "torchrun bench cases of two families, not yet split per family",
+    "harness/bench/flashinfer_mxfp8.py": "compares FlashInfer's MXFP8 with the all-reduce family's golden",
+    "harness/bench/flight_timeline.py": "imports the all-reduce bench cases for its timeline",
+    "harness/bench/plot.py": "plots the all-reduce family's latency curve by name",
+    "harness/bench/tables.py": "the table layout of each family's bench results",
+    "harness/bench/thresholds.py": "measures the all-reduce family's LL/BT thresholds",
+    "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
+    "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
+    "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",
+    "harness/cli.py": "an --inject help example names a scenario (docs/cli.md shows it)",
+    "harness/compile_gate.py": "its docstring's example of a host module found by being there",
+    "harness/fuzz/shrink.py": "the shrinker's vocabulary unit of the sharded family",
+    "harness/launch/inject_option.py": "an --inject example names a scenario",
+    "harness/launch/reference_pool.py": "a comment cites the sharded golden's MMA model",
+    "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
+    "harness/reports/flight_rings.py": "its docstring shows a flight-ring name of the all-reduce family",
+    "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
+    "harness/validate.py": "its docstring's --inject example names a scenario",
+    # scenarios: what the injection kinds and the model still say per family.
+    "scenarios/injections.py": "each injection kind lists the families it applies to",
+    "scenarios/schema.py": "the tolerance error names the one family with an approximate instruction",
+}
+
+
+def homes(family: str) -> tuple[str, ...]:
+    """The paths (folders, or a module without its ``.py``) that are ``family``'s own, relative to the root."""
+    return (f"kernels/{family}", f"golden/{family}", f"scenarios/{family}", f"harness/families/{family}",
+            f"contracts/{family}")
+
+
+def is_home(rel: str, family: str) -> bool:
+    """Whether the file at ``rel`` lies in one of ``family``'s homes."""
+    return any(rel.startswith(home + "/") or rel == home + ".py" for home in homes(family))
+
+
+def python_files(root: Path):
+    """``(relative path, file)`` of every ``.py`` under ``root`` outside ``SKIPPED`` and hidden folders, sorted."""
+    for folder, dirs, files in os.walk(root):
+        top = Path(folder) == root
+        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")) and not (top and d in SKIPPED))
+        for name in sorted(files):
+            if name.endswith(".py"):
+                path = Path(folder, name)
+                yield path.relative_to(root).as_posix(), path
+
+
+def families_named_away_from_home(root: Path = ROOT) -> dict[str, list[str]]:
+    """File -> the families it names without being their home, for every scanned file that names one."""
+    words = {family: re.compile(rf"\b{family}\b") for family in FAMILY_NAMES}
+    found = {}
+    for rel, path in python_files(root):
+        text = path.read_text(encoding="utf-8")
+        named = [f for f in FAMILY_NAMES if words[f].search(text) and not is_home(rel, f)]
+        if named:
+            found[rel] = named
+    return found
+
+
+def problems(found: dict[str, list[str]], known: dict[str, str]) -> list[str]:
+    """What the scan's result breaks: a file not in ``known``, and a ``known`` entry that names no family now."""
+    out = [f"{rel} names {', '.join(fams)} outside its homes" for rel, fams in sorted(found.items()) if rel not in known]
+    out += [f"KNOWN_LEFT: {rel} names no family outside its homes now; remove the entry" for rel in sorted(known)
+            if rel not in found]
+    return out
+
+
+def test_no_file_names_a_family_outside_its_homes_but_the_known_ones():
+    assert problems(families_named_away_from_home(), KNOWN_LEFT) == []
+
+
+def test_every_known_entry_says_why():
+    assert [rel for rel, why in KNOWN_LEFT.items() if len(why.split()) < 3] == []
+
+
+def test_the_scan_can_fail(tmp_path):
+    (tmp_path / "harness" / "families" / "markov_fused").mkdir(parents=True)
+    (tmp_path / "harness" / "families" / "markov_fused" / "__init__.py").write_text('FAMILY = "markov_fused"\n')
+    (tmp_path / "harness" / "shared.py").write_text('ADAPTER = "markov_fused"  # a shared module naming a family\n')
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text('NAME = "allreduce_mhc"\n')  # tests may name any family
+    (tmp_path / "cleared.py").write_text("# names none\n")
+    found = families_named_away_from_home(tmp_path)
+    assert found == {"harness/shared.py": ["markov_fused"]}
+    assert problems(found, {}) == ["harness/shared.py names markov_fused outside its homes"]
+    assert problems(found, {"harness/shared.py": "a reason", "cleared.py": "a reason"}) == [
+        "KNOWN_LEFT: cleared.py names no family outside its homes now; remove the entry"]
