@@ -12,7 +12,6 @@ decoded record or None]}`` as JSON to ``argv[3]`` and exits.
 from __future__ import annotations
 
 import faulthandler
-import json
 import os
 import signal
 import sys
@@ -21,6 +20,7 @@ import torch
 
 from kernels.fabric import VirtualFabric
 from kernels.markov_fused.host import MarkovKernels
+from trap_child import write_result
 
 TIMEOUT_NS = 2_000_000_000
 VOCAB, DIM, TP = 256, 64, 2
@@ -71,8 +71,7 @@ def main(mode: str, case: str, path: str) -> None:
                                                                          "describe": report.describe()}}
 
     results = VirtualFabric.run(VirtualFabric.create(TP, device, timeout_s=120), body)
-    with open(path, "w") as fh:
-        json.dump({"failed": [r["failed"] for r in results], "reports": [r["report"] for r in results]}, fh)
+    write_result(path, {"failed": [r["failed"] for r in results], "reports": [r["report"] for r in results]})
     sys.stdout.flush()
     os._exit(0)
 

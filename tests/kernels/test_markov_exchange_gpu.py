@@ -8,20 +8,15 @@ the golden come from ``test_markov_fused_gpu`` (1/64-grid weights: the fp32-matm
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from test_markov_fused_gpu import assert_same, build_case, config_of, golden, grid_bias, to_gpu
-from trap_child import trapped_report
+from trap_child import child_env, run_child, trapped_report
 
 pytestmark = pytest.mark.gpu
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _host(outputs: dict) -> dict:
@@ -101,20 +96,6 @@ def test_stale_tag_is_never_taken(tmp_path):
     assert report["launch"] == 0, report
 
 
-# A hang guard, not a timing bound: a child compiles its loop and traps within a minute on an idle GPU.
-CHILD_DEADLINE_S = 300
-
-
-def stacks_then_kill(proc: subprocess.Popen) -> tuple[str, str]:
-    """Ask a hung child for every thread's stack (its SIGUSR1 handler), then kill it; what it printed."""
-    proc.send_signal(signal.SIGUSR1)
-    try:
-        return proc.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        return proc.communicate()
-
-
 @pytest.fixture(scope="module")
 def disagreements(tmp_path_factory):
     """Every (mode, case) of ``markov_disagree_child.py``, each in its own process (each ends in a trap), run side
@@ -123,24 +104,13 @@ def disagreements(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("disagree")
     child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "markov_disagree_child.py")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-           "RANKCHECK_KERNEL_ARTIFACTS": str(work / "kernels")}
+    env = child_env(RANKCHECK_KERNEL_ARTIFACTS=str(work / "kernels"))
     keys = [(mode, case) for mode in ("eager", "graph") for case in ("never", "sizes", "skip")]
 
     def run(key):
-        """One child; its JSON result, or what it printed when it wrote none."""
+        """One child's JSON result, or ``{"missing": ...}`` saying where it was stuck."""
         dump = work / f"{key[0]}_{key[1]}.json"
-        proc = subprocess.Popen([sys.executable, child, *key, str(dump)], cwd=ROOT, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            stdout, stderr = proc.communicate(timeout=CHILD_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            stdout, stderr = stacks_then_kill(proc)
-            return {"missing": f"still running after {CHILD_DEADLINE_S} s; its threads:\n{stdout[-3000:]}\n"
-                               f"{stderr[-6000:]}"}
-        if not dump.exists():
-            return {"missing": f"rc={proc.returncode}\n{stdout[-3000:]}\n{stderr[-3000:]}"}
-        return json.loads(dump.read_text())
+        return run_child([child, *key, str(dump)], dump, env=env)
 
     with ThreadPoolExecutor(len(keys)) as pool:
         return dict(zip(keys, pool.map(run, keys)))

@@ -1,30 +1,118 @@
 """A test whose kernel ends in a device trap runs it in a child process (the trap kills the CUDA context).
 
-Both halves live here: the parent's ``trapped_report`` runs a child script of this folder and returns the
-diagnostic record it dumped; the child's ``dump_rank0_and_exit`` runs two virtual ranks and writes rank 0's
-result as JSON.
+Both halves live here. The parent's ``run_child`` is the one runner of every trapping child: it starts the script,
+waits for its JSON result (written whole by the child's ``write_result``: a temporary file renamed into place) or
+its exit, whichever comes first, and never waits past a deadline. A child that wrote its result and then does
+not exit is a process stuck in the driver's teardown of a trapped context (seen on one GPU shared with other
+test processes: the record was printed and the process then ignored even a SIGUSR1 stack dump); its result still
+stands, the stall is returned beside it (``exit_stall``: every thread's kernel state and wait channel) for the
+test to report, and the process is killed. A child that wrote nothing by the deadline gives ``missing`` with the
+same evidence. ``trapped_report`` runs one child and returns the diagnostic record it dumped; the child's
+``dump_rank0_and_exit`` runs two virtual ranks and writes rank 0's result.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
+# Hang guards, not timing bounds: a child compiles its kernels and traps within a minute on an idle GPU, and a
+# process that wrote its result exits at once unless the driver holds it.
+CHILD_DEADLINE_S = 300
+EXIT_GRACE_S = 60
+
+
+def child_env(**extra: str) -> dict:
+    """This process's environment with the repository on ``PYTHONPATH`` (and ``extra``), for a child script."""
+    path = os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
+def write_result(path: str, result) -> None:
+    """Write ``result`` as JSON to ``path`` whole: a temporary file beside it, renamed into place."""
+    partial = f"{path}.partial"
+    with open(partial, "w") as fh:
+        json.dump(result, fh)
+    os.replace(partial, path)
+
+
+def task_states(pid: int) -> str:
+    """Each thread of ``pid``: its kernel state letter and wait channel (where a thread stuck in a driver call
+    waits, which a Python stack dump cannot show)."""
+    lines = []
+    for task in sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []:
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as fh:
+                state = fh.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/task/{task}/wchan") as fh:
+                wchan = fh.read().strip() or "-"
+        except OSError:
+            continue
+        lines.append(f"thread {task}: state {state}, waits in {wchan}")
+    return "\n".join(lines) or f"no /proc entry for {pid} (it has exited)"
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    """Where a child that did not exit is stuck (thread states, then its SIGUSR1 stack dump if it has one), after
+    which it is killed and reaped; that evidence with what it printed."""
+    states = task_states(proc.pid)
+    proc.send_signal(signal.SIGUSR1)
+    try:
+        stdout, stderr = proc.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        try:
+            stdout, stderr = proc.communicate(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:  # still held by the driver: say so rather than wait on it forever
+            stdout, stderr = "", f"pid {proc.pid} did not end after SIGKILL within {EXIT_GRACE_S} s"
+    return f"{states}\nstdout: {stdout[-3000:]}\nstderr: {stderr[-6000:]}"
+
+
+def run_child(args: list[str], dump, env: dict | None = None, deadline_s: float = CHILD_DEADLINE_S,
+              exit_grace_s: float = EXIT_GRACE_S) -> dict:
+    """Run the child ``args`` (its last argument names ``dump``) until it exits or its result is written; its JSON
+    result (with ``exit_stall`` when it had to be killed after writing it), or ``{"missing": evidence}``."""
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env or child_env())
+    started, stall, printed = time.monotonic(), None, ""
+    while True:
+        try:
+            stdout, stderr = proc.communicate(timeout=1)
+            printed = f"rc={proc.returncode}\n{stdout[-3000:]}\n{stderr[-3000:]}"
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        waited = time.monotonic() - started
+        if os.path.exists(dump) and waited > exit_grace_s:
+            stall = _stop(proc)
+            break
+        if waited > deadline_s:
+            return {"missing": f"still running after {deadline_s:.0f} s:\n{_stop(proc)}"}
+    if not os.path.exists(dump):
+        return {"missing": printed}
+    with open(dump) as fh:
+        result = json.load(fh)
+    if stall is not None:
+        warnings.warn(f"{os.path.basename(args[0])} wrote its result and then did not exit (the driver's teardown "
+                      f"of its trapped context); killed:\n{stall}")
+        result["exit_stall"] = stall
+    return result
+
+
 def trapped_report(script: str, dump) -> tuple[dict, dict]:
     """Run ``script`` (a file of tests/kernels) with ``dump`` as its argument, assert it wrote a result whose launch
     failed with a diagnostic record, and return (the result, the record)."""
-    proc = subprocess.run(
-        [sys.executable, os.path.join(HERE, script), str(dump)], cwd=ROOT, capture_output=True, text=True,
-        timeout=240, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))},
-    )
-    assert dump.exists(), f"child wrote no result: rc={proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    result = json.loads(dump.read_text())
+    result = run_child([os.path.join(HERE, script), str(dump)], dump)
+    assert "missing" not in result, f"child wrote no result: {result['missing']}"
     assert result["launch_failed"], result
     assert result["report"] is not None, result
     return result, result["report"]
@@ -53,7 +141,6 @@ def dump_rank0_and_exit(path: str, body, device) -> None:
     from kernels.fabric import VirtualFabric
 
     results = VirtualFabric.run(VirtualFabric.create(2, device, timeout_s=60), body)
-    with open(path, "w") as fh:
-        json.dump(results[0], fh)
+    write_result(path, results[0])
     sys.stdout.flush()
     os._exit(0)
