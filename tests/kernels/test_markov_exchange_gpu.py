@@ -96,6 +96,11 @@ def test_stale_tag_is_never_taken(tmp_path):
     assert report["launch"] == 0, report
 
 
+# The disagreement tests share one worker (make gpu-test: --dist loadgroup), so the module fixture below starts its
+# six trapping children once, not once on every worker that draws one of its tests.
+DISAGREEMENTS = pytest.mark.xdist_group("markov_disagreements")
+
+
 @pytest.fixture(scope="module")
 def disagreements(tmp_path_factory):
     """Every (mode, case) of ``markov_disagree_child.py``, each in its own process (each ends in a trap), run side
@@ -127,6 +132,7 @@ def waiting_rank_report(result: dict, launch: int) -> dict:
     return report
 
 
+@DISAGREEMENTS
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_a_rank_that_never_calls_is_named_at_the_deadline(mode, disagreements):
     from kernels.markov_fused.exchange_layout import tag_of
@@ -136,6 +142,7 @@ def test_a_rank_that_never_calls_is_named_at_the_deadline(mode, disagreements):
     assert report["timeout_ns"] == 2_000_000_000 <= report["elapsed_ns"], report
 
 
+@DISAGREEMENTS
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_ranks_calling_with_different_sizes_are_named_with_both_sizes(mode, disagreements):
     result = disagreements[mode, "sizes"]
@@ -153,6 +160,7 @@ def test_ranks_calling_with_different_sizes_are_named_with_both_sizes(mode, disa
             report["describe"]), report
 
 
+@DISAGREEMENTS
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_a_rank_that_skips_a_call_is_named_by_the_rank_it_left_waiting(mode, disagreements):
     from kernels.markov_fused.exchange_layout import tag_of
