@@ -70,7 +70,6 @@ KNOWN_LEFT = {
     "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
     "harness/validate.py": "its docstring's --inject example names a scenario",
     # scenarios: what the injection kinds and the model still say per family.
-    "scenarios/schema.py": "the tolerance error names the one family with an approximate instruction",
 }
 
 
