@@ -66,7 +66,6 @@ KNOWN_LEFT = {
     "harness/launch/inject_option.py": "an --inject example names a scenario",
     "harness/launch/reference_pool.py": "a comment cites the sharded golden's MMA model",
     "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
-    "harness/reports/flight_rings.py": "its docstring shows a flight-ring name of the all-reduce family",
     "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
     "harness/validate.py": "its docstring's --inject example names a scenario",
     # scenarios: what the injection kinds and the model still say per family.
