@@ -52,7 +52,7 @@ sharded or not, soft cap on/off, tp of the pick. Kernels compile through
 ``kernels.compile`` (cached by configuration, never under CUDA graph
 capture: ``CaptureError``).
 
-Modules, the ``kernels/allreduce_mhc`` way: ``layout.py`` (constants and
+Modules, one per concern: ``layout.py`` (constants and
 the host-side variant rules, no GPU), ``kernel.py`` (the four device
 kernel classes and their traced helpers), ``checks.py`` (the argument
 checks), ``exchange.py`` / ``exchange_kernel.py`` / ``exchange_layout.py``
