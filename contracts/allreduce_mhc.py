@@ -1,6 +1,6 @@
 """The argument contract of seed 004's AllReduceMHC: its limits, config keys, call tensor specifications and their checks.
 
-One contract for the golden system (``golden.allreduce``), the kernel's host
+One contract for the golden system (``golden.allreduce_mhc``), the kernel's host
 checks (``kernels.allreduce_mhc.config``, which add what the kernels need of
 memory: device, contiguity, 16-byte alignment) and the scenario schema
 (``scenarios.schema``, which takes the limits and ``hidden_problem``).

@@ -29,6 +29,7 @@ class FamilyFacts:
     tolerance_flag: str | None  # the config flag under which a tolerance may be declared (None: never)
     routes_experts: bool  # tokens are routed to MoE experts (the ``experts`` builder option, config ``top_k``)
     call_inputs: tuple[str, ...]  # every call input the family's calls may take (docs/interfaces.md)
+    tolerance_reason: str | None = None  # the approximate instruction under tolerance_flag, in words
 
 
 __all__ = ["FamilyFacts"]

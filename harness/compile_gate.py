@@ -13,7 +13,7 @@ compiled function; ``options`` is the string this gate builds
 unchanged (so a compile cache keyed by options still compiles once per
 arch). ``must_not_spill`` marks a variant whose spill stores or loads fail
 the gate. Every module under ``kernels/`` is imported, so a new one (e.g.
-``kernels/markov_sharded/host.py``) is found by being there, without a list to
+``kernels/<family>/host.py``) is found by being there, without a list to
 update; a module without ``compile_variants`` is skipped; a module that
 fails to import fails the gate.
 
@@ -168,7 +168,7 @@ def parse_ptxas_report(text: str) -> list[EntryReport]:
 
 def discover(package: str = "kernels") -> tuple[list[tuple[str, Callable]], list[tuple[str, str]]]:
     """Import every module of ``package`` (a module added later, e.g.
-    ``kernels/markov_sharded/host.py``, is found by being there): (module name,
+    ``kernels/<family>/host.py``, is found by being there): (module name,
     compile_variants) for those that define it, once per function (a
     re-export is not a second registry), and (module name, error) for those
     that fail to import."""

@@ -18,7 +18,7 @@ them for the job.
 
 ``--inject SCENARIO:KIND:key=value,...`` plants a fault in one scenario of
 the selection for this run only (``harness.launch.inject_option``; the nightly's
-planted hang: ``markov_sharded/basic:hang:rank=1,launch=1,group=5``), checked
+planted hang: ``<family>/basic:hang:rank=1,launch=1,group=5``), checked
 at every world the plan runs it. An injection's ``group`` (in a file or
 given here) must be a TP group the run has (``check_fault_groups``).
 

@@ -61,7 +61,7 @@ while a peer that is gone for good still ends in a record naming it rather
 than in a silent hang. Ten minutes is ``torch.distributed``'s default NCCL
 collective timeout, so an engine whose peer stalls that long has its own
 collectives time out as well. The harness passes its own short deadlines
-(``harness/families/*_kernel.py``) so its hang and timeout scenarios end in
+(``harness/families/*/kernel.py``) so its hang and timeout scenarios end in
 seconds. Every one of these defaults is written once, in
 ``contracts.deadlines``, which this module, the golden stand-ins and the
 harness import.

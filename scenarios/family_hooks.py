@@ -5,8 +5,9 @@ The validator (``scenarios.schema``) and the builders
 the package ``scenarios/<family>/`` (its YAML files beside its
 ``__init__.py``), which declares ``HOOKS``, a ``ScenarioHooks``: how its
 config, builder options, call params and a call's steps are checked (with
-defaults filled), the largest tensor a scenario implies, and how its static
-and call inputs are drawn from the seed. ``hooks(family)`` imports
+defaults filled), the largest tensor a scenario implies, how its static
+and call inputs are drawn from the seed, and which of the injection kinds
+that apply to some families only (``scenarios.injections``) it supports. ``hooks(family)`` imports
 ``scenarios.<family>`` when first asked (the families themselves come from
 ``golden.families``), so a family added under an extra family root
 (``golden.families.FAMILY_PATH_VAR``) is found the same way: that root's
@@ -23,6 +24,7 @@ from typing import Callable
 
 import scenarios
 from golden.families import FAMILIES, extend_package_path
+from scenarios.model import DATA_KINDS, HARNESS_KINDS
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class ScenarioHooks:
     largest: Callable[..., tuple[str, int]]  # (config, calls) -> the largest tensor: its shape in words, elements
     static: Callable[..., dict]  # (scenario) -> the static (weight) tensors, full and unsharded
     call: Callable[..., dict]  # (scenario, call index, rows, steps, params, world) -> the inputs before injections
+    injections: tuple[str, ...] = ()  # the family-specific injection kinds it supports (the rest apply to all)
 
 
 @functools.lru_cache(maxsize=None)
@@ -47,7 +50,15 @@ def hooks(family: str) -> ScenarioHooks:
     declared = getattr(importlib.import_module(f"scenarios.{family}"), "HOOKS", None)
     if not isinstance(declared, ScenarioHooks):
         raise ValueError(f"scenarios/{family}/__init__.py declares no HOOKS (a ScenarioHooks)")
+    unknown = sorted(set(declared.injections) - set(DATA_KINDS) - set(HARNESS_KINDS))
+    if unknown:
+        raise ValueError(f"scenarios/{family}/__init__.py: HOOKS.injections names unknown kinds {', '.join(unknown)}")
     return declared
+
+
+def families_supporting(kind: str) -> list[str]:
+    """The families whose hooks declare the injection ``kind``, sorted by name."""
+    return sorted(f for f in FAMILIES if kind in hooks(f).injections)
 
 
 def family_folders(family: str) -> list[Path]:
@@ -56,4 +67,4 @@ def family_folders(family: str) -> list[Path]:
     return [Path(p) / family for p in scenarios.__path__]
 
 
-__all__ = ["ScenarioHooks", "family_folders", "hooks"]
+__all__ = ["ScenarioHooks", "families_supporting", "family_folders", "hooks"]

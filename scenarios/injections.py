@@ -1,9 +1,12 @@
 """Injection kinds and their field-by-field checks.
 
-Each kind has a spec: the families it applies to, its allowed and required
-fields, and a check that validates them against the scenario (rows and steps
+Each kind has a spec: whether it applies to every family, its allowed and
+required fields, and a check that validates them against the scenario (rows and steps
 within the largest call, ranks within the worlds, launches within the
-expanded script) and fills defaults. Data kinds are applied to tensors by
+expanded script) and fills defaults. A kind that applies to some families
+only applies to those whose scenario hooks list it
+(``ScenarioHooks.injections``, in ``scenarios/<family>/__init__.py``); this
+module names no family. Data kinds are applied to tensors by
 ``scenarios.builders``; harness kinds are acted on by the harness
 (docs/interfaces.md lists both).
 
@@ -23,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from golden.families import facts
+from scenarios.family_hooks import families_supporting, hooks
 from scenarios.fields import Checker, check_error, describe
 from scenarios.model import DATA_KINDS, HARNESS_KINDS, Call, Injection
 
@@ -247,29 +251,30 @@ def _inj_bad_input(x: InjectionContext, m: dict, p: str) -> dict:
     return out
 
 
-# kind -> (families or None for all, allowed keys, required keys, checker)
-INJECTION_SPECS: dict[str, tuple[tuple[str, ...] | None, tuple[str, ...], tuple[str, ...], Callable]] = {
-    "padding_rows": (("markov_fused", "markov_sharded"), ("rows", "calls"), ("rows",), _inj_padding_rows),
-    "nan_logits": (("markov_fused", "markov_sharded"), ("positions", "calls"), ("positions",), _inj_nan_logits),
-    "corrupt_token_ids": (("markov_fused", "markov_sharded"), ("rows", "values", "calls"), ("rows", "values"),
+# kind -> (whether it applies to every family, allowed keys, required keys, checker); a kind that is not for
+# every family applies to the families whose ScenarioHooks.injections list it.
+INJECTION_SPECS: dict[str, tuple[bool, tuple[str, ...], tuple[str, ...], Callable]] = {
+    "padding_rows": (False, ("rows", "calls"), ("rows",), _inj_padding_rows),
+    "nan_logits": (False, ("positions", "calls"), ("positions",), _inj_nan_logits),
+    "corrupt_token_ids": (False, ("rows", "values", "calls"), ("rows", "values"),
                           _inj_corrupt_token_ids),
-    "negative_zero": (("allreduce_mhc",), ("tensor", "fraction", "ranks", "calls"), (), _inj_special_values),
-    "negative_subnormal": (("allreduce_mhc",), ("tensor", "fraction", "ranks", "calls"), (), _inj_special_values),
-    "nan_input": (("allreduce_mhc",), ("tensor", "rank", "positions", "value", "calls"), ("positions",),
+    "negative_zero": (False, ("tensor", "fraction", "ranks", "calls"), (), _inj_special_values),
+    "negative_subnormal": (False, ("tensor", "fraction", "ranks", "calls"), (), _inj_special_values),
+    "nan_input": (False, ("tensor", "rank", "positions", "value", "calls"), ("positions",),
                   _inj_nan_input),
-    "adversarial_sum": (("allreduce_mhc",), ("tensor", "ranks", "values", "positions", "calls"), ("positions",),
+    "adversarial_sum": (False, ("tensor", "ranks", "values", "positions", "calls"), ("positions",),
                         _inj_adversarial_sum),
-    "launch_counter": (("markov_sharded",), ("value",), ("value",), _inj_launch_counter),
-    "generation": (("allreduce_mhc",), ("value", "protocol"), ("value",), _inj_generation),
-    "misaligned_stride": (("markov_fused",), ("argument", "offset", "pad", "calls"), (), _inj_misaligned_stride),
-    "skip_launch": (None, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
-    "repeat_launch": (None, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
-    "hang": (None, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
-    "crash": (None, ("rank", "launch", "how", "group"), ("rank", "launch"), _inj_crash),
-    "delay": (None, ("rank", "launch", "seconds", "group"), ("rank", "launch", "seconds"), _inj_delay),
-    "rank_disagree": (None, ("rank", "call", "field", "value", "group"), ("rank", "call", "field", "value"),
+    "launch_counter": (False, ("value",), ("value",), _inj_launch_counter),
+    "generation": (False, ("value", "protocol"), ("value",), _inj_generation),
+    "misaligned_stride": (False, ("argument", "offset", "pad", "calls"), (), _inj_misaligned_stride),
+    "skip_launch": (True, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
+    "repeat_launch": (True, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
+    "hang": (True, ("rank", "launch", "group"), ("rank", "launch"), _inj_rank_launch),
+    "crash": (True, ("rank", "launch", "how", "group"), ("rank", "launch"), _inj_crash),
+    "delay": (True, ("rank", "launch", "seconds", "group"), ("rank", "launch", "seconds"), _inj_delay),
+    "rank_disagree": (True, ("rank", "call", "field", "value", "group"), ("rank", "call", "field", "value"),
                       _inj_rank_disagree),
-    "bad_input": (None, ("call", "argument", "how", "dtype", "value", "error"), ("call", "argument", "how"),
+    "bad_input": (True, ("call", "argument", "how", "dtype", "value", "error"), ("call", "argument", "how"),
                   _inj_bad_input),
 }
 assert set(INJECTION_SPECS) == set(DATA_KINDS) | set(HARNESS_KINDS)
@@ -281,8 +286,8 @@ def check_injection(x: InjectionContext, raw: Any, path: str) -> Injection:
     if not isinstance(raw, dict):
         c.fail(path, f"expected a mapping, got {describe(raw)}")
     kind = c.string(raw.get("kind"), f"{path}.kind", tuple(INJECTION_SPECS))
-    families, allowed, required, check = INJECTION_SPECS[kind]
-    if families is not None and x.family not in families:
-        c.fail(f"{path}.kind", f"{kind} does not apply to {x.family} (only {', '.join(families)})")
+    every_family, allowed, required, check = INJECTION_SPECS[kind]
+    if not every_family and kind not in hooks(x.family).injections:
+        c.fail(f"{path}.kind", f"{kind} does not apply to {x.family} (only {', '.join(families_supporting(kind))})")
     m = c.mapping(raw, path, ("kind",) + allowed, required=required)
     return Injection(kind, check(x, {k: v for k, v in m.items() if k != "kind"}, path))

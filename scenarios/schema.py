@@ -119,6 +119,12 @@ def _check_expect(c: Checker, raw: Any, launches: int, worlds: Sequence[int]) ->
     return Expect(outcomes, error, timeout)
 
 
+def _approximate_instructions() -> str:
+    """Each family that declares a tolerance flag, with the flag and its approximate instruction, in words."""
+    return "; ".join(f"{f} with {facts(f).tolerance_flag}: {facts(f).tolerance_reason}"
+                     for f in FAMILIES if facts(f).tolerance_flag)
+
+
 TOP_KEYS = ("name", "family", "description", "seed", "worlds", "size", "config", "inputs", "calls",
             "graph", "inject", "expect", "tolerance", "deadline_s")
 
@@ -169,7 +175,7 @@ def validate(raw: Any, source: str = "<memory>", *, family_dir: str | None = Non
         flag = facts(family).tolerance_flag
         if not (flag and cfg[flag]):
             c.fail("tolerance", "bits are compared exactly; a tolerance exists only where a contract names an "
-                                "approximate instruction (markov_fused with has_cap: libdevice tanhf)")
+                                f"approximate instruction ({_approximate_instructions()})")
     deadline = m.get("deadline_s")
     deadline_s = None if deadline is None else c.number(deadline, "deadline_s", positive=True)
     return Scenario(name, family, description, seed, worlds, size, cfg, inputs, calls, graph, inject,

@@ -4,7 +4,7 @@
 family), ``registry.adapter(family)`` (each family's adapter by name; the
 adapters themselves are ``<family>.py``), ``systems`` (finding a module's
 per-rank system class; the test-only planted golden system), ``placement``
-(kernel inputs copied to the rank's GPU, layout kept), ``<family>_kernel.py``
+(kernel inputs copied to the rank's GPU, layout kept), ``<family>/kernel.py``
 (each family's kernel system over the kernels' public API), ``catalog``
 (scenarios as cases), ``arch_facts`` (which architecture's arithmetic facts
 the golden uses). The names below are the package's public ones.

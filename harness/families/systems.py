@@ -1,7 +1,7 @@
 """Finding a family's per-rank system class in a module, and the test-only substitute for the golden one.
 
 The system classes are found by name when a module names them in
-``SYSTEM_CLASS`` (the kernel side's ``harness/families/<family>_kernel.py``
+``SYSTEM_CLASS`` (the kernel side's ``harness/families/<family>/kernel.py``
 do), otherwise as the module's one class that defines both ``launch`` and
 ``state`` (preferring names starting with ``Golden`` in golden modules), so
 the adapter follows the interface of ``docs/interfaces.md`` rather than a

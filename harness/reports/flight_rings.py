@@ -1,15 +1,16 @@
 """``rankcheck flight DIR``: what the kernels' flight recorders left under a directory, one line per instance.
 
-Every instance of ``AllReduceMHC``, ``ShardedMarkovSampler`` and
-``MarkovKernels`` keeps a ring of its last launches in a file that its
-kernels write, CUDA-graph replays included (``kernels.flight``). After a job
-hung, timed out or was killed, this command reads every rank's rings under
-``DIR`` (recursively; links to ``/dev/shm`` files are first replaced by
-copies, ``kernels.flight.collect``, and a link whose file is gone is named
-as unreadable) and prints, per instance (family and
-name, e.g. ``allreduce_mhc.0``), either that the ranks' records agree or
-the finding's sentence: the rank, the launch (the instance's launch counter,
-as the kernels number it), the kernel and what differed
+Every instance of a family's public class, in each family whose kernels
+package declares a flight recorder (``kernels.flight.declared_families()``),
+keeps a ring of its last launches in a file that its kernels write,
+CUDA-graph replays included (``kernels.flight``). After a job hung, timed
+out or was killed, this command reads every rank's rings under ``DIR``
+(recursively; links to ``/dev/shm`` files are first replaced by copies,
+``kernels.flight.collect``, and a link whose file is gone is named as
+unreadable) and prints, per instance (family and name, e.g.
+``<family>.0``), either that the ranks' records agree or the finding's
+sentence: the rank, the launch (the instance's launch counter, as the
+kernels number it), the kernel and what differed
 (``kernels.flight.first_divergence``). It needs neither the job nor a GPU.
 
 Exit codes: 0 every instance consistent; 1 a divergence named (printed

@@ -24,7 +24,7 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
 2. Reduce (LL): ``s = +0.0; s = s + f32(slot_r)`` for ``r = 0 .. tp-1``
    (``add.rn.f32``), ``reduced = bf16_rn(s)``; BT's owner already did exactly
    this, so both protocols give the same bits.
-3. mHC post (``golden/mhc.py``): ``m = reduced * post[j]`` (``mul.rn``), then
+3. mHC post (``golden/allreduce_mhc/mhc.py``): ``m = reduced * post[j]`` (``mul.rn``), then
    ``m = fma(res[i], comb[i, j], m)`` for ``i = 0 .. hc-1``; ``out[j] =
    bf16_rn(m)`` is stored as ``residual_out[token, j]``.
 4. Collapse: ``c = +0.0; c = fma(out[j], pre[j], c)`` for ``j = 0 .. hc-1``;
@@ -33,7 +33,7 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
    LL: CTA 0 of cluster 0, thread 0, sets ``state[NEXT] = (g + 1) % 3``; then
    ``griddepcontrol.launch_dependents`` (the next publish still waits for this
    grid to finish).
-6. RMSNorm (``golden/rmsnorm.py``): per trip ``s = fma(p, p, s)`` over the 8
+6. RMSNorm (``golden/allreduce_mhc/rmsnorm.py``): per trip ``s = fma(p, p, s)`` over the 8
    elements from +0.0; per thread the trips added in order; warp butterfly
    ``xor 1, 2, 4, 8, 16``; warp 0 reduces the warp sums (``+0.0`` past the
    last warp) with butterfly ``xor 16 .. 1``; its lanes ``c < cluster`` store
@@ -42,14 +42,14 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
    (release/acquire) every thread adds the ``cluster`` sums in CTA order.
    ``inv = f32(1 / sqrt(f64(sum / H) + f64(eps)))`` with IEEE FP64 ops (the
    division ``sum / H`` is ``div.rn.f32``), ``y = bf16_rn((p * inv) * weight)``.
-7. MXFP8 (``output="mxfp8"``, ``golden/mxfp8.py``): a 32-value block is four
+7. MXFP8 (``output="mxfp8"``, ``golden/allreduce_mhc/mxfp8.py``): a 32-value block is four
    adjacent threads; ``amax`` by integer max of ``|y|``'s bits over the quad;
    ``e`` = UE8M0 round-up of ``amax * f32(1/448)`` (integer ops on the bits on
    SM90, ``cvt.rp.satfinite.ue8m0x2.f32`` on SM100+, both at most 254); values
    ``cvt.rn.satfinite.e4m3x2.f32(y * m)`` with ``m`` the FP32 of bits
    ``(254 - e) << 23``, i.e. ``2^(127-e)``, and ``+0.0`` for ``e = 254``, which
    only a block holding a NaN or Inf reaches (its NaN and Inf elements become
-   the E4M3 NaN 0x7F, its finite ones signed zeros: ``golden/mxfp8.py`` item
+   the E4M3 NaN 0x7F, its finite ones signed zeros: ``golden/allreduce_mhc/mxfp8.py`` item
    5); the four scale bytes of a
    128x4 tile word are OR-ed across 16 lanes and stored as one word at the
    swizzled index. Padding rows ``M .. round_up(M, 128)`` get zero scale words

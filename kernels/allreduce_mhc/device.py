@@ -122,7 +122,7 @@ def ue8m0_round_up_bits(value: Float32) -> Uint32:
 def ue8m0_round_up_instruction(value: Float32) -> Uint32:
     """UE8M0 byte of a non-negative FP32 through cvt.rp.satfinite.ue8m0x2.f32 (SM100+), at most 254: the
     instruction gives 0xFF (the UE8M0 NaN) for a NaN or Inf, which ``ue8m0_round_up_bits`` saturates to 254,
-    so both forms give one byte for every input (``golden/mxfp8.py`` item 5)."""
+    so both forms give one byte for every input (``golden/allreduce_mhc/mxfp8.py`` item 5)."""
     return cutlass.min(ptx.cvt_rp_satfinite_ue8m0x2_f32(Float32(0.0), value) & Uint32(0xFF), Uint32(UE8M0_MAX))
 
 

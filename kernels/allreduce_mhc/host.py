@@ -35,7 +35,7 @@ then come from the graph's pool, at the same addresses every replay); under
 capture the route values are not read (that would synchronize).
 
 The harness's generic ``launch(call_inputs, call_params)`` over full
-``[tp, ...]`` tensors is not here: ``harness/families/allreduce_mhc_kernel.py``
+``[tp, ...]`` tensors is not here: ``harness/families/allreduce_mhc/kernel.py``
 validates that form and calls this API.
 
 Grids: one consumer cluster per token and one owner-reduce CTA per fragment

@@ -96,7 +96,7 @@ class NormLayout:
         return (fragment % span) // self.threads, fragment % self.threads, fragment // span
 
     def as_dict(self) -> dict:
-        """Plain-int form for golden/rmsnorm.py and records."""
+        """Plain-int form for golden/allreduce_mhc/rmsnorm.py and records."""
         return {"cluster": self.cluster, "threads": self.threads, "vec": self.vec}
 
 

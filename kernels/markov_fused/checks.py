@@ -10,7 +10,7 @@ graph). A check takes the ``MarkovKernels`` instance (``host``) for what it
 was built for: ``device``, ``width``, ``sharded``, ``tp``, ``w1`` and the
 row-copy width of ``embeds``. The building blocks ``require``, ``check_tensor``,
 ``check_rows`` and ``check_vector`` are public: the harness's driver
-(``harness/families/markov_fused_kernel.py``) checks its own arguments with
+(``harness/families/markov_fused/kernel.py``) checks its own arguments with
 them.
 
 ``base`` of a step is this step's logits in either form of

@@ -40,7 +40,7 @@ CTA whose ticket completes a multiple of ``blocks`` acquires every earlier
 CTA's, which its warps then read with ``ld.volatile``. The anchor resets the
 counters at every call, so the count runs from zero per call.
 
-Arithmetic (bit for bit the golden loop, ``golden/markov_fused.py``): every
+Arithmetic (bit for bit the golden loop, ``golden/markov_fused/``): every
 argmax takes the first NaN, else the first maximum, by global vocab id: a
 total order, so block size, vocab shard and reduction tree never change the
 token. The instruction sequences live in ``kernels/ptx.py``.
@@ -52,7 +52,7 @@ sharded or not, soft cap on/off, tp of the pick. Kernels compile through
 ``kernels.compile`` (cached by configuration, never under CUDA graph
 capture: ``CaptureError``).
 
-Modules, the ``kernels/allreduce_mhc`` way: ``layout.py`` (constants and
+Modules, one per concern: ``layout.py`` (constants and
 the host-side variant rules, no GPU), ``kernel.py`` (the four device
 kernel classes and their traced helpers), ``checks.py`` (the argument
 checks), ``exchange.py`` / ``exchange_kernel.py`` / ``exchange_layout.py``
@@ -86,7 +86,7 @@ gated, up to 4096). ``base`` of a step is that step's logits over the whole
 vocabulary, ``[rows, V]``, or the seed's view from the rank's first entry
 (``contracts.markov_fused``). The loop a serving engine writes is in
 ``docs/interfaces.md``; the harness's driver is
-``harness/families/markov_fused_kernel.py``.
+``harness/families/markov_fused/kernel.py``.
 ``StampedMarkovKernels`` (not the seed's: bench only) compiles the steps
 with ``%globaltimer`` phase stamps (``StepKernel``'s docstring).
 """

@@ -11,7 +11,7 @@ arithmetic, the work split and the memory ordering) that writes
 ``draft_tokens`` and ``logits_cache`` in place (fixed pointers, so the call
 can be captured in a CUDA graph); ``state() -> {"launches"}`` reports the
 launch counter. The harness's generic ``launch(call_inputs, call_params)``
-lives in ``harness/families/markov_sharded_kernel.py`` and calls this API.
+lives in ``harness/families/markov_sharded/kernel.py`` and calls this API.
 
 Construction is collective over the fabric's ranks: the configuration and
 the static weights are checked (``checks.py``), the kernel variant

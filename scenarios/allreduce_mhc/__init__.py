@@ -170,4 +170,6 @@ def _allreduce_call(s: Scenario, call_index: int, rows: int, params: Mapping, wo
 # The hooks the shared scenario code calls (scenarios/family_hooks.py).
 HOOKS = ScenarioHooks(config=_check_allreduce_config, inputs=_allreduce_inputs, params=_allreduce_params,
                       steps=_allreduce_steps, largest=_allreduce_largest, static=_allreduce_static,
-                      call=lambda s, i, rows, steps, params, world: _allreduce_call(s, i, rows, params, world))
+                      call=lambda s, i, rows, steps, params, world: _allreduce_call(s, i, rows, params, world),
+                      injections=("negative_zero", "negative_subnormal", "nan_input", "adversarial_sum",
+                                  "generation"))

@@ -138,4 +138,5 @@ def _fused_call(s: Scenario, call_index: int, rows: int, steps: int, world: int)
 # The hooks the shared scenario code calls (scenarios/family_hooks.py).
 HOOKS = ScenarioHooks(config=_check_markov_fused_config, inputs=_fused_inputs, params=_fused_params, steps=_fused_steps,
                       largest=_fused_largest, static=_fused_static,
-                      call=lambda s, i, rows, steps, params, world: _fused_call(s, i, rows, steps, world))
+                      call=lambda s, i, rows, steps, params, world: _fused_call(s, i, rows, steps, world),
+                      injections=("padding_rows", "nan_logits", "corrupt_token_ids", "misaligned_stride"))

@@ -108,4 +108,5 @@ def _sharded_call(s: Scenario, call_index: int, rows: int, steps: int, params: M
 
 # The hooks the shared scenario code calls (scenarios/family_hooks.py).
 HOOKS = ScenarioHooks(config=_check_markov_sharded_config, inputs=_sharded_inputs, params=_sharded_params,
-                      steps=_sharded_steps, largest=_sharded_largest, static=_sharded_static, call=_sharded_call)
+                      steps=_sharded_steps, largest=_sharded_largest, static=_sharded_static, call=_sharded_call,
+                      injections=("padding_rows", "nan_logits", "corrupt_token_ids", "launch_counter"))

@@ -2,7 +2,7 @@
 
 For each family, at world 1 and 2 (``ThreadWorld``), the calls of a CPU
 scenario go through the stand-in's public methods, driven as the harness's
-kernel adapters drive the kernel classes (``harness/families/*_kernel.py``),
+kernel adapters drive the kernel classes (``harness/families/*/kernel.py``),
 and through the golden system's ``launch``; every output must have the same
 bits, ``state()`` the same counters, ``flight_launches`` the kernels'
 numbering. Each class also refuses one bad argument by name without
