@@ -48,7 +48,8 @@ gpu-test: $(VENV_STAMP)
 		{ echo "make gpu-test: needs a GPU (torch.cuda.is_available() is False for $(PYTHON)); run it on a GPU machine" >&2; exit 1; }
 	@mkdir -p runs; \
 	$(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml > runs/gpu-validate.log 2>&1 & validate=$$!; \
-	trap 'kill -TERM $$validate 2>/dev/null; wait $$validate; exit 130' INT TERM HUP; \
+	stop() { kill -TERM $$validate 2>/dev/null; wait $$validate; exit $$1; }; \
+	trap 'stop 130' INT; trap 'stop 143' TERM; trap 'stop 129' HUP; \
 	$(PYTHON) -m pytest -m gpu $(GPU_XDIST) -p no:cacheprovider $(ARGS); tests=$$?; \
 	wait $$validate; validated=$$?; cat runs/gpu-validate.log; \
 	echo "make gpu-test: pytest exit $$tests, validate exit $$validated (its log: runs/gpu-validate.log)"; \
