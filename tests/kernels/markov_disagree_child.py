@@ -15,6 +15,7 @@ import faulthandler
 import os
 import signal
 import sys
+import threading
 
 import torch
 
@@ -32,6 +33,13 @@ CASES = {
 }
 # Every rank's loop stays alive until the process exits: a peer may still be writing into a buffer it owns.
 _KEPT: list = []
+# Each rank's result, written out by the last rank to finish from its own thread, so nothing after the ranks'
+# bodies (thread exit, joins, interpreter teardown over the trapped context) stands between them and the result:
+# under the whole GPU suite the eager ``never`` child printed rank 0's record and then wrote nothing for 300 s.
+_RESULTS: dict = {}
+_LOCK = threading.Lock()
+# Where a held child's threads are, written to stderr without the GIL (the runner's SIGUSR1 was seen ignored).
+WATCHDOG_S = 45
 
 
 def main(mode: str, case: str, path: str) -> None:
@@ -67,15 +75,25 @@ def main(mode: str, case: str, path: str) -> None:
         except RuntimeError:
             failed = True
         report = loop.diag_record.read()
-        return {"failed": failed, "report": None if report is None else {**report.to_json(),
-                                                                         "describe": report.describe()}}
+        deposit(fabric.rank, {"failed": failed, "report": None if report is None else {**report.to_json(),
+                                                                                      "describe": report.describe()}})
 
-    results = VirtualFabric.run(VirtualFabric.create(TP, device, timeout_s=120), body)
-    write_result(path, {"failed": [r["failed"] for r in results], "reports": [r["report"] for r in results]})
-    sys.stdout.flush()
-    os._exit(0)
+    def deposit(rank: int, result: dict) -> None:
+        """Keep ``rank``'s result; the last rank to finish writes them all and ends the process at once."""
+        with _LOCK:
+            _RESULTS[rank] = result
+            if len(_RESULTS) < TP:
+                return
+            write_result(path, {"failed": [_RESULTS[r]["failed"] for r in range(TP)],
+                                "reports": [_RESULTS[r]["report"] for r in range(TP)]})
+            sys.stdout.flush()
+            os._exit(0)
+
+    VirtualFabric.run(VirtualFabric.create(TP, device, timeout_s=120), body)
+    raise SystemExit("markov_disagree_child: every rank returned without depositing its result")
 
 
 if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # the test asks a hung child where its threads are
+    faulthandler.dump_traceback_later(WATCHDOG_S, repeat=True)
     main(*sys.argv[1:4])

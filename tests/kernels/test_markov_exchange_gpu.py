@@ -123,7 +123,7 @@ def disagreements(tmp_path_factory):
 
 def waiting_rank_report(result: dict, launch: int) -> dict:
     """Rank 0's record of a case where only rank 0 waits: a MAILBOX_TAG timeout at ``launch`` naming rank 1."""
-    assert "missing" not in result, result
+    assert "missing" not in result, f"the child wrote no result: {result.get('missing')}"  # a str: shown whole
     assert result["failed"][0], result
     report = result["reports"][0]
     assert report is not None and result["reports"][1] is None, result
@@ -146,7 +146,7 @@ def test_a_rank_that_never_calls_is_named_at_the_deadline(mode, disagreements):
 @pytest.mark.parametrize("mode", ["eager", "graph"])
 def test_ranks_calling_with_different_sizes_are_named_with_both_sizes(mode, disagreements):
     result = disagreements[mode, "sizes"]
-    assert "missing" not in result, result
+    assert "missing" not in result, f"the child wrote no result: {result.get('missing')}"  # a str: shown whole
     assert any(result["failed"]), result
     committed = [r for r in result["reports"] if r is not None]
     assert committed, result
