@@ -111,9 +111,10 @@ Arithmetic contract, op by op (all FP32 ops round to nearest even, no FTZ)
    the host check is skipped under CUDA-graph capture, so the kernel bounds
    it on the device: any index outside ``[0, max_reqs)`` is padding (its
    temperature is not read, so it is drawn greedily; nothing of it is cached
-   or staged). Its outputs are a padding row's: ``as_padding`` maps such
-   indices to -1, and this loop on the mapped call gives every output bit of
-   the kernel's call with the unmapped one.
+   or staged). Its outputs are a padding row's: ``as_padding``
+   (``golden.padding``) maps such indices to -1, and this loop on the
+   mapped call gives every output bit of the kernel's call with the
+   unmapped one.
 11. State: the launch counter starts at ``config["launch_counter_start"]``
    (default 0) and advances by one per launch, modulo 2^32 (the kernel's
    uint32 word); a call rejected by the argument checks changes nothing.
@@ -132,6 +133,7 @@ from contracts.markov_sharded import TAG_BITS, TAG_MASK, key_index, launch_tag
 from golden.comm import Comm, SoloComm, shard_bounds
 from golden import fp32
 from golden.family_facts import FamilyFacts
+from golden.padding import as_padding  # noqa: F401 - the shared padding rule, re-exported for this family's callers
 
 # What the shared floors need to know about this family (golden/family_facts.py).
 FACTS = FamilyFacts("markov_sharded", order=1, tp_key="world", stepped=True, default_steps=None,
@@ -558,11 +560,6 @@ class GoldenMarkovSharded:
                         cache[state, step, lo:hi] = peers[source, r, step].to(cache.device)
         self._launches = (self._launches + 1) % COUNTER_MODULUS
         return {"draft_tokens": tokens, "logits_cache": cache}
-
-
-def as_padding(idx_mapping: torch.Tensor, max_reqs: int) -> torch.Tensor:
-    """A copy of ``idx_mapping`` with every request index outside ``[0, max_reqs)`` replaced by -1 (padding)."""
-    return torch.where((idx_mapping >= 0) & (idx_mapping < max_reqs), idx_mapping, torch.full_like(idx_mapping, -1))
 
 
 def as_clamped_anchors(input_ids: torch.Tensor, vocab: int) -> torch.Tensor:

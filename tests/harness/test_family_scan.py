@@ -36,13 +36,9 @@ KNOWN_LEFT = {
     "examples/decode_step.py": "runs each family's public class; its runner table is keyed by family",
     "examples/decode_loop.py": "imports each family's public class (or its golden stand-in) by name",
     "examples/graph_desync.py": "its docstring shows a flight-ring name of the all-reduce family",
-    # golden: shared arithmetic that still lives in one family's module, and the stand-ins' index.
+    # golden: shared arithmetic that still lives in one family's module.
     "golden/arch.py": "the MMA bias models are golden.markov_sharded.BIAS_FUNCTIONS, not yet a shared module",
     "golden/markov_fused/__init__.py": "imports the shared MMA bias (hopper_mma_bias) from the sharded family",
-    "golden/public/__init__.py": "re-exports each family's golden stand-in class; not yet one module per family",
-    "golden/public/allreduce.py": "the all-reduce family's stand-in, not yet under golden/allreduce_mhc/",
-    "golden/public/markov_fused.py": "the fused family's stand-in, not yet under golden/markov_fused/",
-    "golden/public/markov_sharded.py": "the sharded family's stand-in, not yet under golden/markov_sharded/",
     # harness: the bench tool's cases and tables are still per family in the shared bench package.
     "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
     "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
