@@ -65,6 +65,23 @@ def public_label(key: str) -> str:
     return PUBLIC_NAMES.get(key, key)
 
 
+def check_timeout_ms(timeout_ms: Any) -> float:
+    """The public constructor's ``timeout_ms`` if it is a number >= 0, else a ``ValueError`` naming it."""
+    if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
+        raise ValueError(f"timeout_ms must be a number >= 0, got {timeout_ms!r}")
+    return timeout_ms
+
+
+def public_options(arguments: Mapping[str, Any], world: int) -> dict[str, Any]:
+    """The configuration the public constructor's ``arguments`` (by name) give over ``world`` ranks, the optional
+    keys left unset (None) left out."""
+    options = {key: arguments[public_label(key)] for key in REQUIRED_CONFIG + OPTIONAL_CONFIG
+               if key not in ("tp", "eps")}
+    # The RMSNorm epsilon is a per-call argument (norm_eps); the kernels take it at launch.
+    options.update(tp=world, eps=0.0)
+    return {key: value for key, value in options.items() if value is not None}
+
+
 def norm_cluster(hidden: int, threads: int) -> int:
     """The default consumer cluster: the fewest ``threads``-thread CTAs (at most 8) that cover H/8 fragments once."""
     if hidden <= 0 or hidden % VEC:
@@ -325,6 +342,53 @@ def check_tensors(values: Mapping[str, Any], specs: Mapping[str, TensorSpec], na
             for key, spec in specs.items()}
 
 
+def mxfp8_bytes(values: Any) -> Any:
+    """FP8 E4M3 MXFP8 values viewed as their bytes (uint8 and anything else as given)."""
+    if isinstance(values, torch.Tensor) and values.dtype == torch.float8_e4m3fn:
+        return values.view(torch.uint8)
+    return values
+
+
+# What a caller checks of a call tensor's memory after the contract's checks (the kernels' host: device,
+# contiguity, 16-byte alignment when the flag says so); the golden stand-in checks none.
+Memory = Callable[[torch.Tensor, str, bool], None]
+
+
+def _check_public_tensor(value: Any, name: str, spec: TensorSpec, memory: Memory | None) -> torch.Tensor:
+    """``value`` checked against ``spec`` (``TypeError`` for a non-tensor), then by ``memory`` when given."""
+    check_tensor(value, name, spec.dtype, spec.shape, TypeError)
+    if memory is not None:
+        memory(value, name, spec.aligned)
+    return value
+
+
+def check_output(config: AllReduceConfig, rows: int, pre: Any, norm_weight: Any, mxfp8_out: Any,
+                 memory: Memory | None = None) -> tuple[str, tuple[torch.Tensor, torch.Tensor] | None]:
+    """``(output, mxfp8_out)`` of a public call: ``residual``, ``plain`` or ``mxfp8``, the consumer output it asks
+    for, its tensors checked (then by ``memory``), and the MXFP8 ``(values as bytes, scales)`` pair or None."""
+    if (pre is None) != (norm_weight is None):
+        raise ValueError("pre and norm_weight must both be given or both be None (residual streams only)")
+    if pre is None:
+        if not config.residual_only:
+            raise ValueError("pre=None (residual streams only) needs an instance built with residual_only=True")
+        if mxfp8_out is not None:
+            raise ValueError("mxfp8_out: a residual-only call has no layer input to quantize")
+        return "residual", None
+    _check_public_tensor(pre, "pre", TensorSpec(torch.float32, (rows, config.hc), False), memory)
+    _check_public_tensor(norm_weight, "norm_weight", TensorSpec(torch.bfloat16, (config.hidden,), True), memory)
+    if mxfp8_out is None:
+        return "plain", None
+    if not config.quantize:
+        raise ValueError("mxfp8_out needs an instance built with quantize_layer_input=True")
+    if not isinstance(mxfp8_out, (tuple, list)) or len(mxfp8_out) != 2:
+        raise ValueError(f"mxfp8_out must be a (values, scales) pair, got {describe(mxfp8_out)}")
+    values = _check_public_tensor(mxfp8_bytes(mxfp8_out[0]), "mxfp8_out[0]",
+                                  TensorSpec(torch.uint8, (rows, config.hidden), True), memory)
+    scales = _check_public_tensor(mxfp8_out[1], "mxfp8_out[1]",
+                                  TensorSpec(torch.uint8, (mxfp8_scale_bytes(rows, config.hidden),), True), memory)
+    return "mxfp8", (values, scales)
+
+
 def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
     """Raise ``ValueError`` naming ``name`` unless every route is -1 or a row in ``[0, rows)``."""
     bad = (routes < DROPPED_ROUTE) | (routes >= rows)
@@ -337,7 +401,7 @@ def check_routes(routes: torch.Tensor, rows: int, name: str) -> None:
 
 __all__ = [name for name in dir() if name.isupper()] + [
     "AllReduceConfig", "CallArgs", "TensorSpec", "check_call_params", "check_config", "check_eps", "check_protocol",
-    "public_label",
+    "Memory", "check_output", "check_timeout_ms", "mxfp8_bytes", "public_label", "public_options",
     "check_rows",
     "check_routes", "check_tensor", "check_tensors", "config_label", "describe", "hidden_problem", "mxfp8_padded_cols",
     "mix_specs", "mxfp8_scale_bytes", "mxfp8_scale_offset", "norm_cluster", "post_as_matrix", "routed_rows",

@@ -1,7 +1,7 @@
 """The one argument rule of seed 001's fused Markov step that its golden stand-in and its kernel share: ``base``.
 
 ``MarkovKernels.step`` (``kernels.markov_fused.host``) and its golden stand-in
-(``golden.public.markov_fused``) take ``base``, this step's BF16 logits, in
+(``golden.markov_fused.public``) take ``base``, this step's BF16 logits, in
 either of two forms, and ``vocab_offset``, the global vocab id of the
 rank's first entry (as in the seed: the ids the Gumbel noise and the argmax
 number, ``rank * width`` under a vocab shard):

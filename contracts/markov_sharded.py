@@ -146,6 +146,14 @@ def _check_keys(config: Mapping, require_world: bool) -> None:
         raise ValueError(f"config[{unknown[0]!r}]: unknown key (known: {', '.join(REQUIRED_CONFIG + OPTIONAL_CONFIG)})")
 
 
+def public_options(arguments: Mapping[str, Any], vocab: int, world: int) -> dict[str, Any]:
+    """The configuration the public constructor's ``arguments`` (by name: every key's own) give for a ``vocab``-row
+    table over ``world`` ranks, the optional keys left unset (None) left out."""
+    options = {key: arguments.get(key) for key in REQUIRED_CONFIG + OPTIONAL_CONFIG}
+    options.update(vocab=vocab, world=world)
+    return {key: value for key, value in options.items() if value is not None}
+
+
 def check_config(config: Any, world: int, *, world_source: str = "fabric", require_world: bool = True) -> SamplerConfig:
     """The validated configuration of a rank of a ``world``-rank ``world_source`` (the fabric, the comm)."""
     check_mapping("config", config)
@@ -284,5 +292,5 @@ def check_requests(cfg: SamplerConfig, rows: int, query_per_row: int, ids: torch
 __all__ = [name for name in dir() if name.isupper()] + [
     "SamplerConfig", "TensorSpec", "call_specs", "check_config", "check_input_ids", "check_int", "check_mapping",
     "check_params", "check_requests", "check_tensor", "dtype_name", "input_label", "key_index", "launch_tag",
-    "param_label", "static_spec", "vocab_problem",
+    "param_label", "public_options", "static_spec", "vocab_problem",
 ]

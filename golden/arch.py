@@ -3,7 +3,7 @@
 Most of the golden's arithmetic follows from PTX's specification, but two
 things do not and have to be measured on each GPU type: how the tensor cores
 accumulate inside one ``mma.sync`` (which of the golden's models,
-``golden.markov_sharded.BIAS_FUNCTIONS``, reproduces them) and the bits of
+``golden.mma_bias.BIAS_FUNCTIONS``, reproduces them) and the bits of
 the approximate reciprocal that ``div.full.f32`` multiplies by
 (``golden.fp32.reciprocal_bits``). The golden's other contracts with the
 hardware (libdevice ``logf`` and ``tanhf``, the MurmurHash3 Gumbel noise, the
@@ -171,7 +171,7 @@ def load_reciprocal_table(path: Path, arch: str) -> dict[int, int]:
 
 def parse_facts(doc: Any, path: Path, arch: str) -> ArchFacts:
     """The checked ``ArchFacts`` of document ``doc`` read from ``path`` for ``arch``; ArchFactsCorrupt otherwise."""
-    from golden.markov_sharded import BIAS_FUNCTIONS  # noqa: PLC0415 - torch, only once a file is read
+    from golden.mma_bias import BIAS_FUNCTIONS  # noqa: PLC0415 - torch, only once a file is read
 
     if _field(doc, path, "format", str) != FORMAT:
         raise ArchFactsCorrupt(f"{path}: field 'format': expected {FORMAT!r}, got {doc['format']!r}")

@@ -154,9 +154,9 @@ def _check_gemv_operands(emb: torch.Tensor, w2: torch.Tensor) -> None:
 
 def mma_bias(emb: torch.Tensor, w2: torch.Tensor, *, slice_rows: int = 16384) -> torch.Tensor:
     """``kernels.markov_fused.head_gemv``'s bias on the H200: ``cvt.rn.bf16.f32`` of each FP32 sum of the
-    chained ``m16n8k16`` MMAs of ``golden.markov_sharded.hopper_mma_bias`` (the kernel's k order, from
+    chained ``m16n8k16`` MMAs of ``golden.mma_bias.hopper_mma_bias`` (the kernel's k order, from
     +0.0), NaN as 0x7FFF; the head is taken ``slice_rows`` rows at a time to bound the float64 work."""
-    from golden.markov_sharded import hopper_mma_bias
+    from golden.mma_bias import hopper_mma_bias
 
     _check_gemv_operands(emb, w2)
     if emb.shape[1] % 32:

@@ -1,4 +1,4 @@
-"""What the three golden stand-ins share: the group, the device, argument names in errors, the launch count.
+"""What the golden stand-ins share: the group, the device, argument names in errors, the launch count.
 
 A stand-in takes ``group=`` as a ``golden.comm.Comm`` (``SoloComm``, a
 ``ThreadWorld`` rank, or the harness's gloo ``DistComm`` under torchrun:

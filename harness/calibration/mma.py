@@ -2,7 +2,7 @@
 
 The sharded sampler's bias is 16 chained ``mma.sync.m16n8k16`` (BF16 in,
 FP32 accumulate), and how the tensor core rounds inside one MMA is not
-documented. ``golden.markov_sharded.BIAS_FUNCTIONS`` holds the candidate
+documented. ``golden.mma_bias.BIAS_FUNCTIONS`` holds the candidate
 models (``fp32_k_order``, ``mma_chain``, ``hopper_mma``, ...).
 ``kernels.markov_sharded.probe.mma_chain`` runs the kernel's own chain and
 fragment layout on given operands; ``compare`` counts, for one operand
@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from golden.markov_sharded import BIAS_FUNCTIONS
+from golden.mma_bias import BIAS_FUNCTIONS
 
 KINDS = ("normal", "spread", "cancel")
 REPORT_SIZES = {

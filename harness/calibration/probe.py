@@ -11,7 +11,7 @@ architecture, e.g. ``sm_100``) it measures, in this order:
    each, the golden's fp32 contracts);
 3. the MMA probe over the full case set of the H200 run
    (``harness.calibration.mma``, 1,196,032 sums), which decides the golden's bias
-   model: the first model of ``golden.markov_sharded.BIAS_FUNCTIONS`` that
+   model: the first model of ``golden.mma_bias.BIAS_FUNCTIONS`` that
    matches every sum.
 
 Everything measured, with examples of every model's mismatches and the
@@ -53,7 +53,7 @@ from typing import Any, Sequence, TextIO
 import torch
 
 from golden import arch as golden_arch
-from golden.markov_sharded import BIAS_FUNCTIONS
+from golden.mma_bias import BIAS_FUNCTIONS
 from harness.calibration import fp32 as probe_fp32, mma as probe_mma, rcp_table
 from harness.wire.atomic_file import atomic_write
 from harness.wire.run_dir import new_run_dir

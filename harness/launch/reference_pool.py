@@ -48,7 +48,7 @@ class ReferencePool:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = str(self.threads)
-        # The golden's MMA model runs its double arithmetic on a visible GPU (golden.markov_sharded.hopper_mma_bias:
+        # The golden's MMA model runs its double arithmetic on a visible GPU (golden.mma_bias.hopper_mma_bias:
         # same bits, minutes less per vocab-sized head); the architecture whose facts it uses comes from here.
         env[ARCH_ENV] = choose_arch().arch
         env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])

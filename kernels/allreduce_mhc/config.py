@@ -140,31 +140,12 @@ class RankCall:
 
 def _check_output(config: AllReduceConfig, rows: int, device: torch.device, pre: Any, norm_weight: Any,
                   mxfp8_out: Any) -> tuple[str, Any, Any, Any]:
-    """``(output, pre, norm_weight, mxfp8_out)``: which consumer output the public call asks for, its tensors checked."""
-    hc, hidden = config.hc, config.hidden
-    if (pre is None) != (norm_weight is None):
-        raise ValueError("pre and norm_weight must both be given or both be None (residual streams only)")
-    if pre is None:
-        if not config.residual_only:
-            raise ValueError("pre=None (residual streams only) needs an instance built with residual_only=True")
-        if mxfp8_out is not None:
-            raise ValueError("mxfp8_out: a residual-only call has no layer input to quantize")
-        return "residual", None, None, None
-    pre = check_tensor(pre, "pre", torch.float32, (rows, hc), device, False)
-    norm_weight = check_tensor(norm_weight, "norm_weight", torch.bfloat16, (hidden,), device, True)
-    if mxfp8_out is None:
-        return "plain", pre, norm_weight, None
-    if not config.quantize:
-        raise ValueError("mxfp8_out needs an instance built with quantize_layer_input=True")
-    if not isinstance(mxfp8_out, (tuple, list)) or len(mxfp8_out) != 2:
-        raise ValueError(f"mxfp8_out must be a (values, scales) pair, got {contract.describe(mxfp8_out)}")
-    values, scales = mxfp8_out
-    if isinstance(values, torch.Tensor) and values.dtype == torch.float8_e4m3fn:
-        values = values.view(torch.uint8)
-    values = check_tensor(values, "mxfp8_out[0]", torch.uint8, (rows, hidden), device, True)
-    scales = check_tensor(scales, "mxfp8_out[1]", torch.uint8, (contract.mxfp8_scale_bytes(rows, hidden),), device,
-                          True)
-    return "mxfp8", pre, norm_weight, (values, scales)
+    """``(output, pre, norm_weight, mxfp8_out)``: which consumer output the public call asks for, its tensors checked
+    by the contract (``contract.check_output``, as the golden stand-in's) and for what the kernels need of memory."""
+    output, mxfp8_out = contract.check_output(
+        config, rows, pre, norm_weight, mxfp8_out,
+        lambda value, name, aligned: _check_memory(value, name, device, aligned, False))
+    return output, pre, norm_weight, mxfp8_out
 
 
 def check_rank_call(

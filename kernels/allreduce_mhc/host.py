@@ -68,6 +68,7 @@ from typing import Any
 
 import torch
 
+from contracts import allreduce_mhc as contract
 from contracts.deadlines import SERVING_DEADLINE_MS
 from kernels import hostcopy
 from kernels.allreduce_mhc import variants
@@ -175,18 +176,10 @@ class AllReduceMHC:
         flight_recorder: bool = True,
         flight_dir: Any = None,
     ) -> None:
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        contract.check_timeout_ms(timeout_ms)
         fabric = fabric_of(group, device)
-        options = dict(
-            hidden=hidden_size, hc=hc_mult, capacity=max_num_tokens, top_k=top_k, tp=fabric.world,
-            # The RMSNorm epsilon is a per-call argument (norm_eps); the kernels take it at launch.
-            eps=0.0, quantize=quantize_layer_input, residual_only=residual_only, bt_min_rows=bt_min_rows,
-            bt_min_finalize_rows=bt_min_finalize_rows, norm_threads=norm_threads, norm_cluster=norm_cluster,
-            start_generation=start_generation,
-        )
-        self.config: AllReduceConfig = check_config(
-            {k: v for k, v in options.items() if v is not None}, label=public_label)
+        self.config: AllReduceConfig = check_config(contract.public_options(locals(), fabric.world),
+                                                    label=public_label)
         cfg = self.config
         self.hidden_size, self.hc_mult, self.capacity, self.top_k = cfg.hidden, cfg.hc, cfg.capacity, cfg.top_k
         self.quantize_layer_input, self.residual_only = cfg.quantize, cfg.residual_only

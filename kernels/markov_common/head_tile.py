@@ -7,7 +7,7 @@ The eight request rows' embeddings sit in shared memory (``[8][dim]`` BF16)
 and are the eight columns of ``mma.sync.m16n8k16`` (BF16 in, FP32
 accumulate): MMA ``2 chunk + h`` covers k = ``{32 chunk + 8 t + 4 h + j}``,
 chained in that order from a +0.0 accumulator
-(the sharded golden's ``mma_k_groups``, whose H200 arithmetic is
+(``golden.mma_bias.mma_k_groups``, whose H200 arithmetic is
 ``hopper_mma_bias``). Lane (g, t) ends with the FP32 sums of head rows g,
 g + 8 for request rows 2t, 2t + 1, as ``acc[2 half + column]``.
 

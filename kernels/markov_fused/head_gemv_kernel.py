@@ -7,7 +7,7 @@ For request row r < rows (at most 8) and head row v < n (a multiple of 16)::
 with ``acc`` the chain of ``dim / 16`` ``mma.sync.m16n8k16`` (BF16 in, FP32
 accumulate) of ``kernels.markov_common.head_tile`` from +0.0: the sharded
 sampler's tile arithmetic, so the bits are ``golden.markov_fused.mma_bias``
-(``golden.markov_sharded.hopper_mma_bias`` rounded to BF16) on the H200.
+(``golden.mma_bias.hopper_mma_bias`` rounded to BF16) on the H200.
 The seed's contract leaves the GEMV to the caller; this is the caller's
 fast one, and its order is fixed, so a golden loop reproduces it.
 

@@ -80,6 +80,7 @@ from typing import Any
 
 import torch
 
+from contracts import markov_sharded as contract
 from kernels import hostcopy
 from kernels.diag import SERVING_DEADLINE_NS
 from kernels.compile import CaptureError, capturing, compiled, preload
@@ -245,13 +246,9 @@ class ShardedMarkovSampler:
             if not hasattr(fabric, attr):
                 raise TypeError(f"fabric: expected a kernels.fabric provider (missing {attr!r}), got {type(fabric).__name__}")
         vocab = embed_table.shape[0] if isinstance(embed_table, torch.Tensor) and embed_table.dim() == 2 else 0
-        options = dict(vocab=vocab, world=fabric.world, steps=steps, base_dtype=base_dtype, cache_dtype=cache_dtype,
-                       max_rows=max_rows, max_reqs=max_reqs, shard_only_base=shard_only_base,
-                       launch_counter_start=launch_counter_start, timeout_ns=timeout_ns, ctas=ctas,
-                       ranks_per_device=ranks_per_device)
         if vocab == 0:
             raise ValueError(f"embed_table: expected a BF16 [V, 256] tensor, got {_describe(embed_table)}")
-        self.cfg = check_config({k: v for k, v in options.items() if v is not None}, fabric.world)
+        self.cfg = check_config(contract.public_options(locals(), vocab, fabric.world), fabric.world)
         cfg = self.cfg
         self.fabric = fabric
         self.rank = int(fabric.rank)

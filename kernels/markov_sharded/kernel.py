@@ -25,7 +25,7 @@ the next step. The eight request rows' embeddings sit in shared memory
 (``[8][256]`` BF16) and are the eight columns of ``mma.sync.m16n8k16``
 (BF16 in, FP32 accumulate): MMA ``2 chunk + h`` covers k = ``{32 chunk + 8
 t + 4 h + j}``, chained in that order from a +0.0 accumulator
-(``head_tile``, ``golden.markov_sharded.mma_k_groups``). Lane (g, t) ends
+(``head_tile``, ``golden.mma_bias.mma_k_groups``). Lane (g, t) ends
 with the FP32 sums of vocab rows g, g + 8 for request rows 2t, 2t + 1.
 
 Per tile and request row (the lane's two rows in a loop, loads predicated on

@@ -6,9 +6,9 @@ loads the lane's fragments of head tile ``tile`` (BF16 rows ``[16 tile, 16
 tile + 16)`` of ``[16 tiles, 256]``) exactly as ``ShardedMarkovSample`` holds
 its resident tile, runs the kernel's own chain (``head_tile.tile_bias``:
 16 ``mma.sync.m16n8k16`` from a +0.0 accumulator, k groups of
-``golden.markov_sharded.mma_k_groups``) and stores the FP32 sums to ``out
+``golden.mma_bias.mma_k_groups``) and stores the FP32 sums to ``out
 [sets, 8, 16 tiles]`` (request row, head row). The golden side is
-``golden.markov_sharded.mma_chain_bias(embeds[set], head)``.
+``golden.mma_bias.mma_chain_bias(embeds[set], head)``.
 
 Layouts: every tensor contiguous and 16-byte aligned; the head row and the
 embedding row are 512 bytes.

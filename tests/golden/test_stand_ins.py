@@ -389,7 +389,7 @@ def test_stand_ins_have_the_kernel_classes_signatures(path):
 
 def test_mirrored_constants_equal_the_kernels():
     """The deadline default and the step block sizes the stand-ins check are the kernels' own."""
-    from golden.public.markov_fused import BLOCK_SIZES, MAX_TP
+    from golden.markov_fused.public import BLOCK_SIZES, MAX_TP
     from kernels.diag import SERVING_DEADLINE_NS as KERNEL_DEADLINE
     from kernels.markov_fused.layout import BLOCK_SIZES as KERNEL_BLOCKS, WARP
 

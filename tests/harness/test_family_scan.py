@@ -30,19 +30,10 @@ SKIPPED = {"tests", "docs", ".venv", ".git", "runs"}
 
 # File -> why it still names a family outside the family's homes. Only shrinks (see the module docstring).
 KNOWN_LEFT = {
-    # kernels: docstrings of one family's kernels that cite another family's golden or layout.
-    "kernels/markov_fused/head_gemv_kernel.py": "its docstring cites the sharded golden's MMA bias it reproduces",
     # Examples: user code that calls each family's public API by name.
     "examples/decode_step.py": "runs each family's public class; its runner table is keyed by family",
     "examples/decode_loop.py": "imports each family's public class (or its golden stand-in) by name",
     "examples/graph_desync.py": "its docstring shows a flight-ring name of the all-reduce family",
-    # golden: shared arithmetic that still lives in one family's module, and the stand-ins' index.
-    "golden/arch.py": "the MMA bias models are golden.markov_sharded.BIAS_FUNCTIONS, not yet a shared module",
-    "golden/markov_fused/__init__.py": "imports the shared MMA bias (hopper_mma_bias) from the sharded family",
-    "golden/public/__init__.py": "re-exports each family's golden stand-in class; not yet one module per family",
-    "golden/public/allreduce.py": "the all-reduce family's stand-in, not yet under golden/allreduce_mhc/",
-    "golden/public/markov_fused.py": "the fused family's stand-in, not yet under golden/markov_fused/",
-    "golden/public/markov_sharded.py": "the sharded family's stand-in, not yet under golden/markov_sharded/",
     # harness: the bench tool's cases and tables are still per family in the shared bench package.
     "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
     "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
@@ -57,12 +48,11 @@ KNOWN_LEFT = {
     "harness/bench/tables.py": "the table layout of each family's bench results",
     "harness/bench/thresholds.py": "measures the all-reduce family's LL/BT thresholds",
     "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
-    "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
-    "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",
+    "harness/calibration/mma.py": "the MMA probe runs the sharded kernel's own chain (its probe module)",
+    "harness/calibration/probe.py": "the reciprocal check names the sharded kernels' probe module",
     "harness/cli.py": "an --inject help example names a scenario (docs/cli.md shows it)",
     "harness/fuzz/shrink.py": "the shrinker's vocabulary unit of the sharded family",
     "harness/launch/inject_option.py": "an --inject example names a scenario",
-    "harness/launch/reference_pool.py": "a comment cites the sharded golden's MMA model",
     "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
     "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
     # scenarios: what the injection kinds and the model still say per family.

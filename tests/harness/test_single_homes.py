@@ -155,7 +155,7 @@ def test_the_harness_kernel_deadlines_are_short_and_the_serving_one_long():
 def test_the_deadline_copies_are_the_one_homes():
     from contracts import deadlines  # noqa: PLC0415 - the module under test
     from contracts.markov_sharded import DEFAULT_TIMEOUT_NS  # noqa: PLC0415 - the module under test
-    from golden.public.allreduce import DEFAULT_TIMEOUT_MS as GOLDEN_MS  # noqa: PLC0415 - the module under test
+    from golden.allreduce_mhc.public import DEFAULT_TIMEOUT_MS as GOLDEN_MS  # noqa: PLC0415 - the module under test
     from golden.public.common import SERVING_DEADLINE_NS as GOLDEN_NS  # noqa: PLC0415 - the module under test
     from harness.families.catalog import DEFAULT_PER_LAUNCH_S  # noqa: PLC0415 - the module under test
     from harness.launch import load_scale  # noqa: PLC0415 - the module under test

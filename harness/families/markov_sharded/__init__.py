@@ -7,7 +7,7 @@ in config key ``world``.
 The golden gets two entries from the architecture's facts (``golden.arch``,
 chosen on the rank by ``harness.families.arch_facts``: the GPU's, else ``--arch``), on
 the CPU path (the golden system) and for the reference alike: ``bias_fn``,
-the facts' ``mma_model`` (the model of ``golden.markov_sharded.BIAS_FUNCTIONS``
+the facts' ``mma_model`` (the model of ``golden.mma_bias.BIAS_FUNCTIONS``
 that the GPU's ``mma.sync`` chain follows, decided by ``harness golden
 --probe``: ``hopper_mma`` on the H200), and ``rcp_table``, the facts'
 measured ``div.full.f32`` reciprocals (scenarios use temperatures such as

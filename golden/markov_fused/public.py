@@ -63,7 +63,7 @@ from golden.arch import load_facts
 from golden.argmax import first_nan_first_max
 from golden.fp32 import reciprocal_bits
 from golden.markov_fused import cache_fill, pick, rank_step, step_values, w1_rows
-from golden.markov_sharded import as_padding
+from golden.padding import as_padding
 from golden.public.common import (
     DEFAULT_ARCH,
     SERVING_DEADLINE_NS,
@@ -334,4 +334,7 @@ class MarkovKernels:
         self._launches.add(1)
 
 
-__all__ = ["BLOCK_SIZES", "MarkovKernels"]
+# The kernel class (by module and name) this module stands in for; ``golden.public`` merges every family's.
+STAND_INS = {"kernels.markov_fused.host.MarkovKernels": MarkovKernels}
+
+__all__ = ["BLOCK_SIZES", "MarkovKernels", "STAND_INS"]

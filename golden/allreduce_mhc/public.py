@@ -77,37 +77,6 @@ def _argument_name(key: str) -> str:
     return key
 
 
-def _output_kind(config: contract.AllReduceConfig, rows: int, pre: Any, norm_weight: Any, mxfp8_out: Any) -> str:
-    """``residual``, ``plain`` or ``mxfp8``: the consumer output the call asks for, its tensors checked."""
-    if (pre is None) != (norm_weight is None):
-        raise ValueError("pre and norm_weight must both be given or both be None (residual streams only)")
-    if pre is None:
-        if not config.residual_only:
-            raise ValueError("pre=None (residual streams only) needs an instance built with residual_only=True")
-        if mxfp8_out is not None:
-            raise ValueError("mxfp8_out: a residual-only call has no layer input to quantize")
-        return "residual"
-    contract.check_tensor(pre, "pre", torch.float32, (rows, config.hc), TypeError)
-    contract.check_tensor(norm_weight, "norm_weight", torch.bfloat16, (config.hidden,), TypeError)
-    if mxfp8_out is None:
-        return "plain"
-    if not config.quantize:
-        raise ValueError("mxfp8_out needs an instance built with quantize_layer_input=True")
-    if not isinstance(mxfp8_out, (tuple, list)) or len(mxfp8_out) != 2:
-        raise ValueError(f"mxfp8_out must be a (values, scales) pair, got {contract.describe(mxfp8_out)}")
-    contract.check_tensor(_as_bytes(mxfp8_out[0]), "mxfp8_out[0]", torch.uint8, (rows, config.hidden), TypeError)
-    contract.check_tensor(mxfp8_out[1], "mxfp8_out[1]", torch.uint8,
-                          (contract.mxfp8_scale_bytes(rows, config.hidden),), TypeError)
-    return "mxfp8"
-
-
-def _as_bytes(values: Any) -> Any:
-    """FP8 E4M3 MXFP8 values viewed as their bytes (uint8 and anything else as given)."""
-    if isinstance(values, torch.Tensor) and values.dtype == torch.float8_e4m3fn:
-        return values.view(torch.uint8)
-    return values
-
-
 class AllReduceMHC:
     """Golden stand-in of ``kernels.allreduce_mhc.AllReduceMHC``: same constructor, ``__call__``, ``finalize``, ``state``.
 
@@ -142,19 +111,13 @@ class AllReduceMHC:
         flight_recorder: bool = True,
         flight_dir: Any = None,
     ) -> None:
-        self.public_args = public_args({name: value for name, value in locals().items() if name != "self"})
-        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
-            raise ValueError(f"timeout_ms must be a number >= 0, got {timeout_ms!r}")
+        arguments = {name: value for name, value in locals().items() if name != "self"}
+        self.public_args = public_args(arguments)
+        contract.check_timeout_ms(timeout_ms)
         check_device(device)
         check_flag("flight_recorder", flight_recorder)
         comm = comm_of(group)
-        options = dict(
-            hidden=hidden_size, hc=hc_mult, capacity=max_num_tokens, top_k=top_k, tp=comm.world, eps=0.0,
-            quantize=quantize_layer_input, residual_only=residual_only, bt_min_rows=bt_min_rows,
-            bt_min_finalize_rows=bt_min_finalize_rows, norm_threads=norm_threads, norm_cluster=norm_cluster,
-            start_generation=start_generation,
-        )
-        options = {key: value for key, value in options.items() if value is not None}
+        options = contract.public_options(arguments, comm.world)
         self.config = contract.check_config(options, contract.public_label, layout=NormLayout)
         self.rank, self.tp = comm.rank, comm.world
         # Built for residual streams only (no weight yet); each call sets its own outputs, epsilon and weight.
@@ -193,13 +156,14 @@ class AllReduceMHC:
         return self._launch(sources, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol)
 
     def _check(self, sources, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol):
-        """``(rows, finalize, output kind, eps)`` of a public call, every argument checked as the kernel's host does."""
+        """``(rows, finalize, output kind, eps, mxfp8_out as bytes)`` of a public call, every argument checked as the
+        kernel's host does."""
         cfg = self.config
         contract.check_protocol(protocol, "protocol")
         rows = contract.check_rows(cfg, residual, "residual", "max_num_tokens")
         mixes = {"residual": residual, "post": contract.post_as_matrix(post, rows, cfg.hc), "comb": comb}
         contract.check_tensors(mixes, contract.mix_specs(cfg, rows, False), _argument_name, TypeError)
-        output = _output_kind(cfg, rows, pre, norm_weight, mxfp8_out)
+        output, mxfp8_out = contract.check_output(cfg, rows, pre, norm_weight, mxfp8_out)
         eps = contract.check_eps(norm_eps, "norm_eps")
         finalize = "x" not in sources
         routed = contract.routed_rows(cfg, sources.get("gemm2_permuted"), "gemm2_permuted", True) if finalize else None
@@ -212,12 +176,12 @@ class AllReduceMHC:
                 f"protocol 'bt' needs max_num_tokens ({cfg.capacity}) >= the BT row threshold "
                 f"({'not given' if cfg.bt_min_rows is None else cfg.bt_min_rows}): this instance has no BT mailboxes"
             )
-        return rows, finalize, output, eps
+        return rows, finalize, output, eps, mxfp8_out
 
     def _launch(self, sources, residual, post, comb, pre, norm_weight, norm_eps, mxfp8_out, protocol):
         """One call through the golden system; writes ``mxfp8_out`` and counts the call's launches."""
-        rows, finalize, output, eps = self._check(sources, residual, post, comb, pre, norm_weight, norm_eps,
-                                                  mxfp8_out, protocol)
+        rows, finalize, output, eps, mxfp8_out = self._check(sources, residual, post, comb, pre, norm_weight,
+                                                             norm_eps, mxfp8_out, protocol)
         config = dataclasses.replace(self.config, eps=eps, residual_only=output == "residual",
                                      quantize=output == "mxfp8")
         call_inputs = {"residual": residual, "post": post, "comb": comb}
@@ -233,9 +197,12 @@ class AllReduceMHC:
             outputs = self._golden.launch(call_inputs, {"finalize": finalize, "protocol": protocol})
         self._launches.add(LAUNCHES["bt" if bt else "ll"])
         if output == "mxfp8":
-            _as_bytes(mxfp8_out[0]).copy_(outputs["mxfp8_values"])
+            mxfp8_out[0].copy_(outputs["mxfp8_values"])
             mxfp8_out[1].copy_(outputs["mxfp8_scales"])
         return outputs["residual_out"], outputs.get("layer_input")
 
 
-__all__ = ["AllReduceMHC", "DEFAULT_TIMEOUT_MS", "LAUNCHES"]
+# The kernel class (by module and name) this module stands in for; ``golden.public`` merges every family's.
+STAND_INS = {"kernels.allreduce_mhc.host.AllReduceMHC": AllReduceMHC}
+
+__all__ = ["AllReduceMHC", "DEFAULT_TIMEOUT_MS", "LAUNCHES", "STAND_INS"]

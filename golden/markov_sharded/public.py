@@ -116,11 +116,7 @@ class ShardedMarkovSampler:
         comm = comm_of(group)
         if not isinstance(embed_table, torch.Tensor) or embed_table.dim() != 2:
             raise ValueError(f"embed_table: expected a BF16 [V, 256] tensor, got {describe(embed_table)}")
-        options = dict(vocab=embed_table.shape[0], steps=steps, base_dtype=base_dtype, cache_dtype=cache_dtype,
-                       max_rows=max_rows, max_reqs=max_reqs, shard_only_base=shard_only_base,
-                       launch_counter_start=launch_counter_start, timeout_ns=timeout_ns, ctas=ctas,
-                       ranks_per_device=ranks_per_device)
-        options = {key: value for key, value in options.items() if value is not None}
+        options = contract.public_options(arguments, embed_table.shape[0], comm.world)
         self.cfg = contract.check_config(options, comm.world, world_source="group", require_world=False)
         facts = load_facts(arch)
         self._golden = GoldenMarkovSharded(comm, {"embed_table": embed_table, "head": head},
@@ -174,4 +170,7 @@ class ShardedMarkovSampler:
         return draft_tokens
 
 
-__all__ = ["ShardedMarkovSampler"]
+# The kernel class (by module and name) this module stands in for; ``golden.public`` merges every family's.
+STAND_INS = {"kernels.markov_sharded.host.ShardedMarkovSampler": ShardedMarkovSampler}
+
+__all__ = ["STAND_INS", "ShardedMarkovSampler"]
