@@ -2,8 +2,9 @@
 
 ``main(argv)`` parses ``[--family F] [--case NAME | --case F/NAME[,F/PATTERN...]] [--all]
 [--out DIR] [--warmup N] [--reps N] [--thresholds-into PATH] [--list]``, discovers the cases
-(``harness/bench/cases/*.py``; see ``harness.bench.registry`` for how a
-kernel helper declares one) and runs them (``harness.bench.runner``).
+(``harness/bench/cases/*.py`` and each family's ``harness/families/<family>/bench*.py``;
+see ``harness.bench.registry`` for how a kernel helper declares one) and runs
+them (``harness.bench.runner``).
 
 Without ``--all`` (or an explicit ``--case``) it runs the default set: the
 cases their families mark ``default``, chosen with ``DEFAULT_WARMUP`` and

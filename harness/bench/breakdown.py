@@ -7,11 +7,11 @@ case's weights and inputs, runs it ``warmup`` times, then ``reps`` times,
 reading the stamps after each call:
 
 - ``markov_sharded``: ``ShardedMarkovSampler(..., stamps=True)`` on
-  ``world`` virtual ranks of this GPU (``cases/markov_sharded.py``); thread
+  ``world`` virtual ranks of this GPU (``harness/families/markov_sharded/bench.py``); thread
   0 of every CTA stamps the end of each phase of the one cooperative kernel
   (``kernels/markov_sharded/kernel.py``). Eager launches.
 - ``markov_fused`` (tp 1): ``FusedMarkovLoop(..., stamps=True)`` with the
-  bench's GEMV (``HeadGemv``) and PDL (``cases/markov_fused.py``): thread 0
+  bench's GEMV (``HeadGemv``) and PDL (``harness/families/markov_fused/bench.py``): thread 0
   of every step CTA stamps its phases (``StepKernel``), a CTA slot ``(row, block)`` is followed through the
   steps, and ``between`` is the time from the slot's previous step to this
   one (the bias GEMV and the launches). The call is captured in a CUDA
@@ -56,8 +56,8 @@ from typing import Sequence
 
 import torch
 
-from harness.bench.cases import markov_fused as fused_case
-from harness.bench.cases import markov_sharded as sharded_case
+from harness.families.markov_fused import bench as fused_case
+from harness.families.markov_sharded import bench as sharded_case
 from harness.bench.cases.virtual import build_ranks, launch_ranks
 from harness.bench.flight_timeline import format_timeline, measure_allreduce, timeline
 from golden.families import FAMILIES

@@ -110,7 +110,7 @@ def measure_allreduce(*, world: int, rows: int, hidden: int, protocol: str, warm
     all-reduce at one shape captured in a CUDA graph on ``world`` virtual ranks, replayed ``reps`` times."""
     import torch  # noqa: PLC0415 - the pure table above needs no torch
 
-    from harness.bench.cases import allreduce_mhc as case  # noqa: PLC0415 - CuTe DSL: loaded when this runs, not at --help
+    from harness.families.allreduce_mhc import bench as case  # noqa: PLC0415 - CuTe DSL: loaded when this runs, not at --help
     from harness.bench.cases.virtual import launch_ranks  # noqa: PLC0415 - CuTe DSL: as above
 
     device = torch.device("cuda", torch.cuda.current_device())

@@ -39,7 +39,7 @@ the eager case runs the chain check on its own outputs.
 
 ``r8_s8_v129280_tp2`` and ``_tp4`` (outside the default set, registered
 last so that a trap cannot take the tp 1 cases with it): the same loop
-vocab-parallel on 2 or 4 virtual ranks of this GPU (``virtual.py``; each
+vocab-parallel on 2 or 4 virtual ranks of this GPU (``harness.bench.cases.virtual``; each
 rank a ``1/tp`` shard of ``w2`` and of the vocabulary), per step HeadGemv,
 step, the device exchange of the pick packets (``gather_packets``,
 ``kernels.markov_fused.exchange``) and the pick, then ``gather_draft`` and

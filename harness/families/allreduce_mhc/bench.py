@@ -1,6 +1,6 @@
 """Benchmark cases of seed 004's all-reduce + mHC + RMSNorm (``kernels.allreduce_mhc.AllReduceMHC``).
 
-Virtual ranks on ONE GPU (``virtual.py``): the ranks share its SMs and
+Virtual ranks on ONE GPU (``harness.bench.cases.virtual``): the ranks share its SMs and
 exchange through its memory, so these times are not a latency measurement
 of NVLink; they compare implementations on the same footing. Cases, hc 4,
 plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
