@@ -46,9 +46,7 @@ KNOWN_LEFT = {
     # harness: the bench tool's cases and tables are still per family in the shared bench package.
     "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
     "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
-    "harness/bench/breakdown.py": "the phase breakdown runs the two Markov kernel systems by family",
     "harness/bench/flashinfer_mxfp8.py": "compares FlashInfer's MXFP8 with the all-reduce family's golden",
-    "harness/bench/flight_timeline.py": "imports the all-reduce bench cases for its timeline",
     "harness/bench/plot.py": "plots the all-reduce family's latency curve by name",
     "harness/bench/tables.py": "the table layout of each family's bench results",
     "harness/bench/thresholds.py": "measures the all-reduce family's LL/BT thresholds",

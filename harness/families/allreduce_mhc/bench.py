@@ -365,3 +365,25 @@ for _rows, _impl in ((1, "ll"), (128, "bt")):
     _register(2, 5120, _rows, _impl, bt=True, flight=False)
 for _hidden, _rows in _SHAPES_TP4:
     _register(4, _hidden, _rows, "ll", bt=False)
+
+
+def breakdown_flight(args) -> tuple[dict[int, list], list[float], int, str]:
+    """``bench breakdown``'s measurement of the all-reduce: ``(records by rank, us per call of each replay, kernels
+    per call, title)`` of the call at ``args.rows`` x ``args.hidden`` on ``args.world`` virtual ranks of this GPU,
+    ``args.protocol`` forced (``harness.bench.flight_timeline.measure_flight``)."""
+    from harness.bench.flight_timeline import measure_flight  # noqa: PLC0415 - the breakdown's, not the cases'
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    ranks = _ranks(device, args.world, args.hidden, args.protocol == "bt")
+    inputs = make_inputs(device, torch.Generator(device=device).manual_seed(args.rows), tp=args.world, rows=args.rows,
+                         hidden=args.hidden)
+    call_params = {"finalize": False, "protocol": args.protocol}
+    records, per_call_us = measure_flight(
+        ranks, lambda: launch_ranks(ranks, lambda rank, system: system.launch(inputs, call_params)),
+        warmup=args.warmup, reps=args.reps)
+    title = f"allreduce_mhc {args.protocol.upper()} world {args.world}, M {args.rows}, H {args.hidden}"
+    return records, per_call_us, chain_launches(args.protocol), title
+
+
+# ``bench breakdown`` times this family from its flight-recorder stamps (no stamped variant).
+BREAKDOWN_FLIGHT = breakdown_flight

@@ -387,3 +387,51 @@ _register_noflight(ROWS, STEPS)
 # Last: a trap on a virtual rank ends the CUDA context, which must not take the tp 1 cases with it.
 for _tp in (2, 4):
     _register(ROWS, STEPS, _tp)
+
+
+def measure_stamped(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
+    """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
+    from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+    from kernels.markov_fused.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    static = make_static(device, vocab=vocab, dim=DIM)
+    loop = FusedMarkovLoop(None, static, make_config(vocab=vocab, dim=DIM, max_reqs=rows), stamps=True,
+                           bias_fn=HeadGemv(DIM, device))
+    inputs = make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps, vocab=vocab)
+    for _ in range(warmup):
+        loop.launch(inputs)
+    torch.cuda.synchronize(device)
+    call = lambda: loop.launch(inputs)  # noqa: E731 - the eager call
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            loop.launch(inputs)
+        call = captured.replay
+        call()
+        torch.cuda.synchronize(device)
+    names, launches, call_us = (), [], []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        call()
+        end.record()
+        torch.cuda.synchronize(device)
+        call_us.append(begin.elapsed_time(end) * 1e3)
+        names, values = loop.stamps()
+        launches.append(values.tolist())
+    return names, launches, call_us
+
+
+def breakdown_stamped(args, sizes: dict) -> tuple[list[str], list, list[float], str]:
+    """``bench breakdown``'s run of the loop at tp 1: ``FusedMarkovLoop(..., stamps=True)`` with the bench's GEMV
+    (``HeadGemv``) and PDL; thread 0 of every step CTA stamps its phases (``StepKernel``), a CTA slot ``(row,
+    block)`` is followed through the steps, and ``between`` is the time from the slot's previous step to this one
+    (the bias GEMV and the launches). Captured in a CUDA graph and replayed, as the bench times it (``--eager``:
+    launched eagerly, host validation and launch latency included)."""
+    return (*measure_stamped(graph=not args.eager, **sizes), "eager calls" if args.eager else "CUDA graph replays")
+
+
+# ``bench breakdown`` times this family from its stamped variant, which runs at tp 1 only.
+BREAKDOWN_STAMPED = breakdown_stamped
+BREAKDOWN_MAX_WORLD = 1
