@@ -46,10 +46,6 @@ KNOWN_LEFT = {
     # harness: the bench tool's cases and tables are still per family in the shared bench package.
     "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
     "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
-    "harness/bench/flashinfer_mxfp8.py": "compares FlashInfer's MXFP8 with the all-reduce family's golden",
-    "harness/bench/plot.py": "plots the all-reduce family's latency curve by name",
-    "harness/bench/tables.py": "the table layout of each family's bench results",
-    "harness/bench/thresholds.py": "measures the all-reduce family's LL/BT thresholds",
     "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
     "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
     "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",

@@ -81,6 +81,7 @@ GREEDY_ROWS = 4
 TIMEOUT_NS = BENCH_TIMEOUT_NS  # a lost peer traps (with its diagnostic record) after 2 s
 # Issue 16's goals at rows 8, steps 8.
 GOAL = {"speedup_vs_eager": 5.5, "floor_ratio": 1.5}
+TABLE_LAYOUT = "loop"  # the report pairs each kernel case with its eager torch loop (harness.bench.tables)
 # One rank captures at a time: nothing runs during a capture, and no two threads enqueue into captures at once.
 _CAPTURE_LOCK = threading.Lock()
 

@@ -54,6 +54,7 @@ ROWS, STEPS, VOCAB, DIM = 8, 8, 129280, 256
 GREEDY_ROWS = 4
 TIMEOUT_NS = BENCH_TIMEOUT_NS  # a lost peer traps (with its diagnostic record) after 2 s, not 60
 GOAL = {"speedup_vs_eager": 5.0, "floor_ratio": 1.5}
+TABLE_LAYOUT = "loop"  # the report pairs each kernel case with its eager torch loop (harness.bench.tables)
 PARAMS = {"query_per_row": 1}
 
 
