@@ -45,7 +45,6 @@ KNOWN_LEFT = {
     "golden/public/markov_sharded.py": "the sharded family's stand-in, not yet under golden/markov_sharded/",
     # harness: the bench tool's cases and tables are still per family in the shared bench package.
     "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
-    "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
     "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
     "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
     "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",
