@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--family", help="only this family's cases (default: every family)")
     parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not; several separated "
-                                       "by commas, each may be a pattern (allreduce_mhc/torchrun_tp*)")
+                                       "by commas, each may be a pattern (FAMILY/torchrun_*)")
     parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
     parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default: runs/bench/, git-ignored)")
     parser.add_argument("--warmup", type=nonnegative_int, default=DEFAULT_WARMUP,
@@ -106,7 +106,7 @@ def select(family: str | None, case: str | None, everything: bool) -> tuple[list
     """The cases a selection names, and (when there are none) why: what matched nothing and what exists.
 
     ``case`` is a name or ``family/name``, or several separated by commas, each
-    possibly a shell-style pattern (``allreduce_mhc/torchrun_tp*``); a pattern
+    possibly a shell-style pattern (``FAMILY/torchrun_*``); a pattern
     reaches cases outside the default set as a name does."""
     if case and "," in case:
         found: dict[str, BenchCase] = {}

@@ -44,13 +44,10 @@ KNOWN_LEFT = {
     "golden/public/markov_fused.py": "the fused family's stand-in, not yet under golden/markov_fused/",
     "golden/public/markov_sharded.py": "the sharded family's stand-in, not yet under golden/markov_sharded/",
     # harness: the bench tool's cases and tables are still per family in the shared bench package.
-    "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
     "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
     "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
     "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",
-    "harness/cli.py": "an --inject help example names a scenario (docs/cli.md shows it)",
     "harness/fuzz/shrink.py": "the shrinker's vocabulary unit of the sharded family",
-    "harness/launch/inject_option.py": "an --inject example names a scenario",
     "harness/launch/reference_pool.py": "a comment cites the sharded golden's MMA model",
     "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
     "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
