@@ -47,10 +47,8 @@ KNOWN_LEFT = {
     "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
     "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
     "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",
-    "harness/fuzz/shrink.py": "the shrinker's vocabulary unit of the sharded family",
     "harness/launch/reference_pool.py": "a comment cites the sharded golden's MMA model",
     "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
-    "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
     # scenarios: what the injection kinds and the model still say per family.
 }
 
