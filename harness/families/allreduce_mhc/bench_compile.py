@@ -1,11 +1,9 @@
 """The all-reduce's compile group, timed by ``python -m harness.bench.compile_profile``.
 
-``COMPILE_GROUPS``: group name -> ``(arch) -> {variant name: thunk}``, the
-kernel variants a rank of the family gets at construction, each thunk
-getting one through the family's own compile function. The profiler imports
-this module alone in a fresh process after timing torch and CuTe DSL, so it
-imports nothing at the top: the kernels' imports inside each group are part
-of what is timed.
+``COMPILE_GROUPS["allreduce"]``: the publish, consumer and owner-reduce
+variants an ``AllReduceMHC`` with BT compiles; the profiler imports this
+module alone in its fresh process, so the kernels' imports stay inside the
+function: they are part of the time it measures.
 """
 
 

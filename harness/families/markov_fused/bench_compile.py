@@ -1,11 +1,9 @@
 """The fused Markov loop's and its head GEMV's compile groups, timed by ``python -m harness.bench.compile_profile``.
 
-``COMPILE_GROUPS``: group name -> ``(arch) -> {variant name: thunk}``, the
-kernel variants a rank of the family gets at construction, each thunk
-getting one through the family's own compile function. The profiler imports
-this module alone in a fresh process after timing torch and CuTe DSL, so it
-imports nothing at the top: the kernels' imports inside each group are part
-of what is timed.
+``COMPILE_GROUPS["fused"]`` is the sharded ``MarkovKernels`` at tp 2,
+``["head"]`` the ``HeadGemv`` the bench pairs with it (the profile's
+smallest group). Their imports stay inside the functions: the profiler
+times them.
 """
 
 

@@ -1,11 +1,8 @@
 """The sharded Markov sampler's compile group, timed by ``python -m harness.bench.compile_profile``.
 
-``COMPILE_GROUPS``: group name -> ``(arch) -> {variant name: thunk}``, the
-kernel variants a rank of the family gets at construction, each thunk
-getting one through the family's own compile function. The profiler imports
-this module alone in a fresh process after timing torch and CuTe DSL, so it
-imports nothing at the top: the kernels' imports inside each group are part
-of what is timed.
+``COMPILE_GROUPS["sharded"]``: the one cooperative kernel a 4-step BF16
+``ShardedMarkovSampler`` compiles, imported inside the function because the
+profiler times that import.
 """
 
 
