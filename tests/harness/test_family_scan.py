@@ -48,7 +48,6 @@ KNOWN_LEFT = {
     "harness/calibration/mma.py": "the MMA probe reads golden.markov_sharded.BIAS_FUNCTIONS",
     "harness/calibration/probe.py": "the probe reads golden.markov_sharded.BIAS_FUNCTIONS",
     "harness/launch/reference_pool.py": "a comment cites the sharded golden's MMA model",
-    "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
     # scenarios: what the injection kinds and the model still say per family.
 }
 
