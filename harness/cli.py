@@ -178,7 +178,7 @@ def _add_validate(sub) -> None:
                    help="processes precomputing gpu-size references (default: one per two cores; 0: off)")
     p.add_argument("--inject", nargs="+", default=[], metavar="SCENARIO:KIND:key=value,...",
                    help="plant a fault in one scenario for this run, e.g. "
-                        "markov_sharded/basic:hang:rank=1,launch=1,group=5 (group: that TP group only; default: none)")
+                        "FAMILY/SCENARIO:hang:rank=1,launch=1,group=5 (group: that TP group only; default: none)")
     _add_allow_unavailable(p)
     p.add_argument("--scenario-root", help=argparse.SUPPRESS)
     _add_torchrun(p)

@@ -2,8 +2,9 @@
 
 ``main(argv)`` parses ``[--family F] [--case NAME | --case F/NAME[,F/PATTERN...]] [--all]
 [--out DIR] [--warmup N] [--reps N] [--thresholds-into PATH] [--list]``, discovers the cases
-(``harness/bench/cases/*.py``; see ``harness.bench.registry`` for how a
-kernel helper declares one) and runs them (``harness.bench.runner``).
+(``harness/bench/cases/*.py`` and each family's ``harness/families/<family>/bench*.py``;
+see ``harness.bench.registry`` for how a kernel helper declares one) and runs
+them (``harness.bench.runner``).
 
 Without ``--all`` (or an explicit ``--case``) it runs the default set: the
 cases their families mark ``default``, chosen with ``DEFAULT_WARMUP`` and
@@ -12,12 +13,12 @@ cases their families mark ``default``, chosen with ``DEFAULT_WARMUP`` and
 completes, under a progress bar on a terminal (``harness.bench.console``);
 the results document is rewritten after every case (``results.ResultsWriter``),
 and at the end the summary and the plots are written beside it and the
-summary printed (``harness.bench.report``). A run (not interrupted) that
-timed the all-reduce's LL and BT at some shape merges the crossovers it
-measured, keyed by platform (arch, provider, tp, H), into the user cache's
-``allreduce_thresholds.json``, which ``AllReduceMHC`` reads over the shipped
-``kernels/allreduce_mhc/thresholds.json``, or into ``--thresholds-into PATH``
-(``harness.bench.thresholds.record``); the source tree stays clean.
+summary printed (``harness.bench.report``). A run (not interrupted) hands
+its document to every family whose bench module records tuning from it
+(``RECORD_THRESHOLDS``, e.g. the all-reduce's LL/BT crossovers, keyed by
+platform, merged into its table in the user cache, which its kernels read
+over the shipped defaults), or into ``--thresholds-into PATH``; the source
+tree stays clean.
 
 torchrun cases (``launcher="torchrun"``, none in the default set; ``--list``
 marks them ``torchrun xN``) run after the others, each in N processes
@@ -54,7 +55,7 @@ from typing import Iterator, Sequence
 import torch
 
 from harness.bench.budget import BUDGET_S, DEFAULT_REPS, DEFAULT_WARMUP
-from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover
+from harness.bench.registry import REGISTRY, BenchCase, BenchContext, Prepared, bench_case, discover, family_hooks
 from harness.wire.case_files import REPO_ROOT
 from harness.wire.command_line import command_parser, nonnegative_int, positive_int
 from harness.wire.case_result import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_NOTHING_RUN, EXIT_OK
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--family", help="only this family's cases (default: every family)")
     parser.add_argument("--case", help="only this case (NAME or FAMILY/NAME), default set or not; several separated "
-                                       "by commas, each may be a pattern (allreduce_mhc/torchrun_tp*)")
+                                       "by commas, each may be a pattern (FAMILY/torchrun_*)")
     parser.add_argument("--all", action="store_true", help="every registered case, not only the default set")
     parser.add_argument("--out", default=DEFAULT_OUT, help="results directory (default: runs/bench/, git-ignored)")
     parser.add_argument("--warmup", type=nonnegative_int, default=DEFAULT_WARMUP,
@@ -90,10 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reps", type=positive_int, default=DEFAULT_REPS,
                         help=f"timed replays per mode, each of 16 to 512 calls (default {DEFAULT_REPS})")
     parser.add_argument("--thresholds-into", default=None, metavar="PATH",
-                        help="where the LL/BT crossovers the run measured go (default: the user cache's "
-                             "allreduce_thresholds.json, which AllReduceMHC reads over the shipped kernels/"
-                             "allreduce_mhc/thresholds.json; name that file to change the defaults; "
-                             "harness.bench.thresholds)")
+                        help="where the thresholds the run measured go (e.g. the all-reduce's LL/BT crossovers; "
+                             "default: the family's table in the user cache, which its kernels read over the "
+                             "shipped one; name the shipped file to change the defaults; "
+                             "harness/families/<family>/thresholds.py)")
     parser.add_argument("--allow-unavailable", action="store_true",
                         help="exit 0 when a torchrun case is not available here (no GPU) and nothing failed")
     parser.add_argument("--list", action="store_true",
@@ -105,7 +106,7 @@ def select(family: str | None, case: str | None, everything: bool) -> tuple[list
     """The cases a selection names, and (when there are none) why: what matched nothing and what exists.
 
     ``case`` is a name or ``family/name``, or several separated by commas, each
-    possibly a shell-style pattern (``allreduce_mhc/torchrun_tp*``); a pattern
+    possibly a shell-style pattern (``FAMILY/torchrun_*``); a pattern
     reaches cases outside the default set as a name does."""
     if case and "," in case:
         found: dict[str, BenchCase] = {}
@@ -236,9 +237,8 @@ def _run(selected: list[BenchCase], failures: list[dict], args: argparse.Namespa
 
 def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allow_unavailable: bool = False,
             thresholds_into: str | None = None) -> int:
-    """Write the final document, its summary and plots, print the summary and the footer; merge the measured
-    LL/BT crossovers (not of an interrupted run) into the thresholds file; return the exit status."""
-    from harness.bench import thresholds  # noqa: PLC0415 - runnable with -m: the package must not import it first
+    """Write the final document, its summary and plots, print the summary and the footer; hand the document (not of
+    an interrupted run) to each family's ``RECORD_THRESHOLDS``; return the exit status."""
     from harness.bench.report import write_report  # noqa: PLC0415 - runnable with -m: the package must not import it first
     from harness.bench.results import write_results  # noqa: PLC0415 - runnable with -m: the package must not import it first
 
@@ -248,8 +248,9 @@ def _finish(document: dict, out_dir: str, selected: int, interrupted: bool, allo
     print(f"bench: results in {path}, summary in {written['summary']}"
           + "".join(f"\nbench: plot {p}" for p in written["plots"]))
     if not interrupted:
-        for line in thresholds.record(document, path, thresholds_into):
-            print(line)
+        for record in family_hooks("RECORD_THRESHOLDS").values():
+            for line in record(document, path, thresholds_into):
+                print(line)
     if written["plot_note"]:
         print(f"bench: no plots: {written['plot_note']}")
     measured = len(document["cases"])

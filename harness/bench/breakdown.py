@@ -1,30 +1,26 @@
 """``python -m harness.bench.breakdown``: where a kernel's time goes, from its ``%globaltimer`` phase stamps.
 
-``--family {markov_sharded,markov_fused} [--world 1] [--rows 8] [--steps 8]
-[--vocab 129280] [--warmup 3] [--reps 10] [--eager] [--json PATH]
-[--detail]`` builds the family's bench-only stamped variant with the bench
-case's weights and inputs, runs it ``warmup`` times, then ``reps`` times,
-reading the stamps after each call:
+``--family F [--world 1] [--rows 8] [--steps 8] [--vocab 129280] [--warmup 3]
+[--reps 10] [--eager] [--hidden 5120] [--protocol ll] [--json PATH]
+[--detail]`` measures the family the way its bench module says
+(``harness/families/<family>/bench*.py``, read with
+``harness.bench.registry.family_hooks``), in one of two ways:
 
-- ``markov_sharded``: ``ShardedMarkovSampler(..., stamps=True)`` on
-  ``world`` virtual ranks of this GPU (``cases/markov_sharded.py``); thread
-  0 of every CTA stamps the end of each phase of the one cooperative kernel
-  (``kernels/markov_sharded/kernel.py``). Eager launches.
-- ``markov_fused`` (tp 1): ``FusedMarkovLoop(..., stamps=True)`` with the
-  bench's GEMV (``HeadGemv``) and PDL (``cases/markov_fused.py``): thread 0
-  of every step CTA stamps its phases (``StepKernel``), a CTA slot ``(row, block)`` is followed through the
-  steps, and ``between`` is the time from the slot's previous step to this
-  one (the bias GEMV and the launches). The call is captured in a CUDA
-  graph and replayed, as the bench times it (``--eager``: launched eagerly,
-  host validation and launch latency included).
+- stamped (``BREAKDOWN_STAMPED``, ``(args, sizes) -> (stamp names,
+  [launch][ctas][stamps], call times in us, how it ran)``): the family's
+  bench-only stamped variant, built with the bench case's weights and
+  inputs, runs ``warmup`` times, then ``reps`` times, its stamps read after
+  each call; ``BREAKDOWN_MAX_WORLD`` bounds ``--world`` where the variant
+  has fewer ranks;
+- from the flight recorder (``BREAKDOWN_FLIGHT``, ``(args) -> (records by
+  rank, us per call of each replay, kernels per call, title)``): no stamped
+  variant; the kernels' flight-recorder records carry a begin and an end
+  stamp each, so ``harness.bench.flight_timeline`` times every kernel of
+  the chain and the gaps between them, and the rank skew, from
+  ``FLIGHT_CALLS`` calls captured in one CUDA graph, replayed ``reps``
+  times.
 
-- ``allreduce_mhc`` (``--world``, ``--rows``, ``--hidden``, ``--protocol``):
-  no stamped variant; the kernels' flight-recorder records carry a begin
-  and an end stamp each, so ``harness.bench.flight_timeline`` times every
-  kernel of the chain and the gaps between them, and the rank skew, from
-  16 calls captured in one CUDA graph, replayed ``reps`` times.
-
-For the Markov families it prints one table: per phase kind (a step's phases summed over the
+For a stamped family it prints one table: per phase kind (a step's phases summed over the
 steps), the median over CTAs of its duration, the least and the most of any
 CTA, and its share of the median CTA's span (first stamp to last); below it,
 the critical path (the latest CTA's last stamp minus the earliest CTA's
@@ -56,11 +52,9 @@ from typing import Sequence
 
 import torch
 
-from harness.bench.cases import markov_fused as fused_case
-from harness.bench.cases import markov_sharded as sharded_case
-from harness.bench.cases.virtual import build_ranks, launch_ranks
-from harness.bench.flight_timeline import format_timeline, measure_allreduce, timeline
 from golden.families import FAMILIES
+from harness.bench.flight_timeline import FLIGHT_CALLS, format_timeline, timeline
+from harness.bench.registry import family_hooks
 from harness.wire.command_line import command_parser
 
 
@@ -154,106 +148,22 @@ def format_table(table: dict, title: str) -> str:
     return "\n".join(lines)
 
 
-def measure_markov_sharded(*, world: int, rows: int, steps: int, vocab: int, warmup: int, reps: int):
-    """``(stamp names, [launch][ctas][stamps], call times in us)`` of the stamped sampler on this GPU."""
-    from kernels.markov_sharded.host import ShardedMarkovSampler  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
-
-    device = torch.device("cuda", torch.cuda.current_device())
-    static = sharded_case.make_static(device, vocab=vocab)
-    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSampler(
-        static["embed_table"], static["head"], steps=steps, base_dtype="bfloat16", cache_dtype="bfloat16",
-        max_rows=rows, max_reqs=rows, group=fabric, timeout_ns=sharded_case.TIMEOUT_NS, stamps=True))
-    gen = torch.Generator(device=device).manual_seed(4)
-    inputs = sharded_case.make_inputs(device, gen, world, rows=rows, steps=steps, vocab=vocab)
-    tokens = [torch.empty(rows, steps, dtype=torch.int64, device=device) for _ in range(world)]
-
-    def launch(rank: int, sampler) -> None:
-        """Rank ``rank``'s launch on the case inputs."""
-        sampler(inputs["base_logits"], inputs["input_ids"], sharded_case.PARAMS["query_per_row"], inputs["idx_mapping"],
-                inputs["temperature"], inputs["noise"], inputs["caches"][rank], tokens[rank], rows)
-
-    for _ in range(warmup):
-        launch_ranks(ranks, launch)
-    torch.cuda.synchronize(device)
-    names, launches, call_us = (), [], []
-    for _ in range(reps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        launch_ranks(ranks, launch)
-        end.record()
-        torch.cuda.synchronize(device)
-        call_us.append(begin.elapsed_time(end) * 1e3)
-        buffer = []
-        for _, sampler in ranks:
-            names, values = sampler.stamps()
-            buffer.extend(values.tolist())
-        launches.append(buffer)
-    return names, launches, call_us
-
-
-def measure_markov_fused(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
-    """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
-    from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
-    from kernels.markov_fused.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
-
-    device = torch.device("cuda", torch.cuda.current_device())
-    static = fused_case.make_static(device, vocab=vocab, dim=fused_case.DIM)
-    loop = FusedMarkovLoop(None, static, fused_case.make_config(vocab=vocab, dim=fused_case.DIM, max_reqs=rows), stamps=True,
-                           bias_fn=HeadGemv(fused_case.DIM, device))
-    inputs = fused_case.make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps,
-                              vocab=vocab)
-    for _ in range(warmup):
-        loop.launch(inputs)
-    torch.cuda.synchronize(device)
-    call = lambda: loop.launch(inputs)  # noqa: E731 - the eager call
-    if graph:
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            loop.launch(inputs)
-        call = captured.replay
-        call()
-        torch.cuda.synchronize(device)
-    names, launches, call_us = (), [], []
-    for _ in range(reps):
-        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        begin.record()
-        call()
-        end.record()
-        torch.cuda.synchronize(device)
-        call_us.append(begin.elapsed_time(end) * 1e3)
-        names, values = loop.stamps()
-        launches.append(values.tolist())
-    return names, launches, call_us
-
-
-def _sharded_run(args: argparse.Namespace, sizes: dict) -> tuple[list[str], list, list[float], str]:
-    """The stamped sampler on ``args.world`` virtual ranks: stamp names, launches, call times and how it ran."""
-    return (*measure_markov_sharded(world=args.world, **sizes), "eager launches")
-
-
-def _fused_run(args: argparse.Namespace, sizes: dict) -> tuple[list[str], list, list[float], str]:
-    """The stamped fused loop at tp 1: stamp names, launches, call times and how it ran."""
-    return (*measure_markov_fused(graph=not args.eager, **sizes), "eager calls" if args.eager else "CUDA graph replays")
-
-
-# The registered families that have a bench-only stamped variant, and how each is measured.
-STAMPED_RUNS = {"markov_sharded": _sharded_run, "markov_fused": _fused_run}
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The ``rankcheck bench breakdown`` command line (also ``python -m harness.bench.breakdown``)."""
     parser = command_parser("bench breakdown", description="Per-phase time of a kernel from its %globaltimer stamps.")
     parser.add_argument("--family", required=True, choices=FAMILIES,
-                        help=f"stamped: {', '.join(STAMPED_RUNS)}; allreduce_mhc: from its flight-recorder stamps")
+                        help=f"stamped: {', '.join(family_hooks('BREAKDOWN_STAMPED'))}; from the flight-recorder "
+                             f"stamps: {', '.join(family_hooks('BREAKDOWN_FLIGHT'))}")
     parser.add_argument("--world", type=int, default=1, help="virtual ranks on this GPU")
     parser.add_argument("--rows", type=int, default=8, help="rows (sequences) per call")
     parser.add_argument("--steps", type=int, default=8, help="decode steps per call")
     parser.add_argument("--vocab", type=int, default=129280, help="vocabulary size")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls first")
     parser.add_argument("--reps", type=int, default=10, help="timed calls whose medians are printed")
-    parser.add_argument("--eager", action="store_true", help="markov_fused: launch eagerly, not a CUDA graph replay")
-    parser.add_argument("--hidden", type=int, default=5120, help="allreduce_mhc: the hidden size H")
-    parser.add_argument("--protocol", choices=("ll", "bt"), default="ll", help="allreduce_mhc: the protocol forced")
+    parser.add_argument("--eager", action="store_true", help="a stamped family that replays a CUDA graph: launch eagerly")
+    parser.add_argument("--hidden", type=int, default=5120, help="from the flight recorder: the hidden size H")
+    parser.add_argument("--protocol", choices=("ll", "bt"), default="ll",
+                        help="from the flight recorder: the protocol forced")
     parser.add_argument("--detail", action="store_true", help="also print every step's phases")
     parser.add_argument("--json", help="write the tables as JSON to this path (default: none)")
     return parser
@@ -262,21 +172,24 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse the arguments, measure on this GPU and print the breakdown (module docstring)."""
     args = build_parser().parse_args(argv)
-    if args.family == "allreduce_mhc":
-        return _flight_breakdown(args)
-    if args.family not in STAMPED_RUNS:
-        print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(STAMPED_RUNS)})",
+    flight, stamped = family_hooks("BREAKDOWN_FLIGHT"), family_hooks("BREAKDOWN_STAMPED")
+    if args.family in flight:
+        return _flight_breakdown(args, flight[args.family])
+    if args.family not in stamped:
+        print(f"breakdown: no stamped variant for family {args.family!r} (stamped: {', '.join(stamped)})",
               file=sys.stderr)
         return 2
-    if args.reps < 1 or args.warmup < 0 or args.world < 1 or (args.family == "markov_fused" and args.world != 1):
-        print("breakdown: --reps must be >= 1, --warmup >= 0, --world >= 1 (markov_fused: 1)", file=sys.stderr)
+    max_world = family_hooks("BREAKDOWN_MAX_WORLD").get(args.family, args.world)
+    if args.reps < 1 or args.warmup < 0 or not 1 <= args.world <= max_world:
+        print(f"breakdown: --reps must be >= 1, --warmup >= 0, --world >= 1 ({args.family}: at most {max_world})",
+              file=sys.stderr)
         return 2
 
     if not torch.cuda.is_available():
         print("breakdown: needs a GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
         return 2
     sizes = dict(rows=args.rows, steps=args.steps, vocab=args.vocab, warmup=args.warmup, reps=args.reps)
-    names, launches, call_us, how = STAMPED_RUNS[args.family](args, sizes)
+    names, launches, call_us, how = stamped[args.family](args, sizes)
     result = summarize_launches(names, launches, call_us)
     result["config"] = {"family": args.family, "world": args.world, **sizes, "graph": how,
                         "device": torch.cuda.get_device_name()}
@@ -294,23 +207,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _flight_breakdown(args: argparse.Namespace) -> int:
-    """The all-reduce's kernels and gaps from its flight-recorder stamps (``harness.bench.flight_timeline``)."""
+def _flight_breakdown(args: argparse.Namespace, measure) -> int:
+    """A family's kernels and gaps from its flight-recorder stamps (``harness.bench.flight_timeline``), measured by
+    its ``BREAKDOWN_FLIGHT`` hook ``measure``."""
     if args.reps < 1 or args.warmup < 0 or args.world < 1 or args.rows < 1 or args.hidden < 1:
         print("breakdown: --reps, --world, --rows and --hidden must be >= 1, --warmup >= 0", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("breakdown: needs a GPU (torch.cuda.is_available() is False); nothing was run", file=sys.stderr)
         return 2
-    records, per_call_us, chain = measure_allreduce(world=args.world, rows=args.rows, hidden=args.hidden,
-                                                    protocol=args.protocol, warmup=args.warmup, reps=args.reps)
-    table = timeline(records, calls=16, kernels_per_call=chain)
+    records, per_call_us, chain, title = measure(args)
+    table = timeline(records, calls=FLIGHT_CALLS, kernels_per_call=chain)
     table["call_us_median"] = statistics.median(per_call_us)
     table["config"] = {"family": args.family, "world": args.world, "rows": args.rows, "hidden": args.hidden,
-                       "protocol": args.protocol, "graph": "16 calls per CUDA graph replay",
+                       "protocol": args.protocol, "graph": f"{FLIGHT_CALLS} calls per CUDA graph replay",
                        "device": torch.cuda.get_device_name()}
-    print(format_timeline(table, f"allreduce_mhc {args.protocol.upper()} world {args.world}, M {args.rows}, "
-                                 f"H {args.hidden}: flight-recorder stamps of the last replay"))
+    print(format_timeline(table, f"{title}: flight-recorder stamps of the last replay"))
     print(f"graph replay {table['call_us_median']:.2f} us per call (CUDA events, median of {args.reps})")
     if args.json:
         with open(args.json, "w") as fh:

@@ -8,8 +8,11 @@ needed), in three cases: ``compile`` (no artifact directory: every variant
 compiled, as every process did before ``kernels.artifact_cache``), ``first``
 (an empty artifact directory: compiled, exported, stored, loaded back) and
 ``later`` (the directory the first process filled: loaded only). The
-variants are those a rank of the family gets at construction (``VARIANTS``),
-through the family's own compile function.
+variants are those a rank of the family gets at construction, through the
+family's own compile function, in groups the family declares
+(``COMPILE_GROUPS`` in ``harness/families/<family>/bench_compile.py``, read
+with ``harness.bench.registry.family_hooks``; the child imports only that
+module).
 
 In the process it times importing torch, CuTe DSL and the family's modules,
 then each variant, split by timing the functions of ``STAGES`` (wrapped for
@@ -29,12 +32,13 @@ of this measurement.
 
 Prints one JSON line per (family, case) and a table; ``--artifacts DIR``
 keeps the artifacts there (default: a temporary directory, removed), ``--family``
-picks families (default all). Exit 1 when a child process fails.
+picks groups (default all). Exit 1 when a child process fails.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import shutil
@@ -46,7 +50,6 @@ from pathlib import Path
 
 _STARTED = time.perf_counter()
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAMILIES = ("allreduce", "fused", "sharded", "head")
 CASES = ("compile", "first", "later")
 ARTIFACTS_VAR = "RANKCHECK_KERNEL_ARTIFACTS"  # kernels.artifact_cache.ARTIFACTS_VAR, without importing the DSL here
 # stage -> (module, class or None for a module-level function, function): each call's wall time is the stage's
@@ -59,63 +62,8 @@ STAGES = {"preprocess": ("cutlass.base_dsl.dsl", "BaseDSL", "run_preprocessor"),
           "load_module": ("kernels.artifact_cache", None, "load_object")}
 
 
-def _allreduce_variants(arch: str) -> dict:
-    """The variants an ``AllReduceMHC`` with BT enabled compiles (tp 2, hidden 5120, capacity 128): name -> thunk."""
-    from kernels.allreduce_mhc import variants  # timed: part of getting the kernels
-    from kernels.allreduce_mhc.consumer import LamportMHCConsumer  # timed: part of getting the kernels
-    from kernels.allreduce_mhc.owner_reduce import OwnerReduceKernel  # timed: part of getting the kernels
-    from kernels.allreduce_mhc.publish import PublishKernel  # timed: part of getting the kernels
-
-    shape = dict(hidden=5120, tp=2, capacity=128)
-    thunks = {}
-    for protocol in ("ll", "bt"):
-        for source in ("plain", "finalize"):
-            thunks[f"publish[{protocol},{source}]"] = lambda p=protocol, s=source: variants.compiled(
-                PublishKernel(**shape, protocol=p, source=s, fanout="unicast", top_k=8), arch)
-        thunks[f"consumer[{protocol},plain]"] = lambda p=protocol: variants.compiled(LamportMHCConsumer(
-            **shape, hc=4, reduced_input=p == "bt", output="plain", arch=arch), arch)
-    thunks["owner_reduce"] = lambda: variants.compiled(OwnerReduceKernel(**shape, fanout="unicast"), arch)
-    return thunks
-
-
-def _fused_variants(arch: str) -> dict:
-    """The variants a sharded ``MarkovKernels`` at tp 2 compiles (row 512 bytes, 8 blocks): name -> thunk."""
-    from kernels.markov_fused.exchange import compile_gather  # timed: part of getting the kernels
-    from kernels.markov_fused.host import compile_kernel  # timed: part of getting the kernels
-    from kernels.markov_fused.kernel import (
-        AnchorKernel, CacheFillKernel, PickKernel, StepKernel)  # timed: part of getting the kernels
-
-    row = dict(row_bytes=512, w1_rows=4096)
-    return {"anchor": lambda: compile_kernel(AnchorKernel, chunk=16, **row),
-            "pick[tp2]": lambda: compile_kernel(PickKernel, tp=2, pdl=True, chunk=16, **row),
-            "step[b1024]": lambda: compile_kernel(StepKernel, block=1024, blocks=8, vector=True, has_cap=False,
-                                                  sharded=True, pdl=True, chunk=16, **row),
-            "cache_fill": lambda: compile_kernel(CacheFillKernel, vector=True),
-            "gather[16]": lambda: compile_gather(16), "gather[2]": lambda: compile_gather(2)}
-
-
-def _sharded_variants(arch: str) -> dict:
-    """The variant a ``ShardedMarkovSampler`` of 4 steps in bfloat16 compiles: name -> thunk."""
-    from kernels.markov_sharded.host import compiled_kernel  # timed: part of getting the kernels
-
-    return {"sample[s4,bf16]": lambda: compiled_kernel(4, "bfloat16", "bfloat16")}
-
-
-def _head_variants(arch: str) -> dict:
-    """The variant a ``HeadGemv`` at dim 256 compiles: name -> thunk."""
-    from kernels.markov_fused.head_gemv import compiled_kernel  # timed: part of getting the kernels
-
-    return {"head_gemv[d256]": lambda: compiled_kernel(256, 0.5, True)}
-
-
-VARIANTS = {"allreduce": _allreduce_variants, "fused": _fused_variants, "sharded": _sharded_variants,
-            "head": _head_variants}
-
-
 def _time_stages(seconds: dict) -> None:
     """Wrap the functions of ``STAGES`` so that each call adds its wall time to ``seconds`` under its stage."""
-    import importlib  # in the child only, which imports the DSL
-
     for stage, (module, owner, name) in STAGES.items():
         holder = importlib.import_module(module)
         holder = getattr(holder, owner) if owner else holder
@@ -132,8 +80,17 @@ def _time_stages(seconds: dict) -> None:
         setattr(holder, name, timed)
 
 
-def child(family: str) -> dict:
-    """Import and get every variant of ``family`` in this process; the seconds of each stage."""
+def compile_groups() -> dict[str, str]:
+    """Every family's compile group -> the module declaring it (``COMPILE_GROUPS``), families in registry order."""
+    from harness.bench.registry import family_hooks  # noqa: PLC0415 - the parent's only: the child times its imports
+
+    return {group: variants.__module__ for groups in family_hooks("COMPILE_GROUPS").values()
+            for group, variants in groups.items()}
+
+
+def child(family: str, group_module: str) -> dict:
+    """Import ``group_module`` and get every variant of its group ``family`` in this process; the seconds of each
+    stage."""
     seconds = {}
     for name, module in (("import torch", "torch"), ("import CuTe DSL", "cutlass.cute")):
         started = time.perf_counter()
@@ -143,7 +100,7 @@ def child(family: str) -> dict:
     from kernels.compile_clock import compile_seconds, load_seconds  # after the timed imports
 
     started = time.perf_counter()
-    thunks = VARIANTS[family](os.environ["CUTE_DSL_ARCH"])
+    thunks = importlib.import_module(group_module).COMPILE_GROUPS[family](os.environ["CUTE_DSL_ARCH"])
     seconds["import family"] = time.perf_counter() - started
     per_variant = {}
     for name, thunk in thunks.items():
@@ -156,15 +113,17 @@ def child(family: str) -> dict:
             "process_s": round(time.perf_counter() - _STARTED, 3)}  # from this file's first line running
 
 
-def run_child(family: str, case: str, artifacts: Path) -> dict:
-    """One fresh process measuring ``family`` in ``case`` (see the module); its JSON, with the case added."""
+def run_child(family: str, module: str, case: str, artifacts: Path) -> dict:
+    """One fresh process measuring group ``family`` (declared in ``module``) in ``case`` (see the module); its JSON,
+    with the case added."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     env.setdefault("CUTE_DSL_ARCH", "sm_90a")
     env.pop(ARTIFACTS_VAR, None)
     if case != "compile":
         env[ARTIFACTS_VAR] = str(artifacts)
     # Run as a file, not with -m: the harness.bench package imports torch, which the child times itself.
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", family], cwd=REPO_ROOT,
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", family, module],
+                          cwd=REPO_ROOT,
                           env=env, capture_output=True, text=True, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"{family}/{case}: exit {proc.returncode}: {proc.stderr[-2000:]}")
@@ -186,23 +145,27 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Parse the command line; measure every family in every case (or be one child process)."""
+    """Parse the command line; measure every compile group in every case (or be one child process)."""
     parser = argparse.ArgumentParser(prog="python -m harness.bench.compile_profile", description=__doc__.split("\n")[0])
-    parser.add_argument("--family", action="append", choices=FAMILIES, help="a family to measure (default: all)")
+    parser.add_argument("--family", action="append", help="a compile group to measure (default: all)")
     parser.add_argument("--artifacts", type=Path, help="the artifact directory to fill (default: a temporary one)")
-    parser.add_argument("--child", choices=FAMILIES, help=argparse.SUPPRESS)
+    parser.add_argument("--child", nargs=2, metavar=("GROUP", "MODULE"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child)))
+        print(json.dumps(child(*args.child)))
         return 0
+    groups = compile_groups()  # after --child: a child imports only its group's module, and times that
+    unknown = sorted(set(args.family or ()) - set(groups))
+    if unknown:
+        parser.error(f"--family: no compile group {', '.join(unknown)} (groups: {', '.join(groups)})")
     scratch = None if args.artifacts else Path(tempfile.mkdtemp(prefix="rankcheck-compile-profile-"))
     artifacts = args.artifacts or scratch / "kernels"
     shutil.rmtree(artifacts, ignore_errors=True)  # "first" must find it empty
     rows = []
     try:
-        for family in args.family or FAMILIES:
+        for family in args.family or groups:
             for case in CASES:
-                rows.append(run_child(family, case, artifacts))
+                rows.append(run_child(family, groups[family], case, artifacts))
                 print(json.dumps(rows[-1]), flush=True)
     except RuntimeError as exc:
         print(f"harness.bench.compile_profile: {exc}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """Where a call's time goes, from the flight recorder's own stamps: every kernel's run and the gaps between them.
 
-Every kernel of the three families writes a begin and an end record into
+Every kernel of every family writes a begin and an end record into
 its instance's flight ring (``kernels.flight``): ``start_ns`` is
 ``%globaltimer`` when thread 0 of CTA 0 began, ``end_ns`` when the kernel's
 completion point ended it (the last CTA for kernels that count their CTAs,
@@ -30,17 +30,20 @@ refuses it, because a hang is not a timing.
 
 Pure Python over ``LaunchRecord``-like objects (``launch``, ``kernel``,
 ``start_ns``, ``end_ns``, ``status``), so the CPU tests check it on
-synthetic records; ``measure_allreduce`` runs the all-reduce on virtual
-ranks of this GPU in a CUDA graph and returns its rings' records.
+synthetic records; ``measure_flight`` replays a family's call on virtual
+ranks of this GPU in a CUDA graph and returns their rings' records (a
+family's ``BREAKDOWN_FLIGHT`` hook builds the ranks and the call:
+``harness.bench.breakdown``).
 """
 
 from __future__ import annotations
 
 import statistics
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 BETWEEN_CALLS = "between calls"
 RANK_SKEW = "rank skew"
+FLIGHT_CALLS = 16  # calls per captured graph: enough between-call gaps for their median
 
 
 def _last_calls(records: Sequence[Any], calls: int, kernels_per_call: int, rank: int) -> list:
@@ -104,24 +107,14 @@ def format_timeline(table: dict, title: str) -> str:
     return "\n".join(lines)
 
 
-def measure_allreduce(*, world: int, rows: int, hidden: int, protocol: str, warmup: int, reps: int,
-                      calls: int = 16) -> tuple[dict[int, list], list[float], int]:
-    """``(records by rank, us per call of each timed replay, kernels per call)``: ``calls`` calls of the bench's
-    all-reduce at one shape captured in a CUDA graph on ``world`` virtual ranks, replayed ``reps`` times."""
+def measure_flight(ranks: Sequence[tuple[Any, Any]], call: Callable[[], None], *, warmup: int, reps: int,
+                   calls: int = FLIGHT_CALLS) -> tuple[dict[int, list], list[float]]:
+    """``(records by rank, us per call of each timed replay)``: ``calls`` calls of ``call()`` captured in one CUDA
+    graph after ``warmup`` eager ones, replayed ``reps`` times; ``ranks`` are ``(fabric, system)`` pairs whose
+    systems keep a flight recorder (``system.api.flight_recorder``)."""
     import torch  # noqa: PLC0415 - the pure table above needs no torch
 
-    from harness.bench.cases import allreduce_mhc as case  # noqa: PLC0415 - CuTe DSL: loaded when this runs, not at --help
-    from harness.bench.cases.virtual import launch_ranks  # noqa: PLC0415 - CuTe DSL: as above
-
     device = torch.device("cuda", torch.cuda.current_device())
-    ranks = case._ranks(device, world, hidden, protocol == "bt")
-    inputs = case.make_inputs(device, torch.Generator(device=device).manual_seed(rows), tp=world, rows=rows,
-                              hidden=hidden)
-
-    def call() -> None:
-        """One call on every rank with the chosen protocol."""
-        launch_ranks(ranks, lambda rank, system: system.launch(inputs, {"finalize": False, "protocol": protocol}))
-
     for _ in range(warmup):
         call()
     torch.cuda.synchronize(device)
@@ -138,4 +131,4 @@ def measure_allreduce(*, world: int, rows: int, hidden: int, protocol: str, warm
         torch.cuda.synchronize(device)
         per_call_us.append(begin.elapsed_time(end) * 1e3 / calls)
     records = {rank: list(system.api.flight_recorder.records().records) for rank, (_, system) in enumerate(ranks)}
-    return records, per_call_us, case.chain_launches(protocol)
+    return records, per_call_us

@@ -3,13 +3,13 @@
 They draw the rows of ``harness.bench.tables`` (the summary's tables), so a
 figure and its table show the same numbers:
 
-- all-reduce (``<stem>.allreduce_mhc.png``): latency against M on log-log
-  axes, one panel per (tp, H), one row of panels per source (plain,
-  finalize); LL, BT, the unfused path and the floor as lines, FlashInfer's
+- a family of the ``allreduce`` layout (``<stem>.<family>.png``): latency
+  against M on log-log axes, one panel per (tp, H), one row of panels per
+  source (plain, finalize); LL, BT, the unfused path and the floor as lines, FlashInfer's
   published LL figure as a star where one matches the panel's tp and H, and
   the LL/BT crossover marked (a vertical line where BT stays ahead from
   some M on, a note where it never does).
-- decode loops (``<stem>.<family>.png``): per (rows, steps, ranks) the
+- decode loops, the ``loop`` layout (``<stem>.<family>.png``): per (rows, steps, ranks) the
   kernel, the eager torch loop and the floor as grouped bars on a log axis,
   each bar labelled with its time and each group with the speedup and the
   distance to the floor.
@@ -69,15 +69,15 @@ def _title(document: Mapping, what: str) -> str:
     return f"{what} — {document['device'].get('name', '?')}, {document['date'][:10]}"
 
 
-def plot_allreduce(document: Mapping, path: str) -> str | None:
-    """Draw the all-reduce latency-against-M panels into ``path``; None when the document has no all-reduce rows."""
-    rows = tables.allreduce_rows(document)
+def plot_allreduce(document: Mapping, family: str, path: str) -> str | None:
+    """Draw ``family``'s all-reduce latency-against-M panels into ``path``; None when the document has no such rows."""
+    rows = tables.allreduce_rows(document, family)
     if not rows:
         return None
     plt = _pyplot()
     shapes = sorted({(r["tp"], r["hidden"]) for r in rows})
     sources = list(dict.fromkeys(r["source"] for r in rows))
-    crossovers = tables.crossovers(document)
+    crossovers = tables.crossovers(document, family)
     fig, axes = plt.subplots(len(sources), len(shapes), figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI, squeeze=False)
     handles = {}
     for i, source in enumerate(sources):
@@ -112,9 +112,9 @@ def plot_allreduce(document: Mapping, path: str) -> str | None:
             if j == 0:
                 ax.set_ylabel("µs per call (CUDA-graph median)")
     fig.legend(list(handles.values()), list(handles), loc="lower center", ncol=len(handles), frameon=False)
-    notes = tables.notes(document, tables.ALLREDUCE_FAMILY)
+    notes = tables.notes(document, family)
     subtitle = "virtual ranks on one GPU, not NVLink" if any("virtual ranks" in n for n in notes) else ""
-    fig.suptitle(_title(document, "allreduce_mhc latency against M" + (f" ({subtitle})" if subtitle else "")))
+    fig.suptitle(_title(document, f"{family} latency against M" + (f" ({subtitle})" if subtitle else "")))
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path)
     plt.close(fig)
@@ -183,7 +183,7 @@ def plot_results(document: Mapping, stem: str) -> list[str]:
         layout = tables.layout_of(family)
         path = f"{stem}.{family}.png"
         if layout == "allreduce":
-            drawn = plot_allreduce(document, path)
+            drawn = plot_allreduce(document, family, path)
         elif layout == "loop":
             drawn = plot_loop(document, family, path)
         else:

@@ -1,11 +1,18 @@
 """Where benchmark cases are declared, and how the runner finds them.
 
 A case is a family's kernel (or any callable that enqueues GPU work) at one
-configuration. Kernel helpers register cases in their own module under
-``harness/bench/cases/`` (one file per family, ``cases/<family>.py``);
-``discover()`` imports every module of that package, so adding a file is all
-it takes. A module that fails to import is reported by the runner (with its
-error), never silently skipped.
+configuration. A family registers its cases in its own home, the modules
+``bench`` and ``bench_*`` of ``harness/families/<family>/`` (found through
+the family registry, ``harness.families.registry``); cases of no family (the
+method's own baselines) live in ``harness/bench/cases/``. ``discover()``
+imports every module of both, so adding a file is all it takes. A module
+that fails to import is reported by the runner (with its error), never
+silently skipped.
+
+Whatever else the shared bench tools need of a family (its table layout,
+its plot, its compile groups, its phase breakdown, what it records from a
+run) the family's bench modules declare as module attributes, read by name
+with ``family_hooks`` so that no shared module names a family.
 
 Declaring a case::
 
@@ -178,13 +185,39 @@ def bench_case(
     return wrap
 
 
+def family_bench_modules() -> dict[str, list[str]]:
+    """Family -> its bench modules (``bench`` and ``bench_*`` beside its adapter), families in registry order."""
+    from harness.families.registry import ADAPTER_MODULES  # noqa: PLC0415 - the adapters load only when cases are sought
+
+    found = {}
+    for family, module in ADAPTER_MODULES.items():
+        names = [info.name for info in pkgutil.iter_modules(importlib.import_module(module).__path__, prefix=f"{module}.")
+                 if info.name.rpartition(".")[2] == "bench" or info.name.rpartition(".")[2].startswith("bench_")]
+        if names:
+            found[family] = sorted(names)
+    return found
+
+
+def family_hooks(name: str) -> dict[str, Any]:
+    """Family -> the attribute ``name`` of its bench modules, for the families whose bench modules declare it."""
+    found = {}
+    for family, modules in family_bench_modules().items():
+        for module in modules:
+            value = getattr(importlib.import_module(module), name, None)
+            if value is not None:
+                found[family] = value
+    return found
+
+
 def discover(package: str = "harness.bench.cases") -> list[dict]:
-    """Import every module of ``package`` (registering its cases); return ``{module, error}`` for failures."""
-    failures = []
+    """Import every module of ``package`` and every family's bench modules (registering their cases); return
+    ``{module, error}`` for failures."""
     root = importlib.import_module(package)
-    for info in pkgutil.iter_modules(root.__path__, prefix=f"{package}."):
+    shared = [info.name for info in pkgutil.iter_modules(root.__path__, prefix=f"{package}.")]
+    failures = []
+    for module in shared + [m for modules in family_bench_modules().values() for m in modules]:
         try:
-            importlib.import_module(info.name)
+            importlib.import_module(module)
         except Exception as exc:  # noqa: BLE001 - reported in the results, not hidden
-            failures.append({"module": info.name, "error": f"{type(exc).__name__}: {exc}"})
+            failures.append({"module": module, "error": f"{type(exc).__name__}: {exc}"})
     return failures

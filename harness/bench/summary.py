@@ -144,7 +144,7 @@ def _cell(row: Mapping, impl: str) -> str:
 
 def allreduce_section(document: Mapping, family: str) -> list[str]:
     """The all-reduce tables (one per source), crossovers, floor rule, peers' bits, what is n/a, notes, published."""
-    rows = tables.allreduce_rows(document)
+    rows = tables.allreduce_rows(document, family)
     lines = []
     for source in dict.fromkeys(row["source"] for row in rows):
         body = [
@@ -159,17 +159,17 @@ def allreduce_section(document: Mapping, family: str) -> list[str]:
                    for peer in tables.PEERS):
             lines.append("\nNo peer at this source (best peer / best: none): the peers run in the torchrun cases.")
         lines.append("")
-    for (tp, hidden, source), found in sorted(tables.crossovers(document).items(), key=lambda kv: kv[0][2] != "plain"):
+    for (tp, hidden, source), found in sorted(tables.crossovers(document, family).items(), key=lambda kv: kv[0][2] != "plain"):
         verdict = f"BT ahead from M = {found} on" if found is not None else "BT never stays ahead: LL only"
         lines.append(f"- LL/BT crossover, tp {tp}, H {hidden}, {source}: {verdict}")
     lines += [f"- floor: {rule}" for rule in tables.floor_rules(document, family)]
-    return lines + _golden_lines(document) + _unavailable_lines(rows) + _notes_and_published(document, family)
+    return lines + _golden_lines(document, family) + _unavailable_lines(rows) + _notes_and_published(document, family)
 
 
-def _golden_lines(document: Mapping) -> list[str]:
-    """Per implementation that recorded it, its largest distance from the golden bits at each shape."""
+def _golden_lines(document: Mapping, family: str) -> list[str]:
+    """Per implementation of ``family`` that recorded it, its largest distance from the golden bits at each shape."""
     lines = []
-    for impl, checks in tables.peer_checks(document).items():
+    for impl, checks in tables.peer_checks(document, family).items():
         shapes = ", ".join(f"tp {c['tp']} M {c['rows']}: " + "/".join(str(v) for v in c["ulp"].values())
                            + ("" if c["plausible"] in (True, None) else
                               f" (BEYOND the sanity tolerance: its times are marked `{tables.WRONG_MARK}` and "

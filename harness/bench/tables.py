@@ -2,9 +2,11 @@
 
 The summary (``harness.bench.summary``) and the plots (``harness.bench.plot``)
 read the same rows from here, so a table and its figure cannot disagree.
-Each family has a layout (``LAYOUTS``; any other family gets ``generic``):
+Each family has a layout, which its bench module declares (``TABLE_LAYOUT``,
+read with ``harness.bench.registry.family_hooks``; the method's own cases
+are ``copy``, ``LAYOUTS``; any other gets ``generic``):
 
-- ``allreduce``: one row per source (plain, finalize, plain through
+- ``allreduce`` (a two-protocol all-reduce): one row per source (plain, finalize, plain through
   torchrun), tp, H and M, in the nccl-tests spirit: the CUDA-graph medians
   of LL, BT, the unfused path (the eager baseline) and the peers of the
   torchrun cases (``PEERS``: PyTorch's symmetric-memory one-shot and
@@ -21,7 +23,8 @@ Each family has a layout (``LAYOUTS``; any other family gets ``generic``):
   implementation the document lists as not available at that shape is in
   the row's ``unavailable`` (the summary writes ``n/a`` there). ``crossovers``
   gives the LL/BT crossover of each (tp, H, source) by the rule that sets
-  the kernels' thresholds (``harness.bench.thresholds.crossover``).
+  the kernels' thresholds (``crossover``; the family writes them into its
+  thresholds table, ``harness/families/<family>/thresholds.py``).
 - ``loop``: one row per kernel case that names a baseline (the eager torch
   loop), from ``harness.bench.cases.ratios.pair_ratios``: rows, steps, ranks,
   the kernel's and the loop's CUDA-graph medians, the speedup, the kernel's
@@ -37,13 +40,12 @@ measured is None.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from harness.bench.cases.ratios import pair_ratios
-from harness.bench.thresholds import FAMILY as ALLREDUCE_FAMILY
-from harness.bench.thresholds import crossover, measurements
+from harness.bench.registry import family_hooks
 
-LAYOUTS = {ALLREDUCE_FAMILY: "allreduce", "markov_fused": "loop", "markov_sharded": "loop", "baseline": "copy"}
+LAYOUTS = {"baseline": "copy"}  # the method's own cases (harness/bench/cases/baseline.py); families declare theirs
 PEERS = ("symm_one_shot", "symm_two_shot", "nccl")
 ALLREDUCE_IMPLS = ("ll", "bt", "unfused", *PEERS)
 EAGER_MARK = "e"  # timed with eager launches: not capturable in a CUDA graph
@@ -55,7 +57,7 @@ _NOTE_SHAPE = re.compile(r"H=(?P<hidden>\d+), M=(?P<rows>\d+), TP(?P<tp>\d+)")
 
 def layout_of(family: str) -> str:
     """The report layout of ``family``: ``allreduce``, ``loop``, ``copy`` or ``generic``."""
-    return LAYOUTS.get(family, "generic")
+    return {**LAYOUTS, **family_hooks("TABLE_LAYOUT")}.get(family, "generic")
 
 
 def families(document: Mapping) -> list[str]:
@@ -109,10 +111,11 @@ def _new_row(key: tuple) -> dict:
             "floor": None, "flashinfer": None, "marks": {}, "unavailable": {}, "wrong": set()}
 
 
-def allreduce_rows(document: Mapping) -> list[dict]:
-    """One row per (source, tp, hidden, rows) of the all-reduce cases, sorted: medians, floor, FlashInfer, ratios."""
+def allreduce_rows(document: Mapping, family: str) -> list[dict]:
+    """One row per (source, tp, hidden, rows) of ``family``'s all-reduce cases, sorted: medians, floor, FlashInfer,
+    ratios."""
     rows: dict[tuple, dict] = {}
-    for case in family_cases(document, ALLREDUCE_FAMILY):
+    for case in family_cases(document, family):
         params = case["params"]
         impl = _impl_of(params)
         if impl is None:
@@ -129,7 +132,7 @@ def allreduce_rows(document: Mapping) -> list[dict]:
             row["flashinfer"] = _published_at(case, shape)
     for item in document.get("not_available", []):
         params = item.get("params") or {}
-        impl = _impl_of(params) if item.get("family") == ALLREDUCE_FAMILY else None
+        impl = _impl_of(params) if item.get("family") == family else None
         if impl is not None:
             key = (params.get("source", "plain"), params["tp"], params["hidden"], params["rows"])
             rows.setdefault(key, _new_row(key))["unavailable"][impl] = item["why"]
@@ -155,10 +158,35 @@ def _ratios(row: Mapping) -> dict:
     }
 
 
-def crossovers(document: Mapping) -> dict[tuple, int | None]:
-    """``{(tp, hidden, source): smallest M from which BT stays ahead, or None}`` where both protocols ran at some M."""
+def crossover(rows: Sequence[int], ll_us: Sequence[float], bt_us: Sequence[float]) -> int | None:
+    """The smallest ``rows[i]`` with BT faster there and at every larger row; None when BT never stays ahead."""
+    order = sorted(range(len(rows)), key=lambda i: rows[i])
+    found = None
+    for i in reversed(order):
+        if bt_us[i] < ll_us[i]:
+            found = rows[i]
+        else:
+            break
+    return found
+
+
+def measurements(document: Mapping, family: str) -> dict[tuple, dict]:
+    """``{(provider, tp, hidden, source): {rows: {protocol: graph median us}}}`` of ``family``'s LL and BT cases."""
+    table: dict[tuple, dict] = {}
+    for case in document.get("cases", []):
+        params = case.get("params", {})
+        if case.get("family") != family or params.get("protocol") not in ("ll", "bt"):
+            continue
+        key = (params.get("provider", "virtual"), params["tp"], params["hidden"], params.get("source", "plain"))
+        table.setdefault(key, {}).setdefault(params["rows"], {})[params["protocol"]] = case["graph"]["median_us"]
+    return table
+
+
+def crossovers(document: Mapping, family: str) -> dict[tuple, int | None]:
+    """``{(tp, hidden, source): smallest M from which BT stays ahead, or None}`` where both protocols of ``family``
+    ran at some M."""
     found = {}
-    for (_provider, tp, hidden, source), by_rows in sorted(measurements(document).items()):
+    for (_provider, tp, hidden, source), by_rows in sorted(measurements(document, family).items()):
         both = sorted(m for m, medians in by_rows.items() if {"ll", "bt"} <= set(medians))
         if both:
             found[(tp, hidden, source)] = crossover(both, [by_rows[m]["ll"] for m in both], [by_rows[m]["bt"] for m in both])
@@ -232,11 +260,11 @@ def floor_rules(document: Mapping, family: str) -> list[str]:
                               if case["params"].get("floor_rule")))
 
 
-def peer_checks(document: Mapping) -> dict[str, list[dict]]:
-    """Per all-reduce implementation that records its distance from the golden bits (``golden_ulp``): one row per
-    shape with the largest BF16 ulp distance per output and whether it was within the sanity tolerance."""
+def peer_checks(document: Mapping, family: str) -> dict[str, list[dict]]:
+    """Per implementation of ``family``'s all-reduce that records its distance from the golden bits (``golden_ulp``):
+    one row per shape with the largest BF16 ulp distance per output and whether it was within the sanity tolerance."""
     found: dict[str, list[dict]] = {}
-    for case in family_cases(document, ALLREDUCE_FAMILY):
+    for case in family_cases(document, family):
         params = case["params"]
         if not params.get("golden_ulp") or _impl_of(params) is None:
             continue

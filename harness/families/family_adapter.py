@@ -14,7 +14,10 @@ An adapter answers four questions for the worker:
   loop);
 - which config key carries the TP size (``tp`` or ``world``);
 - how ``harness fuzz`` draws a random valid scenario of the family
-  (``fuzz_draw``, in ``harness/families/<family>/fuzz.py``);
+  (``fuzz_draw``, in ``harness/families/<family>/fuzz.py``), and in what
+  steps its shrinker may cut the vocabulary (``vocab_unit_per_rank``);
+- which scenario of the family the nightly scale run runs by default
+  (``nightly_scenario``, ``nightly_hang``);
 - which config keys only one implementation accepts (stripped for the
   other), which config entries the harness adds for the golden (on the
   golden path and for the reference alike: e.g. a reciprocal table or a
@@ -69,6 +72,13 @@ class FamilyAdapter:
     # ``module:function`` drawing a random valid scenario body for ``harness fuzz``:
     # ``f(rng: random.Random, world) -> dict`` (config, inputs, calls, graph, inject); None: not fuzzed.
     fuzz_draw: str | None = None
+    # The vocabulary is a multiple of this times the world (each rank's shard whole units of it): the steps in
+    # which ``harness fuzz``'s shrinker cuts ``config.vocab``.
+    vocab_unit_per_rank: int = 1
+    # The scenario the nightly scale run (``harness scale run``) runs of this family by default (None: none), and
+    # whether it is the one the nightly plants its hang in (run first: the hang goes into the first scenario).
+    nightly_scenario: str | None = None
+    nightly_hang: bool = False
 
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""

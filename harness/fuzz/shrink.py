@@ -30,6 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
+from harness.families.registry import adapter
 from scenarios.fields import ScenarioError
 from scenarios.schema import validate
 
@@ -161,7 +162,7 @@ def _world_reductions(d: dict) -> Iterator[Reduction]:
 def _size_reductions(d: dict) -> Iterator[Reduction]:
     """A smaller vocabulary, hidden or embedding size, request count, capacity, steps (multiples the schema needs)."""
     cfg, world = d["config"], max(d["worlds"])
-    unit = {"vocab": 16 * world if d["family"] == "markov_sharded" else world,
+    unit = {"vocab": adapter(d["family"]).vocab_unit_per_rank * world,
             "hidden": 128 if cfg.get("quantize") else 8, "dim": 8}
     rows, _ = _calls_rows_steps(d)
     for key, step in unit.items():

@@ -2,8 +2,8 @@
 
 ``replay --inject KIND:key=value,...`` adds a fault to the one scenario it
 replays; ``validate --inject SCENARIO:KIND:key=value,...`` adds one to a
-named scenario of the selection (the nightly's planted hang:
-``markov_sharded/basic:hang:rank=1,launch=1,group=5``). Values are read as
+named scenario of the selection (the nightly plants its hang so:
+``FAMILY/SCENARIO:hang:rank=1,launch=1,group=5``). Values are read as
 YAML scalars. Each injection is checked field by field against the
 scenario *as this run runs it*: its ranks against the TP group size, its
 ``group`` against the run's TP groups (a file listing worlds 1, 2 and 4
@@ -49,7 +49,7 @@ def split_target(text: str) -> tuple[str, str]:
     name, _, rest = text.partition(":")
     if not name or ":" not in rest or "=" in name:
         raise ValueError(f"--inject: expected SCENARIO:KIND:key=value,... (e.g. "
-                         f"markov_sharded/basic:hang:rank=1,launch=1,group=0), got {text!r}")
+                         f"FAMILY/SCENARIO:hang:rank=1,launch=1,group=0), got {text!r}")
     return name, rest
 
 

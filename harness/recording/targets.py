@@ -1,7 +1,9 @@
 """The public kernel objects a recording recognizes, in one table, and how a replay rebuilds them.
 
-``PUBLIC_CLASSES`` is the one place that knows the public API's classes
-(docs/interfaces.md, "The kernels' public API"): per class, the modules of
+``PUBLIC_CLASSES`` is the one table of the public API's classes
+(docs/interfaces.md, "The kernels' public API"), gathered from each family's
+home (``PUBLIC_CLASSES`` of ``harness/families/<family>/recording.py``,
+found through ``harness.families.registry``): per class, the modules of
 its two implementations (the kernel class in ``kernels/``, its golden
 stand-in with the same name, constructor keywords and method signatures in
 ``golden.public``) and per recorded method what the world analysis
@@ -25,54 +27,23 @@ stand-in over a ``golden.comm`` Comm, or the kernel class over a
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass, field
+import importlib.util
 from typing import Any, Mapping
 
-GOLDEN_MODULE = "golden.public"
+from harness.families.registry import ADAPTER_MODULES
+from harness.recording.public_class import MethodFacts, PublicClass
 
 
-@dataclass(frozen=True)
-class MethodFacts:
-    """What the world analysis compares of one method's calls across ranks."""
-
-    agreed: tuple[str, ...] = ()
-    per_rank: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class PublicClass:
-    """One public kernel class: its implementations' modules and its recorded methods."""
-
-    name: str
-    kernel_module: str
-    methods: Mapping[str, MethodFacts] = field(default_factory=dict)
-    golden_module: str = GOLDEN_MODULE
-
-    def module(self, impl: str) -> str:
-        """The module holding the class for ``impl`` (``golden`` or ``kernel``)."""
-        if impl not in ("golden", "kernel"):
-            raise ValueError(f"impl: expected golden or kernel, got {impl!r}")
-        return self.golden_module if impl == "golden" else self.kernel_module
+def _discover() -> dict[str, PublicClass]:
+    """Every family's public classes (``PUBLIC_CLASSES`` of ``harness/families/<family>/recording.py``), by name."""
+    found: dict[str, PublicClass] = {}
+    for module in ADAPTER_MODULES.values():
+        if importlib.util.find_spec(f"{module}.recording") is not None:
+            found.update((c.name, c) for c in importlib.import_module(f"{module}.recording").PUBLIC_CLASSES)
+    return found
 
 
-_REPLICATED_MHC = ("residual", "post", "comb", "pre", "norm_weight")
-PUBLIC_CLASSES: dict[str, PublicClass] = {c.name: c for c in (
-    PublicClass("AllReduceMHC", "kernels.allreduce_mhc", {
-        "__call__": MethodFacts(agreed=_REPLICATED_MHC),
-        "finalize": MethodFacts(agreed=("expert_weights", *_REPLICATED_MHC)),
-    }),
-    PublicClass("ShardedMarkovSampler", "kernels.markov_sharded.host", {
-        "__call__": MethodFacts(agreed=("input_ids", "idx_mapping", "temperature")),
-    }),
-    PublicClass("MarkovKernels", "kernels.markov_fused.host", {
-        "anchor_embed": MethodFacts(agreed=("input_ids", "anchor_idx")),
-        "step": MethodFacts(agreed=("idx_map", "pos", "seeds", "temperature"), per_rank=("vocab_offset",)),
-        "gather_packets": MethodFacts(),
-        "gather_draft": MethodFacts(),
-        "pick": MethodFacts(),
-        "cache_fill": MethodFacts(agreed=("idx_map",)),
-    }),
-)}
+PUBLIC_CLASSES: dict[str, PublicClass] = _discover()
 
 
 def public_class_of(obj: Any) -> PublicClass | None:

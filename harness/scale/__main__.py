@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness.families.registry import ADAPTERS
 from harness.scale.measure import world_costs
 from harness.scale.nightly import run_world, shape_of
 from harness.scale.summary import load_results, write_summary
@@ -33,13 +34,18 @@ from harness.launch.supervision import install_interrupt_handlers
 from harness.wire.command_line import HelpFormatter, command_parser
 from harness.wire.run_dir import run_dir_lock
 
-DEFAULT_SCENARIOS = ("markov_sharded/basic", "allreduce_mhc/basic_ll", "markov_fused/basic")
 # A world is not started with less time left than this (its two jobs' start-up alone take longer).
 MIN_WORLD_S = 60.0
 # Kept back from a world's agents for the merge and the measurement.
 AFTER_WORLD_S = 10.0
 # The bad group must be named within the per-launch deadline plus this many seconds of its hang.
 NAMED_WITHIN_S = 10.0
+
+
+def default_scenarios() -> list[str]:
+    """Each family's nightly scenario (its adapter's ``nightly_scenario``), the one the hang is planted in first."""
+    chosen = [a for a in ADAPTERS.values() if a.nightly_scenario]
+    return [a.nightly_scenario for a in sorted(chosen, key=lambda a: not a.nightly_hang)]
 
 
 def checks(world: dict, shape, deadline_s: float) -> list[str]:
@@ -140,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hang-group", default="-1", help="the TP group the hang is planted in (-1: the middle one; none)")
     p.add_argument("--deadline", type=float, default=5.0, help="per-launch deadline in seconds")
     p.add_argument("--budget", type=float, default=230.0, help="seconds the whole command may take")
-    p.add_argument("--scenario", nargs="+", default=list(DEFAULT_SCENARIOS),
+    p.add_argument("--scenario", nargs="+", default=default_scenarios(),
                    help="scenarios to run (the hang is planted in the first)")
     p = sub.add_parser("summary", help="the table and plot from result files", formatter_class=HelpFormatter,
                        description="The table and plot from one or more result files.")

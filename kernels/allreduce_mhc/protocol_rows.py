@@ -38,7 +38,7 @@ Where measurements live (``threshold_files``): the shipped defaults,
 a commit), then this machine's own, ``allreduce_thresholds.json`` in the
 user's cache directory (``kernels.cache_dir``: ``$RANKCHECK_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/rankcheck`` or ``~/.cache/rankcheck``), which ``harness
-bench`` writes (``harness/bench/thresholds.py``). The tables are read in that
+bench`` writes (``harness/families/allreduce_mhc/thresholds.py``). The tables are read in that
 order, each entry of a later one replacing the same key's entry of an earlier
 one, so a node's measurement wins over the shipped default and a shipped key
 it never measured still applies. Every rank of a group must see the same

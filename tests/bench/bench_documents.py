@@ -36,7 +36,7 @@ def entry(family: str, name: str, params: dict, graph: float, eager: float, floo
 
 
 def allreduce(tp: int, hidden: int, rows: int, impl: str, graph: float, floor: float, references=()) -> dict:
-    """An all-reduce case entry as ``harness/bench/cases/allreduce_mhc.py`` declares them (plain source)."""
+    """An all-reduce case entry as ``harness/families/allreduce_mhc/bench.py`` declares them (plain source)."""
     params = {"tp": tp, "hidden": hidden, "rows": rows, "impl": impl, "protocol": impl, "source": "plain",
               "provider": "virtual", "note": "virtual ranks on one GPU: not a latency measurement of NVLink"}
     if impl != "unfused":

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from golden.families import FAMILIES
 from harness.bench import breakdown
 from kernels.markov_sharded.layout import stamp_names
 
@@ -69,7 +70,7 @@ def test_launches_take_the_median_of_each_field():
     assert text.splitlines()[0] == "title" and "critical path" in text and "streamed" in text
 
 
-@pytest.mark.parametrize("family", [*sorted(breakdown.STAMPED_RUNS), "allreduce_mhc"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_without_a_gpu_it_exits_2_saying_so(monkeypatch, capsys, family):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert breakdown.main(["--family", family, "--reps", "2"]) == 2

@@ -14,7 +14,8 @@ import torch.distributed as dist
 from bench_documents import entry, markdown_tables, section, small_document
 
 from harness.bench import report
-from harness.bench.cases import allreduce_mhc as ar, spawned
+from harness.bench.cases import spawned
+from harness.families.allreduce_mhc import bench as ar, bench_torchrun
 from harness.bench.cases.checks import BenchSanityError, max_ulp_distance
 from harness.bench.registry import REGISTRY, discover
 from harness.bench.summary import summary_markdown
@@ -47,7 +48,7 @@ def _ctx(world: int = 2, *, sharing: int = 2, backend: str = "gloo") -> RankCont
 
 def _impls(ctx: RankContext, rows: int = 1) -> dict:
     """The rank's implementations of the case at ``rows``, by entry suffix."""
-    return {impl.name.rsplit(f"_m{rows}_", 1)[1]: impl for impl in spawned._allreduce_impls(ctx, rows=rows)}
+    return {impl.name.rsplit(f"_m{rows}_", 1)[1]: impl for impl in bench_torchrun._allreduce_impls(ctx, rows=rows)}
 
 
 @pytest.fixture
@@ -150,22 +151,22 @@ def test_judge_holds_the_kernel_to_the_bits_and_reports_a_peer():
     weight = ar.make_weight(torch.device("cpu"), hidden)
     check = ar.make_inputs(torch.device("cpu"), torch.Generator().manual_seed(7), tp=tp, rows=rows, hidden=hidden)
     golden = ar.golden_outputs(check, weight, tp=tp, hidden=hidden)
-    exact = spawned._judge("c", golden, check, weight, golden, "bits")
+    exact = bench_torchrun._judge("c", golden, check, weight, golden, "bits")
     assert exact["golden_ulp"]["layer_input"] == {"max_ulp": 0, "differing": 0, "nan_mismatches": 0}
     assert exact["held_to"] == "the golden bits, every one" and "plausible" not in exact
     nudged = {name: value.clone() for name, value in golden.items()}
     flat = nudged["layer_input"].view(-1).view(torch.int16)
     flat[3] += 1  # the next representable BF16 value: one ulp
     with pytest.raises(BenchSanityError, match="layer_input .against the golden bits. differs in 1 of"):
-        spawned._judge("c", nudged, check, weight, golden, "bits")
-    found = spawned._judge("c", nudged, check, weight, golden, "report")
+        bench_torchrun._judge("c", nudged, check, weight, golden, "bits")
+    found = bench_torchrun._judge("c", nudged, check, weight, golden, "report")
     assert found["plausible"] is True and found["golden_ulp"]["layer_input"]["max_ulp"] == 1
     flat[5] += 1000  # far beyond 4 ulps of the operands' magnitude
-    found = spawned._judge("c", nudged, check, weight, golden, "report")
+    found = bench_torchrun._judge("c", nudged, check, weight, golden, "report")
     assert found["plausible"] is False and "layer_input" in found["plausibility_error"]
     assert found["golden_ulp"]["layer_input"] == {"max_ulp": 1000, "differing": 2, "nan_mismatches": 0}
     with pytest.raises(BenchSanityError):
-        spawned._judge("c", nudged, check, weight, golden, "tolerance")
+        bench_torchrun._judge("c", nudged, check, weight, golden, "tolerance")
 
 
 def test_max_ulp_distance_counts_representable_steps():
@@ -204,7 +205,7 @@ def peer_document() -> dict:
     document = small_document()
     ulp = {"residual_out": {"max_ulp": 1, "differing": 3, "nan_mismatches": 0},
            "layer_input": {"max_ulp": 2, "differing": 5, "nan_mismatches": 0}}
-    held = spawned.HELD_TO["report"]
+    held = bench_torchrun.HELD_TO["report"]
     one_shot = _torchrun_entry(2, 8, "symm_one_shot", 40.40, 3.03, peer=True, golden_ulp=ulp, plausible=True,
                                held_to=held)
     one_shot["l2_cold"] = False

@@ -199,10 +199,10 @@ def test_a_peer_that_failed_its_golden_check_is_timed_marked_and_never_compared(
     ll = allreduce(4, 5120, 1, "ll", 6.0, 1.0)
     wrong, right = peer("symm_one_shot", 3.0, False), peer("symm_two_shot", 9.0, True)
     document = {**small_document(), "cases": [ll, wrong, right]}
-    [row] = tables.allreduce_rows(document)
+    [row] = tables.allreduce_rows(document, "allreduce_mhc")
     assert row["best_peer_name"] == "symm_two_shot" and row["vs_peer"] == 9.0 / 6.0
     assert row["marks"]["symm_one_shot"] == tables.WRONG_MARK and row["symm_one_shot"] == 3.0
     text = summary_markdown(document)
     assert f"3.00{tables.WRONG_MARK}" in text and "no ratio is taken against them" in text
-    [row] = tables.allreduce_rows({**document, "cases": [ll, wrong]})
+    [row] = tables.allreduce_rows({**document, "cases": [ll, wrong]}, "allreduce_mhc")
     assert row["vs_peer"] is None and row["best_peer_name"] is None

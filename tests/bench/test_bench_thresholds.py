@@ -1,4 +1,4 @@
-"""The LL/BT crossover rule and the thresholds table the all-reduce reads (harness.bench.thresholds)."""
+"""The LL/BT crossover rule and the thresholds table the all-reduce reads (harness.families.allreduce_mhc.thresholds)."""
 
 import json
 import os
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from harness.bench.thresholds import arch_of, crossover, derive, main
+from harness.families.allreduce_mhc.thresholds import arch_of, crossover, derive, main
 from kernels.allreduce_mhc.protocol_rows import measured_threshold
 
 
@@ -133,7 +133,7 @@ def test_by_default_the_crossovers_go_to_the_user_cache_and_the_shipped_table_is
 
 
 def test_merging_into_a_table_that_is_not_one_names_it_and_keeps_it(tmp_path):
-    from harness.bench.thresholds import merge_into
+    from harness.families.allreduce_mhc.thresholds import merge_into
 
     table = tmp_path / "t.json"
     table.write_text("{not json")

@@ -72,7 +72,7 @@ def test_spawn_env_keeps_multicast_off_and_picks_the_backend():
 
 
 def test_flashinfer_contract_and_honest_exit():
-    from harness.bench import flashinfer_mxfp8 as fi
+    from harness.families.allreduce_mhc import flashinfer_mxfp8 as fi
 
     report = fi.contract_report()
     assert report["scale_byte_differences"] == 0 and report["bf16_amax_checked"] == 0x7F7F

@@ -10,7 +10,9 @@ import json
 import pytest
 import torch
 
-from harness.bench.cases import allreduce_mhc, markov_fused, markov_sharded
+from harness.families.allreduce_mhc import bench as allreduce_mhc
+from harness.families.markov_fused import bench as markov_fused
+from harness.families.markov_sharded import bench as markov_sharded
 from harness.bench.cases.checks import BenchSanityError, check_close, check_equal, tensor_bytes
 from harness.bench.cases.ratios import main as ratios_main
 from harness.bench.cases.ratios import pair_ratios, reference_rows

@@ -69,7 +69,7 @@ def test_bench_list_without_gpu():
 
 
 def test_markov_fused_floor_terms():
-    from harness.bench.cases.markov_fused import floor_terms, launches_per_call
+    from harness.families.markov_fused.bench import floor_terms, launches_per_call
     from harness.bench.floor import floor_formula, terms_bytes
 
     terms = floor_terms(rows=8, steps=8, vocab=129280, dim=256)
@@ -81,7 +81,7 @@ def test_markov_fused_floor_terms():
 
 
 def test_markov_sharded_floor_terms():
-    from harness.bench.cases.markov_sharded import floor_terms
+    from harness.families.markov_sharded.bench import floor_terms
     from harness.bench.floor import terms_bytes
 
     cells = 8 * 8 * 129280  # 8,273,920
@@ -101,7 +101,7 @@ def test_markov_sharded_floor_terms():
 
 
 def test_allreduce_floor_bytes():
-    from harness.bench.cases.allreduce_mhc import chain_launches, floor_bytes
+    from harness.families.allreduce_mhc.bench import chain_launches, floor_bytes
 
     # tp 2, H 5120, M 1, per rank: x 10,240 + residual 40,960 + residual_out 40,960 + layer_input 10,240
     # + post/comb/pre (4 + 16 + 4) x 4 = 96 + to and from the one peer 2 x 10,240 = 122,976.

@@ -34,28 +34,10 @@ KNOWN_LEFT = {
     "examples/decode_step.py": "runs each family's public class; its runner table is keyed by family",
     "examples/decode_loop.py": "imports each family's public class (or its golden stand-in) by name",
     "examples/graph_desync.py": "its docstring shows a flight-ring name of the all-reduce family",
-    # harness: the bench tool's cases and tables are still per family in the shared bench package.
-    "harness/bench/__init__.py": "a --case help example names an all-reduce bench case",
-    "harness/bench/compile_profile.py": "times each kernel group's compile, importing it by its module",
-    "harness/bench/breakdown.py": "the phase breakdown runs the two Markov kernel systems by family",
-    "harness/bench/cases/allreduce_mhc.py": "bench cases not yet moved to harness/families/allreduce_mhc/",
-    "harness/bench/cases/markov_fused.py": "bench cases not yet moved to harness/families/markov_fused/",
-    "harness/bench/cases/markov_sharded.py": "bench cases not yet moved to harness/families/markov_sharded/",
-    "harness/bench/cases/spawned.py": "torchrun bench cases of two families, not yet split per family",
-    "harness/bench/flashinfer_mxfp8.py": "compares FlashInfer's MXFP8 with the all-reduce family's golden",
-    "harness/bench/flight_timeline.py": "imports the all-reduce bench cases for its timeline",
-    "harness/bench/plot.py": "plots the all-reduce family's latency curve by name",
-    "harness/bench/tables.py": "the table layout of each family's bench results",
-    "harness/bench/thresholds.py": "measures the all-reduce family's LL/BT thresholds",
+    # harness: the calibration probes that run one family's kernel chain or logit transform.
     "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
     "harness/calibration/mma.py": "the MMA probe runs the sharded kernel's own chain (its probe module)",
     "harness/calibration/probe.py": "the reciprocal check names the sharded kernels' probe module",
-    "harness/cli.py": "an --inject help example names a scenario (docs/cli.md shows it)",
-    "harness/fuzz/shrink.py": "the shrinker's vocabulary unit of the sharded family",
-    "harness/launch/inject_option.py": "an --inject example names a scenario",
-    "harness/recording/targets.py": "the recorded public classes and their modules, one per family",
-    "harness/scale/__main__.py": "the nightly shape's default scenarios, one per family",
-    # scenarios: what the injection kinds and the model still say per family.
 }
 
 

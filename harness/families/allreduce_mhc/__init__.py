@@ -58,4 +58,5 @@ ADAPTER = FamilyAdapter(
         "mxfp8_scales": ("byte",),
     },
     fuzz_draw="harness.families.allreduce_mhc.fuzz:draw",
+    nightly_scenario="allreduce_mhc/basic_ll",
 )

@@ -50,4 +50,5 @@ ADAPTER = FamilyAdapter(
     kernel_kwargs={"bias_fn": "harness.families.markov_fused.bias:HARNESS_BIAS"},
     kernel_inputs_on_device=True,
     fuzz_draw="harness.families.markov_fused.fuzz:draw",
+    nightly_scenario="markov_fused/basic",
 )

@@ -38,4 +38,7 @@ ADAPTER = FamilyAdapter(
     golden_only_config=("bias_fn", "rcp_table"),
     arch_facts={"bias_fn": "mma_model", "rcp_table": "reciprocals"},
     fuzz_draw="harness.families.markov_sharded.fuzz:draw",
+    nightly_scenario="markov_sharded/basic",
+    nightly_hang=True,
+    vocab_unit_per_rank=16,  # contracts.markov_sharded.TILE_ROWS, not imported: torch stays out of the registry's import
 )

@@ -54,6 +54,7 @@ ROWS, STEPS, VOCAB, DIM = 8, 8, 129280, 256
 GREEDY_ROWS = 4
 TIMEOUT_NS = BENCH_TIMEOUT_NS  # a lost peer traps (with its diagnostic record) after 2 s, not 60
 GOAL = {"speedup_vs_eager": 5.0, "floor_ratio": 1.5}
+TABLE_LAYOUT = "loop"  # the report pairs each kernel case with its eager torch loop (harness.bench.tables)
 PARAMS = {"query_per_row": 1}
 
 
@@ -238,3 +239,51 @@ bench_case(
     description="torch loop: per step GEMV, add, cache index_copy, logits/T + noise or argmax",
 )(_eager_setup)
 _register_kernel(8)
+
+
+def measure_stamped(*, world: int, rows: int, steps: int, vocab: int, warmup: int, reps: int):
+    """``(stamp names, [launch][ctas][stamps], call times in us)`` of the stamped sampler on this GPU."""
+    from kernels.markov_sharded.host import ShardedMarkovSampler  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    static = make_static(device, vocab=vocab)
+    ranks = build_ranks(world, device, lambda fabric: ShardedMarkovSampler(
+        static["embed_table"], static["head"], steps=steps, base_dtype="bfloat16", cache_dtype="bfloat16",
+        max_rows=rows, max_reqs=rows, group=fabric, timeout_ns=TIMEOUT_NS, stamps=True))
+    gen = torch.Generator(device=device).manual_seed(4)
+    inputs = make_inputs(device, gen, world, rows=rows, steps=steps, vocab=vocab)
+    tokens = [torch.empty(rows, steps, dtype=torch.int64, device=device) for _ in range(world)]
+
+    def launch(rank: int, sampler) -> None:
+        """Rank ``rank``'s launch on the case inputs."""
+        sampler(inputs["base_logits"], inputs["input_ids"], PARAMS["query_per_row"], inputs["idx_mapping"],
+                inputs["temperature"], inputs["noise"], inputs["caches"][rank], tokens[rank], rows)
+
+    for _ in range(warmup):
+        launch_ranks(ranks, launch)
+    torch.cuda.synchronize(device)
+    names, launches, call_us = (), [], []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        launch_ranks(ranks, launch)
+        end.record()
+        torch.cuda.synchronize(device)
+        call_us.append(begin.elapsed_time(end) * 1e3)
+        buffer = []
+        for _, sampler in ranks:
+            names, values = sampler.stamps()
+            buffer.extend(values.tolist())
+        launches.append(buffer)
+    return names, launches, call_us
+
+
+def breakdown_stamped(args, sizes: dict) -> tuple[list[str], list, list[float], str]:
+    """``bench breakdown``'s run of the sampler: ``ShardedMarkovSampler(..., stamps=True)`` on ``args.world``
+    virtual ranks of this GPU, thread 0 of every CTA stamping the end of each phase of the one cooperative kernel
+    (``kernels/markov_sharded/kernel.py``); eager launches."""
+    return (*measure_stamped(world=args.world, **sizes), "eager launches")
+
+
+# ``bench breakdown`` times this family from its stamped variant.
+BREAKDOWN_STAMPED = breakdown_stamped

@@ -1,4 +1,6 @@
-"""FlashInfer's ``mxfp8_quantize`` as a peer of ``golden.allreduce_mhc.mxfp8``: ``python -m harness.bench.flashinfer_mxfp8``.
+"""FlashInfer's ``mxfp8_quantize`` as a peer of ``golden.allreduce_mhc.mxfp8``.
+
+Run as ``python -m harness.families.allreduce_mhc.flashinfer_mxfp8``.
 
 Two comparisons, reported as JSON lines and a verdict:
 
@@ -128,7 +130,7 @@ def kernel_unavailable() -> str | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run both comparisons; print JSON lines; exit status as in the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.flashinfer_mxfp8")
+    parser = argparse.ArgumentParser(prog="python -m harness.families.allreduce_mhc.flashinfer_mxfp8")
     parser.add_argument("--optional", action="store_true", help="exit 0 when the kernel comparison is not available")
     parser.add_argument("--json", help="also write the reports here")
     args = parser.parse_args(argv)

@@ -16,7 +16,8 @@ thresholds table::
         "measured": {"plain": {"rows": [...], "ll_us": [...], "bt_us": [...]}, ...},
         "rule": "..."}
 
-Rule (``crossover``): the smallest measured M from which BT's CUDA-graph
+Rule (``harness.bench.tables.crossover``, which the summary's table uses
+too): the smallest measured M from which BT's CUDA-graph
 median is below LL's at that M and at every larger measured M; rows between
 two measured M take the larger one (LL in the gap, which was measured no
 worse there). The provider is part of the key: virtual ranks share one GPU's
@@ -34,9 +35,10 @@ only when asked by name (``--thresholds-into kernels/allreduce_mhc/thresholds.js
 and a commit).
 
 ``harness bench`` does this itself at the end of a run that measured both
-protocols at some shape (``record``: into the user cache unless
+protocols at some shape (``record``, the family's ``RECORD_THRESHOLDS`` bench
+hook: into the user cache unless
 ``--thresholds-into`` names another file), so a run on a node refreshes that
-node's platform keys. ``python -m harness.bench.thresholds RESULT.json
+node's platform keys. ``python -m harness.families.allreduce_mhc.thresholds RESULT.json
 [--into PATH]`` does it for a results file kept from an earlier run: it
 prints the derived entries and merges them into PATH (default the user
 cache).
@@ -50,13 +52,14 @@ import os
 import sys
 from typing import Mapping, Sequence
 
+from harness.bench.tables import crossover, measurements
+from harness.wire.case_files import REPO_ROOT
 from kernels.allreduce_mhc.config import arch_of_capability, threshold_key
 from kernels.allreduce_mhc.protocol_rows import read_table, user_thresholds_file
 
 FAMILY = "allreduce_mhc"
 RULE = ("smallest measured M from which the BT graph median is below LL's at it and at every larger "
         "measured M; null when there is none (LL only)")
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def arch_of(capability: str) -> str:
@@ -65,35 +68,11 @@ def arch_of(capability: str) -> str:
     return arch_of_capability(int(major), int(minor or 0))
 
 
-def crossover(rows: Sequence[int], ll_us: Sequence[float], bt_us: Sequence[float]) -> int | None:
-    """The smallest ``rows[i]`` with BT faster there and at every larger row; None when BT never stays ahead."""
-    order = sorted(range(len(rows)), key=lambda i: rows[i])
-    found = None
-    for i in reversed(order):
-        if bt_us[i] < ll_us[i]:
-            found = rows[i]
-        else:
-            break
-    return found
-
-
-def measurements(document: Mapping) -> dict[tuple, dict]:
-    """``{(provider, tp, hidden, source): {rows: {protocol: graph median us}}}`` of the document's cases."""
-    table: dict[tuple, dict] = {}
-    for case in document.get("cases", []):
-        params = case.get("params", {})
-        if case.get("family") != FAMILY or params.get("protocol") not in ("ll", "bt"):
-            continue
-        key = (params.get("provider", "virtual"), params["tp"], params["hidden"], params.get("source", "plain"))
-        table.setdefault(key, {}).setdefault(params["rows"], {})[params["protocol"]] = case["graph"]["median_us"]
-    return table
-
-
 def derive(document: Mapping, source: str) -> dict[str, dict]:
     """The thresholds entries of one results document (only shapes where both protocols were timed)."""
     arch = arch_of(document["device"]["capability"])
     entries: dict[str, dict] = {}
-    for (provider, tp, hidden, kind), by_rows in sorted(measurements(document).items()):
+    for (provider, tp, hidden, kind), by_rows in sorted(measurements(document, FAMILY).items()):
         rows = sorted(m for m, medians in by_rows.items() if {"ll", "bt"} <= set(medians))
         if not rows:
             continue
@@ -148,7 +127,7 @@ def format_entry(key: str, entry: Mapping) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Derive, print and merge the thresholds of one results file; 2 when it holds no LL/BT pair."""
-    parser = argparse.ArgumentParser(prog="python -m harness.bench.thresholds", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.families.allreduce_mhc.thresholds", description=__doc__.split("\n")[0])
     parser.add_argument("result", help="a bench results JSON (rankcheck-bench/1)")
     parser.add_argument("--into", metavar="PATH",
                         help="thresholds table to merge into (default: allreduce_thresholds.json in the user cache, "

@@ -39,7 +39,7 @@ the eager case runs the chain check on its own outputs.
 
 ``r8_s8_v129280_tp2`` and ``_tp4`` (outside the default set, registered
 last so that a trap cannot take the tp 1 cases with it): the same loop
-vocab-parallel on 2 or 4 virtual ranks of this GPU (``virtual.py``; each
+vocab-parallel on 2 or 4 virtual ranks of this GPU (``harness.bench.cases.virtual``; each
 rank a ``1/tp`` shard of ``w2`` and of the vocabulary), per step HeadGemv,
 step, the device exchange of the pick packets (``gather_packets``,
 ``kernels.markov_fused.exchange``) and the pick, then ``gather_draft`` and
@@ -81,6 +81,7 @@ GREEDY_ROWS = 4
 TIMEOUT_NS = BENCH_TIMEOUT_NS  # a lost peer traps (with its diagnostic record) after 2 s
 # Issue 16's goals at rows 8, steps 8.
 GOAL = {"speedup_vs_eager": 5.5, "floor_ratio": 1.5}
+TABLE_LAYOUT = "loop"  # the report pairs each kernel case with its eager torch loop (harness.bench.tables)
 # One rank captures at a time: nothing runs during a capture, and no two threads enqueue into captures at once.
 _CAPTURE_LOCK = threading.Lock()
 
@@ -387,3 +388,51 @@ _register_noflight(ROWS, STEPS)
 # Last: a trap on a virtual rank ends the CUDA context, which must not take the tp 1 cases with it.
 for _tp in (2, 4):
     _register(ROWS, STEPS, _tp)
+
+
+def measure_stamped(*, rows: int, steps: int, vocab: int, warmup: int, reps: int, graph: bool):
+    """``(stamp names, [call][rows * blocks][stamps], call times in us)`` of the stamped fused loop on this GPU."""
+    from harness.families.markov_fused.kernel import FusedMarkovLoop  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+    from kernels.markov_fused.head_gemv import HeadGemv  # noqa: PLC0415 - CuTe DSL: loaded when this breakdown runs, not at --help
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    static = make_static(device, vocab=vocab, dim=DIM)
+    loop = FusedMarkovLoop(None, static, make_config(vocab=vocab, dim=DIM, max_reqs=rows), stamps=True,
+                           bias_fn=HeadGemv(DIM, device))
+    inputs = make_inputs(device, torch.Generator(device=device).manual_seed(2), rows=rows, steps=steps, vocab=vocab)
+    for _ in range(warmup):
+        loop.launch(inputs)
+    torch.cuda.synchronize(device)
+    call = lambda: loop.launch(inputs)  # noqa: E731 - the eager call
+    if graph:
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(captured):
+            loop.launch(inputs)
+        call = captured.replay
+        call()
+        torch.cuda.synchronize(device)
+    names, launches, call_us = (), [], []
+    for _ in range(reps):
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        call()
+        end.record()
+        torch.cuda.synchronize(device)
+        call_us.append(begin.elapsed_time(end) * 1e3)
+        names, values = loop.stamps()
+        launches.append(values.tolist())
+    return names, launches, call_us
+
+
+def breakdown_stamped(args, sizes: dict) -> tuple[list[str], list, list[float], str]:
+    """``bench breakdown``'s run of the loop at tp 1: ``FusedMarkovLoop(..., stamps=True)`` with the bench's GEMV
+    (``HeadGemv``) and PDL; thread 0 of every step CTA stamps its phases (``StepKernel``), a CTA slot ``(row,
+    block)`` is followed through the steps, and ``between`` is the time from the slot's previous step to this one
+    (the bias GEMV and the launches). Captured in a CUDA graph and replayed, as the bench times it (``--eager``:
+    launched eagerly, host validation and launch latency included)."""
+    return (*measure_stamped(graph=not args.eager, **sizes), "eager calls" if args.eager else "CUDA graph replays")
+
+
+# ``bench breakdown`` times this family from its stamped variant, which runs at tp 1 only.
+BREAKDOWN_STAMPED = breakdown_stamped
+BREAKDOWN_MAX_WORLD = 1

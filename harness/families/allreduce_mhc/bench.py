@@ -1,6 +1,6 @@
 """Benchmark cases of seed 004's all-reduce + mHC + RMSNorm (``kernels.allreduce_mhc.AllReduceMHC``).
 
-Virtual ranks on ONE GPU (``virtual.py``): the ranks share its SMs and
+Virtual ranks on ONE GPU (``harness.bench.cases.virtual``): the ranks share its SMs and
 exchange through its memory, so these times are not a latency measurement
 of NVLink; they compare implementations on the same footing. Cases, hc 4,
 plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
@@ -10,7 +10,7 @@ plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
   then ``finalize_ll`` and ``finalize_bt`` (the MoE-finalize source: each
   rank gathers its ``top_k`` routed rows, weighted, plus its shared
   output). The LL and BT medians of one source give the measured LL/BT
-  crossover (``harness.bench.thresholds``);
+  crossover (``harness.families.allreduce_mhc.thresholds``);
 - tp 4, H 5120, M in {1, 128}: ``unfused`` and ``ll`` (the M of the
   published figures; BT is not built there, to keep compile time down).
 - tp 2, H 5120: ``ll`` at M 1 and ``bt`` at M 128 again, ``_noflight``:
@@ -47,7 +47,7 @@ The default set (``python -m harness bench`` without ``--all``) keeps the
 plain source at M in ``DEFAULT_ROWS`` (every implementation, both H, both
 tp): enough points for the latency-against-M curves and the LL/BT crossover
 within the bench's time budget. The other M and the finalize cases run with
-``--all`` (or ``--case``); ``harness.bench.thresholds`` wants them.
+``--all`` (or ``--case``); ``harness.families.allreduce_mhc.thresholds`` wants them.
 """
 
 from __future__ import annotations
@@ -60,9 +60,12 @@ from harness.bench.cases.checks import check_close, check_equal, max_ulp_distanc
 from harness.bench.cases.virtual import build_ranks, launch_ranks
 from harness.bench.floor import FloorTerm, terms_bytes
 from harness.bench.registry import BenchContext, Prepared, bench_case
+from harness.families.allreduce_mhc import thresholds
 
 HC, TOP_K, CAPACITY, EPS = 4, 8, 128, 1e-6
 TIMEOUT_MS = BENCH_TIMEOUT_MS  # a lost peer traps with its diagnostic record after 2 s
+TABLE_LAYOUT = "allreduce"  # the report's rows: LL, BT, the unfused path and the peers per M (harness.bench.tables)
+RECORD_THRESHOLDS = thresholds.record  # a bench run's measured LL/BT crossovers go into the thresholds table
 VIRTUAL_NOTE = "virtual ranks on one GPU: not a latency measurement of NVLink"
 STAND_IN_NOTE = "all-reduce stand-in: in-process sum over the ranks' tensors (x.sum(0)), not NCCL"
 _FLASHINFER = "FlashInfer PR #5178 (REFERENCE.md section 4); published, not measured here"
@@ -365,3 +368,25 @@ for _rows, _impl in ((1, "ll"), (128, "bt")):
     _register(2, 5120, _rows, _impl, bt=True, flight=False)
 for _hidden, _rows in _SHAPES_TP4:
     _register(4, _hidden, _rows, "ll", bt=False)
+
+
+def breakdown_flight(args) -> tuple[dict[int, list], list[float], int, str]:
+    """``bench breakdown``'s measurement of the all-reduce: ``(records by rank, us per call of each replay, kernels
+    per call, title)`` of the call at ``args.rows`` x ``args.hidden`` on ``args.world`` virtual ranks of this GPU,
+    ``args.protocol`` forced (``harness.bench.flight_timeline.measure_flight``)."""
+    from harness.bench.flight_timeline import measure_flight  # noqa: PLC0415 - the breakdown's, not the cases'
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    ranks = _ranks(device, args.world, args.hidden, args.protocol == "bt")
+    inputs = make_inputs(device, torch.Generator(device=device).manual_seed(args.rows), tp=args.world, rows=args.rows,
+                         hidden=args.hidden)
+    call_params = {"finalize": False, "protocol": args.protocol}
+    records, per_call_us = measure_flight(
+        ranks, lambda: launch_ranks(ranks, lambda rank, system: system.launch(inputs, call_params)),
+        warmup=args.warmup, reps=args.reps)
+    title = f"allreduce_mhc {args.protocol.upper()} world {args.world}, M {args.rows}, H {args.hidden}"
+    return records, per_call_us, chain_launches(args.protocol), title
+
+
+# ``bench breakdown`` times this family from its flight-recorder stamps (no stamped variant).
+BREAKDOWN_FLIGHT = breakdown_flight
