@@ -294,3 +294,26 @@ def test_ratios_json_names_the_fastest_peer_beside_each_kernel(tmp_path):
     write_ratios(document, str(tmp_path / "r.json"), "r")
     stored = {row["case"]: row for row in json.loads((tmp_path / "r.json").read_text())["pairs"]}
     assert stored["torchrun_tp2_h5120_m8_ll"]["vs_best_peer"] == pytest.approx(2.0)
+
+
+def test_a_peer_that_fails_its_check_is_not_timed_and_says_why():
+    """A peer whose check call lies beyond the sanity bound raises ``NotAvailable`` before any timing (so the ranks
+    agree to drop it); its distance stays in its params, and the reason names the ranks sharing a GPU."""
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(fabric=SimpleNamespace(world=2), device=torch.device("cpu"), sharing=2)
+
+    def wrong(inputs: dict, weight: torch.Tensor) -> dict:
+        """The unfused outputs with one layer_input value moved 1000 BF16 ulps."""
+        outputs = {name: value.clone() for name, value in ar.unfused(inputs, weight).items()}
+        outputs["layer_input"].view(-1).view(torch.int16)[5] += 1000
+        return outputs
+
+    params: dict = {}
+    with pytest.raises(NotAvailable, match=r"not timed: its outputs failed the golden sanity check \(2 ranks sharing "
+                                           r"one GPU\): .*layer_input"):
+        bench_torchrun._allreduce_prepared(ctx, rows=1, case="c", call=wrong, params=params, held="report")
+    assert params["plausible"] is False and params["golden_ulp"]["layer_input"]["max_ulp"] >= 1000
+    right = bench_torchrun._allreduce_prepared(ctx, rows=1, case="c", call=lambda i, w: ar.unfused(i, w),
+                                               params={}, held="report")
+    assert right.bytes_moved > 0

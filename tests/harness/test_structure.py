@@ -14,7 +14,9 @@ files, errors), ``families`` (adapters, catalog, architecture facts),
 rank's process), ``launch`` (launchers, supervision, diagnosis, evidence),
 ``reports``, ``recording``, ``calibration``, then the top level (``cli``,
 ``validate``, ``replay``, ``compile_gate``) and the tools (``bench``,
-``fuzz``, ``scale``). A module imports only its own floor and the floors
+``fuzz``, ``scale``); a family's plug-ins into a higher floor (its bench
+cases, its recorded classes: ``FAMILY_PLUGIN_FLOORS``) stand on that floor,
+though they live in the family's folder. A module imports only its own floor and the floors
 below; the launching side (``launch/``, ``validate.py``, ``replay.py``)
 imports nothing of the rank side either, whose modules run in other
 processes. No module of ``harness``, ``kernels``, ``golden``, ``scenarios``
@@ -57,6 +59,10 @@ MAX_WORKER_LINES = 400
 MAX_TOP_LEVEL = 8
 FLOORS = ("wire", "families", "references", "rank", "launch", "reports", "recording", "calibration", "top", "tools")
 TOOLS = ("bench", "fuzz", "scale")
+# A family folder (harness/families/<family>/) also holds its plug-ins into higher floors, found by discovery (never
+# imported by name from below): each such module stands on the floor it plugs into.
+FAMILY_PLUGIN_FLOORS = {"bench": "tools", "bench_torchrun": "tools", "bench_compile": "tools", "thresholds": "tools",
+                        "flashinfer_mxfp8": "tools", "recording": "recording"}
 LAUNCHING = ("harness.launch", "harness.validate", "harness.replay")
 
 
@@ -163,6 +169,8 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def floor_of(module: str) -> str:
     """The floor of a harness module: its subpackage's, ``tools``, or ``top``."""
     parts = module.split(".")
+    if len(parts) == 4 and parts[1] == "families" and parts[3] in FAMILY_PLUGIN_FLOORS:
+        return FAMILY_PLUGIN_FLOORS[parts[3]]
     if len(parts) > 1 and parts[1] in FLOORS:
         return parts[1]
     return "tools" if len(parts) > 1 and parts[1] in TOOLS else "top"

@@ -103,6 +103,11 @@ def _allreduce_prepared(ctx: RankContext, *, rows: int, case: str, call, params:
     if device.type == "cuda":  # the CPU tests run the check of the eager implementations on the CPU
         torch.cuda.synchronize(device)
     params.update(_judge(case, out, check, weight, ar.golden_outputs(check, weight, tp=tp, hidden=hidden), held))
+    if params.get("plausible") is False:
+        # A peer that is not right is no comparison: it is not timed, and says why (its distance stays in params).
+        shared = f" ({ctx.sharing} ranks sharing one GPU)" if ctx.sharing > 1 else ""
+        raise NotAvailable(f"not timed: its outputs failed the golden sanity check{shared}: "
+                           f"{params['plausibility_error']}")
     terms = ar.floor_terms(tp=tp, rows=rows, hidden=hidden, ranks=ctx.sharing)
     return Prepared(
         bytes_moved=terms_bytes(terms),
