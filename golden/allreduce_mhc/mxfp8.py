@@ -44,7 +44,7 @@ block of finite values, item 5 for a block holding a NaN or an Inf:
    zero elsewhere. A finite BF16 block never reaches ``e = 254`` (the
    largest BF16 gives ``e = 247``), so items 1-3 are unchanged. FlashInfer
    differs in the values only: it clamps Inf to +-448 and NaN to 448
-   (``python -m harness.bench.flashinfer_mxfp8`` sets the two contracts side by side).
+   (``python -m harness.families.allreduce_mhc.flashinfer_mxfp8`` sets the two contracts side by side).
 """
 
 from __future__ import annotations
