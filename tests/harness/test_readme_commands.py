@@ -27,6 +27,7 @@ get a ``--run-dir`` under the test's temporary directory, so nothing is
 written into the working tree.
 """
 
+import os
 import re
 import shlex
 import subprocess
@@ -140,6 +141,19 @@ def as_argv(command: str, run_dir: Path) -> list[str]:
     return argv
 
 
+def user_environment() -> dict[str, str]:
+    """This process's environment without what an enclosing ``make`` passes down (``make test ARGS=...`` would
+    otherwise reach the page's own ``make`` command, which a user typing it never has)."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+
+
+def test_user_environment_drops_an_enclosing_makes_variables(monkeypatch):
+    monkeypatch.setenv("MAKEFLAGS", " -- ARGS=--durations=30")
+    monkeypatch.setenv("MAKELEVEL", "1")
+    env = user_environment()
+    assert "MAKEFLAGS" not in env and "MAKELEVEL" not in env and env["PATH"] == os.environ["PATH"]
+
+
 def test_commands_are_read_from_every_block():
     commands = [c for c, _ in readme_commands()]
     # one entry from each kind of block: the two commands, the GPU node's page, the nightly script, a replay
@@ -191,7 +205,7 @@ def test_readme_command_ends_as_documented(command, comment, tmp_path):
     if (want is None and not needs_gpu) or command.split()[0] not in RUNNABLE:
         pytest.fail(f"its page documents no exit code for {command!r}, or it is no python, rankcheck or make command")
     done = subprocess.run(as_argv(command, tmp_path / "run"), cwd=ROOT, capture_output=True, text=True,
-                          timeout=COMMAND_DEADLINE_S)
+                          timeout=COMMAND_DEADLINE_S, env=user_environment())
     output = done.stdout + done.stderr
     if needs_gpu:
         assert done.returncode != 0, output
