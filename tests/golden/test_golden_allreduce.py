@@ -15,6 +15,7 @@ from golden.allreduce_mhc import GoldenAllReduceMHC, rank_order_sum, reference, 
 from golden.comm import SoloComm, ThreadWorld, run_ranks
 from golden.fp32 import bf16_bits, bf16_from_bits
 from golden.allreduce_mhc.mhc import post_mix
+from tests.allreduce_config_mistakes import config_mistakes
 
 HIDDEN, HC, TOP_K = 256, 4, 3
 
@@ -303,19 +304,7 @@ def test_bad_finalize_routes_are_named():
         reference(make_static(), make_config(tp), call, {"finalize": True})
 
 
-@pytest.mark.parametrize(
-    "overrides,match",
-    [
-        ({"residual_only": True}, "exclude each other"),
-        ({"hidden": 204}, "multiple of 8"),
-        ({"hidden": 264}, "multiple of 128"),
-        ({"eps": float("nan")}, "config.eps"),
-        ({"tp": 0}, "config.tp"),
-        ({"surprise": 1}, "unknown keys"),
-        ({"start_generation": 3}, "start_generation"),
-        ({"norm_threads": 48}, "threads"),
-    ],
-)
+@pytest.mark.parametrize("overrides,match", config_mistakes("golden"))  # the golden column
 def test_bad_config_is_named(overrides, match):
     with pytest.raises(ValueError, match=match):
         config = make_config(1)

@@ -110,19 +110,11 @@ def assert_same(out: dict, ref: dict, rank: int) -> None:
 
 
 SHARDED_CASES = [
-    # world, rows, steps, base, cache, shard_only_base
-    (2, 1, 1, "bf16", "bf16", False),
-    (2, 3, 4, "fp32", "fp32", True),
-    (2, 8, 8, "bf16", "fp32", False),
-    (4, 1, 8, "fp32", "bf16", True),
-    (4, 3, 1, "bf16", "bf16", True),
-    (4, 8, 4, "fp32", "fp32", False),
-    (4, 3, 8, "bf16", "fp32", True),
-    (8, 1, 4, "bf16", "fp32", True),
-    (8, 3, 8, "fp32", "bf16", False),
-    (8, 8, 1, "bf16", "bf16", False),
-    (8, 8, 2, "fp32", "fp32", True),
-    (8, 3, 4, "bf16", "bf16", True),
+    # (world, rows, steps, base, cache, shard_only_base), three cases a line
+    (2, 1, 1, "bf16", "bf16", False), (2, 3, 4, "fp32", "fp32", True), (2, 8, 8, "bf16", "fp32", False),
+    (4, 1, 8, "fp32", "bf16", True), (4, 3, 1, "bf16", "bf16", True), (4, 8, 4, "fp32", "fp32", False),
+    (4, 3, 8, "bf16", "fp32", True), (8, 1, 4, "bf16", "fp32", True), (8, 3, 8, "fp32", "bf16", False),
+    (8, 8, 1, "bf16", "bf16", False), (8, 8, 2, "fp32", "fp32", True), (8, 3, 4, "bf16", "bf16", True),
 ]
 
 

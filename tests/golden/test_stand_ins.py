@@ -14,6 +14,7 @@ constants the stand-ins mirror must equal the kernels'.
 from __future__ import annotations
 
 import inspect
+from functools import partial
 
 import pytest
 import torch
@@ -47,9 +48,21 @@ def assert_same_bits(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
     assert torch.equal(bits(got), bits(want)), what
 
 
+def assert_same_outputs(got: dict, want: dict, what: str = "") -> None:
+    """Every output of ``want`` has the same dtype, shape and bits in ``got`` (``what`` prefixes its name)."""
+    for key in want:
+        assert_same_bits(got[key], want[key], f"{what}{key}")
+
+
 def scenario_calls(family: str, name: str, world: int):
     """(static, config, [(inputs, params)]) of the scenario's agreed calls at ``world``."""
     return catalog.agreed_calls(catalog.load(f"scenarios/{family}/{name}.yaml"), world)
+
+
+def on_one_rank(family: str, name: str, check) -> None:
+    """Run ``check(comm, static, config, calls)`` on the one rank of ``family``'s scenario ``name`` at world 1."""
+    static, config, calls = scenario_calls(family, name, 1)
+    run_ranks(1, lambda comm: check(comm, static, config, calls))
 
 
 # ----------------------------------------------------------------- allreduce_mhc
@@ -93,7 +106,8 @@ def allreduce_public_call(api: AllReduceMHC, config: dict, static: dict, inputs:
 
 
 def allreduce_rank(name: str, world: int):
-    """Per-rank check of one allreduce_mhc scenario: stand-in vs golden system, call by call."""
+    """Per-rank check of one allreduce_mhc scenario: stand-in vs golden system, call by call, every output bit, the
+    counters and the LL (2) / BT (3) launch count of each call agree; the rank's launch count."""
     static, config, calls = scenario_calls("allreduce_mhc", name, world)
 
     def run(comm):
@@ -105,8 +119,7 @@ def allreduce_rank(name: str, world: int):
             want = golden.launch(inputs, params)
             got = allreduce_public_call(api, config, static, inputs, params, comm.rank)
             assert sorted(got) == sorted(want), index
-            for key in want:
-                assert_same_bits(got[key], want[key], f"call {index} {key}")
+            assert_same_outputs(got, want, f"call {index} ")
             assert api.state() == golden.state(), index
             bt = golden.state()["bt_generation_next"] != before["bt_generation_next"]
             launches += 3 if bt else 2
@@ -116,19 +129,9 @@ def allreduce_rank(name: str, world: int):
     return run
 
 
-@pytest.mark.parametrize("world", [1, 2])
-@pytest.mark.parametrize("name", ["basic_ll", "ll_bt_boundary", "finalize", "mxfp8", "residual_only"])
-def test_allreduce_stand_in_equals_the_golden_system(name, world):
-    """Every output bit, the counters and the LL (2) / BT (3) launch count of each call agree."""
-    results = run_ranks(world, allreduce_rank(name, world))
-    assert len(set(results)) == 1 and results[0] > 0
-
-
 def test_allreduce_stand_in_refuses_a_bad_argument_unchanged():
     """A wrong-shaped ``x`` is a ValueError naming it; state and launch count stay; the next call agrees."""
-    static, config, calls = scenario_calls("allreduce_mhc", "basic_ll", 1)
-
-    def run(comm):
+    def run(comm, static, config, calls):
         golden, api = GoldenAllReduceMHC(comm, static, config), allreduce_stand_in(config, comm)
         inputs, params = calls[1]
         bad = inputs["x"][0][:, :-8]
@@ -138,11 +141,10 @@ def test_allreduce_stand_in_refuses_a_bad_argument_unchanged():
         assert api.state() == golden.state() and api.flight_launches == 0
         want = golden.launch(inputs, params)
         got = allreduce_public_call(api, config, static, inputs, params, 0)
-        for key in want:
-            assert_same_bits(got[key], want[key], key)
+        assert_same_outputs(got, want)
         assert api.state() == golden.state() and api.flight_launches == 2
 
-    run_ranks(1, run)
+    on_one_rank("allreduce_mhc", "basic_ll", run)
 
 
 # ----------------------------------------------------------------- markov_sharded
@@ -164,6 +166,11 @@ def sharded_stand_in(static: dict, config: dict, comm) -> ShardedMarkovSampler:
     )
 
 
+def sharded_systems(static: dict, config: dict, comm) -> tuple[GoldenMarkovSharded, ShardedMarkovSampler]:
+    """The golden system and the stand-in of one rank of a markov_sharded scenario."""
+    return GoldenMarkovSharded(comm, static, sharded_golden_config(config)), sharded_stand_in(static, config, comm)
+
+
 def sharded_public_call(api, inputs: dict, params: dict, *, local: bool, rank: int = 0):
     """One family call through ``__call__`` of ``api`` (stand-in or kernel class) as ``ShardedMarkovSystem.launch``
     makes it (``local``: the base and noise as this rank's columns only)."""
@@ -182,17 +189,16 @@ def sharded_public_call(api, inputs: dict, params: dict, *, local: bool, rank: i
 
 
 def sharded_rank(name: str, world: int):
-    """Per-rank check of one markov_sharded scenario: stand-in vs golden system, call by call."""
+    """Per-rank check of one markov_sharded scenario: stand-in vs golden system, call by call, tokens, cache bits,
+    the launch counter and one flight launch per call agree (full and local base); the rank's launch count."""
     static, config, calls = scenario_calls("markov_sharded", name, world)
 
     def run(comm):
-        golden = GoldenMarkovSharded(comm, static, sharded_golden_config(config))
-        api = sharded_stand_in(static, config, comm)
+        golden, api = sharded_systems(static, config, comm)
         for index, (inputs, params) in enumerate(calls):
             want = golden.launch(inputs, params)
             got = sharded_public_call(api, inputs, params, local=index % 2 == 1, rank=comm.rank)
-            for key in want:
-                assert_same_bits(got[key], want[key], f"call {index} {key}")
+            assert_same_outputs(got, want, f"call {index} ")
             assert api.state() == golden.state(), index
             assert api.flight_launches == index + 1
         return api.flight_launches
@@ -200,21 +206,10 @@ def sharded_rank(name: str, world: int):
     return run
 
 
-@pytest.mark.parametrize("name, world", [("basic", 1), ("basic", 2), ("shard_only_base", 2), ("dtype_f32_f32", 2),
-                                         ("padding_rows", 2)])
-def test_sharded_stand_in_equals_the_golden_system(name, world):
-    """Tokens, cache bits, the launch counter and one flight launch per call agree (full and local base)."""
-    results = run_ranks(world, sharded_rank(name, world))
-    assert len(set(results)) == 1 and results[0] > 0
-
-
 def test_sharded_stand_in_refuses_a_bad_argument_unchanged():
     """A float ``draft_tokens`` is a ValueError naming it; nothing written or counted; the next call agrees."""
-    static, config, calls = scenario_calls("markov_sharded", "basic", 1)
-
-    def run(comm):
-        golden = GoldenMarkovSharded(comm, static, sharded_golden_config(config))
-        api = sharded_stand_in(static, config, comm)
+    def run(comm, static, config, calls):
+        golden, api = sharded_systems(static, config, comm)
         inputs, params = calls[0]
         cache = inputs["logits_cache"].clone()
         with pytest.raises(ValueError, match=r"^draft_tokens:"):
@@ -224,11 +219,10 @@ def test_sharded_stand_in_refuses_a_bad_argument_unchanged():
         assert api.state() == golden.state() and api.flight_launches == 0
         want = golden.launch(inputs, params)
         got = sharded_public_call(api, inputs, params, local=False)
-        for key in want:
-            assert_same_bits(got[key], want[key], key)
+        assert_same_outputs(got, want)
         assert api.state() == golden.state() and api.flight_launches == 1
 
-    run_ranks(1, run)
+    on_one_rank("markov_sharded", "basic", run)
 
 
 # ----------------------------------------------------------------- markov_fused
@@ -250,6 +244,11 @@ def fused_stand_in(static: dict, config: dict, comm) -> MarkovKernels:
     return MarkovKernels(static["w1"], embeds, width=width, has_cap=config["has_cap"], tp=tp if tp > 1 else None,
                          steps=[(config["block"], False, False)], pick_pdl=False, fill_vector=(False, True),
                          rank=comm.rank, arch=ARCH, **exchange)
+
+
+def fused_systems(static: dict, config: dict, comm) -> tuple[GoldenMarkovFused, MarkovKernels]:
+    """The golden system and the stand-in of one rank of a markov_fused scenario."""
+    return GoldenMarkovFused(comm, static, fused_golden_config(config)), fused_stand_in(static, config, comm)
 
 
 def fused_public_loop(api, static: dict, config: dict, inputs: dict, rank: int, seed_view: bool = False) -> dict:
@@ -295,18 +294,18 @@ def fused_launches(steps: int, sharded: bool) -> int:
 
 
 def fused_rank(name: str, world: int, seed_view: bool = False):
-    """Per-rank check of one markov_fused scenario: stand-in vs golden system, call by call."""
+    """Per-rank check of one markov_fused scenario: stand-in vs golden system, call by call, tokens, cache and emb
+    bits and the loop's flight launch count agree (``base`` the whole row, or with ``seed_view`` the seed's view of
+    each rank's own columns); the rank's launch count."""
     static, config, calls = scenario_calls("markov_fused", name, world)
 
     def run(comm):
-        golden = GoldenMarkovFused(comm, static, fused_golden_config(config))
-        api = fused_stand_in(static, config, comm)
+        golden, api = fused_systems(static, config, comm)
         launches = 0
         for index, (inputs, params) in enumerate(calls):
             want = golden.launch(inputs, params)
             got = fused_public_loop(api, static, config, inputs, comm.rank, seed_view)
-            for key in want:
-                assert_same_bits(got[key], want[key], f"call {index} {key}")
+            assert_same_outputs(got, want, f"call {index} ")
             launches += fused_launches(inputs["base"].shape[1], world > 1)
             assert api.flight_launches == launches, index
         return launches
@@ -314,22 +313,34 @@ def fused_rank(name: str, world: int, seed_view: bool = False):
     return run
 
 
-@pytest.mark.parametrize("name, world, seed_view", [("basic", 1, False), ("basic", 2, False), ("basic", 4, True),
-                                                     ("padding_rows", 2, False), ("soft_cap", 2, False)])
-def test_fused_stand_in_equals_the_golden_system(name, world, seed_view):
-    """Tokens, cache and emb bits and the loop's flight launch count agree over the scenario's calls (``base``
-    the whole row, or the seed's view of each rank's own columns)."""
-    results = run_ranks(world, fused_rank(name, world, seed_view))
+# ----------------------------------------------------------------- every family against its golden system
+
+# (the family's per-rank check, scenario, world) of each family's stand-in against its golden system.
+EQUALS_GOLDEN = [
+    *(pytest.param(allreduce_rank, name, world, id=f"allreduce_mhc-{name}-{world}")
+      for name in ("basic_ll", "ll_bt_boundary", "finalize", "mxfp8", "residual_only") for world in (1, 2)),
+    *(pytest.param(sharded_rank, name, world, id=f"markov_sharded-{name}-{world}")
+      for name, world in (("basic", 1), ("basic", 2), ("shard_only_base", 2), ("dtype_f32_f32", 2),
+                          ("padding_rows", 2))),
+    *(pytest.param(partial(fused_rank, seed_view=seed_view), name, world,
+                   id=f"markov_fused-{name}-{world}" + ("-seed_view" if seed_view else ""))
+      for name, world, seed_view in (("basic", 1, False), ("basic", 2, False), ("basic", 4, True),
+                                     ("padding_rows", 2, False), ("soft_cap", 2, False))),
+]
+
+
+@pytest.mark.parametrize("rank_check, name, world", EQUALS_GOLDEN)
+def test_stand_in_equals_the_golden_system(rank_check, name, world):
+    """Call by call, every rank's stand-in agrees with the golden system as its family's ``rank_check`` asserts, and
+    all ranks count the same number of launches, more than none."""
+    results = run_ranks(world, rank_check(name, world))
     assert len(set(results)) == 1 and results[0] > 0
 
 
 def test_fused_stand_in_refuses_a_bad_argument_unchanged():
     """A step with a bias of the wrong width is a ValueError naming it; nothing written or counted."""
-    static, config, calls = scenario_calls("markov_fused", "basic", 1)
-
-    def run(comm):
-        golden = GoldenMarkovFused(comm, static, fused_golden_config(config))
-        api = fused_stand_in(static, config, comm)
+    def run(comm, static, config, calls):
+        golden, api = fused_systems(static, config, comm)
         inputs, params = calls[0]
         rows, steps, _ = inputs["base"].shape
         cache, tokens = inputs["cache"].clone(), torch.full((rows, steps), -7, dtype=torch.int64)
@@ -346,11 +357,10 @@ def test_fused_stand_in_refuses_a_bad_argument_unchanged():
         assert bool((arrivals == 0).all()) and api.flight_launches == 0
         want = golden.launch(inputs, params)
         got = fused_public_loop(api, static, config, inputs, 0)
-        for key in want:
-            assert_same_bits(got[key], want[key], key)
+        assert_same_outputs(got, want)
         assert api.flight_launches == fused_launches(steps, False)
 
-    run_ranks(1, run)
+    on_one_rank("markov_fused", "basic", run)
 
 
 # ----------------------------------------------------------------- the API itself
@@ -399,9 +409,7 @@ def test_mirrored_constants_equal_the_kernels():
 
 def test_public_args_rebuild_an_equal_stand_in():
     """``cls(**obj.public_args, group=...)`` gives an object with the same public_args and the same outputs."""
-    static, config, calls = scenario_calls("markov_sharded", "basic", 1)
-
-    def run(comm):
+    def run(comm, static, config, calls):
         first = sharded_stand_in(static, config, comm)
         assert not {"group", "device", "diag", "flight_dir"} & set(first.public_args)
         assert first.public_args["embed_table"] is static["embed_table"]
@@ -410,10 +418,9 @@ def test_public_args_rebuild_an_equal_stand_in():
         inputs, params = calls[0]
         one = sharded_public_call(first, inputs, params, local=False)
         two = sharded_public_call(again, inputs, params, local=False)
-        for key in one:
-            assert_same_bits(two[key], one[key], key)
+        assert_same_outputs(two, one)
 
-    run_ranks(1, run)
+    on_one_rank("markov_sharded", "basic", run)
 
 
 # ----------------------------------------------------------------- the kernel classes (GPU)

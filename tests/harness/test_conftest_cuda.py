@@ -20,6 +20,15 @@ def _conftest():
     return module
 
 
+def _cuda_build_conftest(monkeypatch, device_nodes: list[str]):
+    """A fresh conftest on a CUDA 12.8 build that says no device is available; ``/dev`` holds ``device_nodes``."""
+    conftest = _conftest()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(conftest.glob, "glob", lambda pattern: device_nodes)
+    return conftest
+
+
 def test_torch_that_does_not_import_is_broken_not_absent(monkeypatch):
     conftest = _conftest()
     real_import = builtins.__import__
@@ -34,10 +43,7 @@ def test_torch_that_does_not_import_is_broken_not_absent(monkeypatch):
 
 
 def test_a_cuda_build_with_a_device_node_that_fails_to_initialize_is_broken(monkeypatch):
-    conftest = _conftest()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.setattr(conftest.glob, "glob", lambda pattern: ["/dev/nvidia0"])
+    conftest = _cuda_build_conftest(monkeypatch, ["/dev/nvidia0"])
 
     def init():
         raise RuntimeError("CUDA driver version is insufficient for CUDA runtime version")
@@ -47,10 +53,7 @@ def test_a_cuda_build_with_a_device_node_that_fails_to_initialize_is_broken(monk
 
 
 def test_no_device_node_or_a_cpu_build_is_the_only_skip(monkeypatch):
-    conftest = _conftest()
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.setattr(conftest.glob, "glob", lambda pattern: [])
+    conftest = _cuda_build_conftest(monkeypatch, [])
     assert conftest._cuda_available() is False
     monkeypatch.setattr(torch.version, "cuda", None)
     monkeypatch.setattr(conftest.glob, "glob", lambda pattern: ["/dev/nvidia0"])

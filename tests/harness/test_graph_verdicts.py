@@ -67,6 +67,15 @@ def test_cpu_launcher_graph_case_with_wrong_bits_fails(tmp_path):
     assert all(r["mismatch_count"] >= 1 and "draft_tokens" in r["first_mismatch"] for r in doc["results"])
 
 
+def judge_equal_ranks(scenario, note: dict):
+    """The verdict of a completed kernel case at world 2 whose ranks both agree bit for bit with graph note ``note``."""
+    equal_bits = {"mismatch_count": 0, "max_ulps": 0, "first": []}
+    results = {rank: RankResult(rank=rank, status="ok", graph=note, comparison=equal_bits, launches_done=3)
+               for rank in (0, 1)}
+    return judge(catalog.case_of(scenario), world=2, launcher="virtual", impl="kernel", group=None,
+                 results=results, end=CaseEnd(completed=True), diagnosis=None, time_s=1.0)
+
+
 class RefusesCapture:
     """A kernel system that cannot be captured (the fake of a system whose exchange goes through the host)."""
 
@@ -82,11 +91,7 @@ def test_a_kernel_system_that_refuses_capture_fails_with_its_reason():
     _, _, launches = catalog.plan(scenario, 1, 0)
     runner, note = _graph_launches("kernel", RefusesCapture(), None, launches)
     assert runner is None and note == {"mode": "not-captured", "reason": "tp 2: the gather goes through the host"}
-    equal_bits = {"mismatch_count": 0, "max_ulps": 0, "first": []}
-    results = {rank: RankResult(rank=rank, status="ok", graph=note, comparison=equal_bits, launches_done=3)
-               for rank in (0, 1)}
-    verdict = judge(catalog.case_of(scenario), world=2, launcher="virtual", impl="kernel", group=None,
-                    results=results, end=CaseEnd(completed=True), diagnosis=None, time_s=1.0)
+    verdict = judge_equal_ranks(scenario, note)
     assert verdict.status == "fail"
     assert verdict.detail.startswith("the scenario asks for CUDA graphs, not captured (ranks [0, 1]): tp 2: the "
                                      "gather goes through the host"), verdict.detail
@@ -96,11 +101,7 @@ def test_a_kernel_system_that_refuses_capture_fails_with_its_reason():
 def test_captured_graphs_pass_and_are_counted_per_rank():
     scenario = catalog.load(TINY_GRAPH)
     note = {"mode": "captured", "labels": ["rows=2", "rows=3"], "replays": 3}
-    equal_bits = {"mismatch_count": 0, "max_ulps": 0, "first": []}
-    results = {rank: RankResult(rank=rank, status="ok", graph=note, comparison=equal_bits, launches_done=3)
-               for rank in (0, 1)}
-    verdict = judge(catalog.case_of(scenario), world=2, launcher="virtual", impl="kernel", group=None,
-                    results=results, end=CaseEnd(completed=True), diagnosis=None, time_s=1.0)
+    verdict = judge_equal_ranks(scenario, note)
     assert verdict.status == "pass"
     assert "CUDA graphs captured (2 labels, 4 graphs over the ranks), 6 replays" in verdict.detail
     assert verdict.graphs == {"mode": "captured", "captured": 4, "replays": 6}

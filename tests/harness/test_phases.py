@@ -81,31 +81,27 @@ def fake_clock(monkeypatch) -> FakeClock:
     return clock
 
 
-def test_a_compile_inside_a_phase_is_counted_as_compile_not_twice(fake_clock):
-    clock = PhaseClock(("test", "compile", 1, None))
-    before = compile_seconds()
-    with clock.phase("construct"):
-        fake_clock.advance(0.25)
-        with compiling():
-            fake_clock.advance(3.0)
-    assert compile_seconds() - before == pytest.approx(3.0)
-    assert clock.seconds["compile"] == pytest.approx(3.0)
-    assert clock.seconds["construct"] == pytest.approx(0.25)
+# The clock's inner phases: the context that marks one and the process-wide seconds it adds to.
+INNER_PHASES = {"compile": (compiling, compile_seconds), "load": (loading, load_seconds)}
 
 
-def test_a_load_inside_a_phase_is_counted_as_load_apart_from_compile(fake_clock):
-    clock = PhaseClock(("test", "load", 1, None))
-    before = load_seconds()
+@pytest.mark.parametrize("own, inner", [
+    pytest.param(0.25, [("compile", 3.0)], id="compile"),
+    pytest.param(0.5, [("load", 0.25), ("compile", 2.0)], id="load-apart-from-compile"),
+])
+def test_a_compile_or_load_inside_a_phase_is_counted_as_itself_not_twice(fake_clock, own, inner):
+    """``own`` seconds of ``construct`` with each inner phase of ``inner`` in turn: each counts once, apart."""
+    clock = PhaseClock(("test", inner[0][0], 1, None))
+    before = {name: total() for name, (_, total) in INNER_PHASES.items()}
     with clock.phase("construct"):
-        fake_clock.advance(0.5)
-        with loading():
-            fake_clock.advance(0.25)
-        with compiling():
-            fake_clock.advance(2.0)
-    assert load_seconds() - before == pytest.approx(0.25)
-    assert clock.seconds["load"] == pytest.approx(0.25)
-    assert clock.seconds["compile"] == pytest.approx(2.0)
-    assert clock.seconds["construct"] == pytest.approx(0.5)
+        fake_clock.advance(own)
+        for name, seconds in inner:
+            with INNER_PHASES[name][0]():
+                fake_clock.advance(seconds)
+    for name, seconds in inner:
+        assert INNER_PHASES[name][1]() - before[name] == pytest.approx(seconds), name
+        assert clock.seconds[name] == pytest.approx(seconds), name
+    assert clock.seconds["construct"] == pytest.approx(own)
 
 
 KERNEL_FAMILIES = ("kernels.allreduce_mhc.variants", "kernels.markov_fused.host", "kernels.markov_sharded.host")

@@ -21,6 +21,7 @@ from harness.families.selection import KeywordExpression, case_words, expand_glo
 from harness.reports.last_failed import failed_cases, newest_report
 from harness.validate import ValidateRequest, WorldPlan, narrow_plan
 from harness.wire.case_result import CaseResult
+from fake_job_runner import fake_runner
 
 SCENARIOS = str(Path(__file__).resolve().parent / "scenarios")
 WORDS = ("markov_sharded", "nan_logits", "nan_logits.yaml", "world=4", "cpu",
@@ -157,21 +158,8 @@ def test_last_report_without_lf_is_refused(capsys):
 
 def test_exitfirst_starts_no_unit_after_the_first_failure_and_names_the_cases_not_run(monkeypatch, tmp_path,
                                                                                        capsys):
-    started = []
-
-    class FailingFirst:
-        """A JobRunner stand-in: the first case fails, every later one passes; notes which units started."""
-
-        def __init__(self, settings, argv_for, on_result, on_note, job_numbers):
-            self.settings, self.on_result = settings, on_result
-
-        def run(self, cases, world):
-            for case in cases:
-                started.append((case.key, world))
-                status = "fail" if len(started) == 1 else "pass"
-                self.on_result(CaseResult(case.family, case.name, world, self.settings.launcher, status))
-
-    monkeypatch.setattr("harness.validate.JobRunner", FailingFirst)
+    failing_first, started = fake_runner(["fail"])  # the first case fails, every later one passes
+    monkeypatch.setattr("harness.validate.JobRunner", failing_first)
     code = cli.main(["validate", "--scenario-root", SCENARIOS, "--launcher", "cpu", "--scenario", "tiny",
                      "--run-dir", str(tmp_path), "--no-store", "--no-cache", "--jobs", "1", "-x"])
     out = capsys.readouterr().out

@@ -25,6 +25,7 @@ from harness.reports.junit import failure_text
 from harness.reports.report import Report
 from harness.wire.case_result import CaseResult
 from harness.validate import ValidateRequest, run_validate
+from fake_job_runner import fake_runner
 
 SCENARIOS = str(Path(__file__).resolve().parent / "scenarios")
 
@@ -32,28 +33,6 @@ SCENARIOS = str(Path(__file__).resolve().parent / "scenarios")
 def result(status, scenario="s", world=2, launcher="cpu", **kw):
     """A CaseResult for the tests."""
     return CaseResult("markov_sharded", scenario, world, launcher, status, **kw)
-
-
-def fake_runner(statuses, *, interrupt_after=None):
-    """A JobRunner stand-in: reports ``statuses`` in turn (then pass); raises KeyboardInterrupt after n results."""
-    reported = []
-
-    class FakeRunner:
-        """Reports each case with the next status instead of running it."""
-
-        def __init__(self, settings, argv_for, on_result, on_note, job_numbers):
-            self.settings, self.on_result = settings, on_result
-
-        def run(self, cases, world):
-            """Report a verdict per case; stop with KeyboardInterrupt when told to."""
-            for case in cases:
-                if interrupt_after is not None and len(reported) == interrupt_after:
-                    raise KeyboardInterrupt
-                status = statuses[len(reported)] if len(reported) < len(statuses) else "pass"
-                reported.append(case.key)
-                self.on_result(CaseResult(case.family, case.name, world, self.settings.launcher, status))
-
-    return FakeRunner, reported
 
 
 def validate(monkeypatch, tmp_path, *args, statuses=(), interrupt_after=None):

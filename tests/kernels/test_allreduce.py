@@ -20,6 +20,7 @@ from golden.allreduce_mhc import mxfp8 as golden_mxfp8  # noqa: E402
 from golden.allreduce_mhc import rmsnorm as golden_rmsnorm  # noqa: E402
 from kernels.allreduce_mhc import layout  # noqa: E402
 from kernels.allreduce_mhc.config import check_call, check_config  # noqa: E402
+from tests.allreduce_config_mistakes import config_mistakes  # noqa: E402
 
 CPU = torch.device("cpu")
 SMALL = {"hidden": 1024, "hc": 4, "tp": 4, "capacity": 8, "top_k": 8}
@@ -78,20 +79,7 @@ def test_mailbox_shapes():
     assert layout.bt_reduced_shape(10, 5120) == (3, 10, 5120)
 
 
-@pytest.mark.parametrize(
-    "change,needle",
-    [
-        ({"hidden": 1004}, "config.hidden"),
-        ({"quantize": True, "residual_only": True}, "exclude"),
-        ({"quantize": True, "hidden": 1064}, "multiple of 128"),
-        ({"hc": 9}, "config.hc"),
-        ({"eps": float("nan")}, "config.eps"),
-        ({"top_k": 0}, "config.top_k"),
-        ({"unknown": 1}, "unknown keys"),
-        ({"start_generation": 3}, "config.start_generation"),
-        ({"norm_threads": 100}, "config.norm_threads"),
-    ],
-)
+@pytest.mark.parametrize("change,needle", config_mistakes("kernel"))  # the kernel column
 def test_config_errors_name_the_key(change, needle):
     with pytest.raises(ValueError, match=re.escape(needle)):
         check_config(_config(**change))
