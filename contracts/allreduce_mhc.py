@@ -28,6 +28,8 @@ from typing import Any, Callable, Mapping
 
 import torch
 
+from contracts.deadlines import SERVING_DEADLINE_MS
+
 REQUIRED_CONFIG = ("hidden", "hc", "capacity", "top_k", "tp", "eps", "quantize", "residual_only")
 OPTIONAL_CONFIG = ("bt_min_rows", "bt_min_finalize_rows", "norm_threads", "norm_cluster", "start_generation")
 CALL_PARAMS = ("finalize", "protocol")
@@ -70,6 +72,33 @@ def check_timeout_ms(timeout_ms: Any) -> float:
     if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, (int, float)) or timeout_ms < 0:
         raise ValueError(f"timeout_ms must be a number >= 0, got {timeout_ms!r}")
     return timeout_ms
+
+
+def constructor(
+    *,
+    hidden_size: int,
+    hc_mult: int,
+    max_num_tokens: int,
+    top_k: int,
+    device: torch.device | str | None = None,
+    quantize_layer_input: bool = False,
+    residual_only: bool = False,
+    group: Any = None,
+    bt_min_rows: int | None = None,
+    bt_min_finalize_rows: int | None = None,
+    norm_threads: int | None = None,
+    norm_cluster: int | None = None,
+    start_generation: int = 0,
+    timeout_ms: float = SERVING_DEADLINE_MS,
+    diag: Any = None,
+    flight_recorder: bool = True,
+    flight_dir: Any = None,
+) -> dict[str, Any]:
+    """The public constructor's arguments by name once ``timeout_ms`` is checked (``AllReduceMHC`` and its golden
+    stand-in take this signature, ``contracts.constructor.takes``)."""
+    arguments = dict(locals())
+    check_timeout_ms(timeout_ms)
+    return arguments
 
 
 def public_options(arguments: Mapping[str, Any], world: int) -> dict[str, Any]:

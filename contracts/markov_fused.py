@@ -1,4 +1,6 @@
-"""The one argument rule of seed 001's fused Markov step that its golden stand-in and its kernel share: ``base``.
+"""What seed 001's fused Markov kernels and their golden stand-in share: the constructor and the step's ``base``.
+
+``constructor`` is ``MarkovKernels``'s signature (``contracts.constructor``).
 
 ``MarkovKernels.step`` (``kernels.markov_fused.host``) and its golden stand-in
 (``golden.markov_fused.public``) take ``base``, this step's BF16 logits, in
@@ -20,6 +22,40 @@ the standard library only (``contracts/``'s rule); no tensor is read.
 """
 
 from __future__ import annotations
+
+from typing import Any, Iterable
+
+import torch
+
+from contracts.deadlines import SERVING_DEADLINE_NS
+
+
+def constructor(
+    w1: torch.Tensor,
+    embeds: torch.Tensor,
+    *,
+    width: int,
+    has_cap: bool,
+    tp: int | None,
+    steps: Iterable[tuple[int, bool, bool]],
+    pick_pdl: bool,
+    fill_vector: bool | Iterable[bool],
+    group: Any = None,
+    max_rows: int | None = None,
+    max_steps: int | None = None,
+    timeout_ns: int = SERVING_DEADLINE_NS,
+    diag: Any = None,
+    rank: int | None = None,
+    flight_recorder: bool = True,
+    flight_dir: Any = None,
+) -> dict[str, Any]:
+    """The public constructor's arguments by name, ``steps`` as a list and ``fill_vector`` a bool or a tuple
+    (``MarkovKernels`` and its golden stand-in take this signature, ``contracts.constructor.takes``)."""
+    arguments = dict(locals())
+    # Iterables are read once here, so a generator given as either is still whole where it is used.
+    arguments["steps"] = list(steps)
+    arguments["fill_vector"] = fill_vector if isinstance(fill_vector, bool) else tuple(fill_vector)
+    return arguments
 
 
 def step_base_start(columns: int, vocab: int, width: int, vocab_offset: int) -> int:

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from contracts.deadlines import MARKOV_SHARDED_CONFIG_TIMEOUT_NS
+from contracts.deadlines import MARKOV_SHARDED_CONFIG_TIMEOUT_NS, SERVING_DEADLINE_NS
 
 HEAD_DIM = 256
 TILE_ROWS = 16
@@ -144,6 +144,32 @@ def _check_keys(config: Mapping, require_world: bool) -> None:
     unknown = sorted(set(config) - set(REQUIRED_CONFIG) - set(OPTIONAL_CONFIG) - set(GOLDEN_ONLY_CONFIG))
     if unknown:
         raise ValueError(f"config[{unknown[0]!r}]: unknown key (known: {', '.join(REQUIRED_CONFIG + OPTIONAL_CONFIG)})")
+
+
+def constructor(
+    embed_table: torch.Tensor,
+    head: torch.Tensor,
+    *,
+    steps: int,
+    base_dtype: str | torch.dtype = "bfloat16",
+    cache_dtype: str | torch.dtype = "bfloat16",
+    max_rows: int = MAX_ROWS,
+    max_reqs: int,
+    group: Any = None,
+    device: torch.device | str | None = None,
+    shard_only_base: bool = False,
+    launch_counter_start: int = 0,
+    timeout_ns: int = SERVING_DEADLINE_NS,
+    ctas: int | None = None,
+    ranks_per_device: int | None = None,
+    diag: Any = None,
+    stamps: bool = False,
+    flight_recorder: bool = True,
+    flight_dir: Any = None,
+) -> dict[str, Any]:
+    """The public constructor's arguments by name (``ShardedMarkovSampler`` and its golden stand-in take this
+    signature, ``contracts.constructor.takes``)."""
+    return dict(locals())
 
 
 def public_options(arguments: Mapping[str, Any], vocab: int, world: int) -> dict[str, Any]:

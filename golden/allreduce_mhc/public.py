@@ -52,9 +52,8 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Any
 
-import torch
-
 from contracts import allreduce_mhc as contract
+from contracts.constructor import public_args, takes
 from contracts.deadlines import SERVING_DEADLINE_MS
 from golden.allreduce_mhc import GoldenAllReduceMHC, check_static, uses_bt
 from golden.public.common import (
@@ -63,7 +62,6 @@ from golden.public.common import (
     check_device,
     check_flag,
     comm_of,
-    public_args,
 )
 from golden.allreduce_mhc.rmsnorm import NormLayout
 
@@ -90,33 +88,12 @@ class AllReduceMHC:
     # Buffers the kernel writes with values the stand-in does not model (none here).
     SCRATCH: dict[str, tuple[str, ...]] = {}
 
-    def __init__(
-        self,
-        *,
-        hidden_size: int,
-        hc_mult: int,
-        max_num_tokens: int,
-        top_k: int,
-        device: torch.device | str | None = None,
-        quantize_layer_input: bool = False,
-        residual_only: bool = False,
-        group: Any = None,
-        bt_min_rows: int | None = None,
-        bt_min_finalize_rows: int | None = None,
-        norm_threads: int | None = None,
-        norm_cluster: int | None = None,
-        start_generation: int = 0,
-        timeout_ms: float = DEFAULT_TIMEOUT_MS,
-        diag: Any = None,
-        flight_recorder: bool = True,
-        flight_dir: Any = None,
-    ) -> None:
-        arguments = {name: value for name, value in locals().items() if name != "self"}
+    @takes(contract.constructor)
+    def __init__(self, arguments: dict[str, Any]) -> None:
         self.public_args = public_args(arguments)
-        contract.check_timeout_ms(timeout_ms)
-        check_device(device)
-        check_flag("flight_recorder", flight_recorder)
-        comm = comm_of(group)
+        check_device(arguments["device"])
+        check_flag("flight_recorder", arguments["flight_recorder"])
+        comm = comm_of(arguments["group"])
         options = contract.public_options(arguments, comm.world)
         self.config = contract.check_config(options, contract.public_label, layout=NormLayout)
         self.rank, self.tp = comm.rank, comm.world
@@ -124,7 +101,7 @@ class AllReduceMHC:
         self._golden = GoldenAllReduceMHC(comm, {}, {**options, "quantize": False, "residual_only": True})
         self._launches = LaunchCount()
         self.flight_recorder = None
-        self.timeout_ms = timeout_ms
+        self.timeout_ms = arguments["timeout_ms"]
 
     @property
     def bt_enabled(self) -> bool:

@@ -54,10 +54,12 @@ else ``ValueError``) and are raised before anything is written.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
+from contracts import markov_fused as contract
+from contracts.constructor import public_args, takes
 from contracts.markov_fused import step_base_start
 from golden.arch import load_facts
 from golden.argmax import first_nan_first_max
@@ -66,13 +68,11 @@ from golden.markov_fused import cache_fill, pick, rank_step, step_values, w1_row
 from golden.padding import as_padding
 from golden.public.common import (
     DEFAULT_ARCH,
-    SERVING_DEADLINE_NS,
     LaunchCount,
     check_dims,
     check_flag,
     check_tensor,
     comm_of,
-    public_args,
 )
 
 # ``kernels.markov_fused.layout.BLOCK_SIZES`` and ``WARP`` (tests/golden/test_stand_ins.py checks they agree).
@@ -114,47 +114,28 @@ class MarkovKernels:
     # Buffers the kernel writes with values the stand-in does not model: the step's per-CTA partial results.
     SCRATCH = {"step": ("block_argmax", "block_max")}
 
-    def __init__(
-        self,
-        w1: torch.Tensor,
-        embeds: torch.Tensor,
-        *,
-        width: int,
-        has_cap: bool,
-        tp: int | None,
-        steps: Iterable[tuple[int, bool, bool]],
-        pick_pdl: bool,
-        fill_vector: bool | Iterable[bool],
-        group: Any = None,
-        max_rows: int | None = None,
-        max_steps: int | None = None,
-        timeout_ns: int = SERVING_DEADLINE_NS,
-        diag: Any = None,
-        rank: int | None = None,
-        flight_recorder: bool = True,
-        flight_dir: Any = None,
-        arch: str = DEFAULT_ARCH,
-    ) -> None:
-        steps = list(steps)
-        fill_vector = fill_vector if isinstance(fill_vector, bool) else tuple(fill_vector)
-        self.public_args = public_args({name: value for name, value in locals().items()
-                                        if name not in ("self", "arch")})
+    @takes(contract.constructor, arch=DEFAULT_ARCH)
+    def __init__(self, arguments: dict[str, Any], arch: str) -> None:
+        self.public_args = public_args(arguments)
+        w1, embeds, width, tp, group = (arguments[name] for name in ("w1", "embeds", "width", "tp", "group"))
         self._check_weights(w1, embeds, width, tp)
-        for block, _pdl, _vector in steps:
+        for block, _pdl, _vector in arguments["steps"]:
             _require(block in BLOCK_SIZES, ValueError, f"block: expected one of {BLOCK_SIZES}, got {block}")
-        check_flag("flight_recorder", flight_recorder)
+        check_flag("flight_recorder", arguments["flight_recorder"])
         self.comm = None
         if group is not None:
             _require(tp is not None, ValueError, "group: the exchange needs a vocab shard (tp), got tp None")
-            self.max_rows, self.max_steps = _check_int("max_rows", max_rows, 1), _check_int("max_steps", max_steps, 1)
+            self.max_rows = _check_int("max_rows", arguments["max_rows"], 1)
+            self.max_steps = _check_int("max_steps", arguments["max_steps"], 1)
             self.comm = comm_of(group)
             _require(self.comm.world == tp, ValueError, f"group: world {self.comm.world} differs from tp {tp}")
-            _check_int("timeout_ns", timeout_ns, 0)
+            _check_int("timeout_ns", arguments["timeout_ns"], 0)
+        rank = arguments["rank"]
         if rank is None:
             rank = self.comm.rank if self.comm is not None else (
                 torch.distributed.get_rank() if torch.distributed.is_initialized() else 0)
         self.rank = rank
-        self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(has_cap)
+        self.w1, self.embeds, self.width, self.has_cap = w1, embeds, width, bool(arguments["has_cap"])
         self.vocab, self.dim = w1.shape
         self.tp, self.sharded = tp, tp is not None
         self._arch = arch

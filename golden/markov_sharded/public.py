@@ -42,19 +42,18 @@ from typing import Any
 import torch
 
 from contracts import markov_sharded as contract
+from contracts.constructor import public_args, takes
 from golden.arch import load_facts
 from golden.comm import shard_bounds
 from golden.markov_sharded import GoldenMarkovSharded
 from golden.public.common import (
     DEFAULT_ARCH,
-    SERVING_DEADLINE_NS,
     LaunchCount,
     argument_names,
     check_device,
     check_flag,
     comm_of,
     describe,
-    public_args,
 )
 
 
@@ -86,34 +85,13 @@ class ShardedMarkovSampler:
     # Buffers the kernel writes with values the stand-in does not model (none here).
     SCRATCH: dict[str, tuple[str, ...]] = {}
 
-    def __init__(
-        self,
-        embed_table: torch.Tensor,
-        head: torch.Tensor,
-        *,
-        steps: int,
-        base_dtype: str | torch.dtype = "bfloat16",
-        cache_dtype: str | torch.dtype = "bfloat16",
-        max_rows: int = contract.MAX_ROWS,
-        max_reqs: int,
-        group: Any = None,
-        device: torch.device | str | None = None,
-        shard_only_base: bool = False,
-        launch_counter_start: int = 0,
-        timeout_ns: int = SERVING_DEADLINE_NS,
-        ctas: int | None = None,
-        ranks_per_device: int | None = None,
-        diag: Any = None,
-        stamps: bool = False,
-        flight_recorder: bool = True,
-        flight_dir: Any = None,
-        arch: str = DEFAULT_ARCH,
-    ) -> None:
-        arguments = {name: value for name, value in locals().items() if name not in ("self", "arch")}
+    @takes(contract.constructor, arch=DEFAULT_ARCH)
+    def __init__(self, arguments: dict[str, Any], arch: str) -> None:
         self.public_args = public_args(arguments)
-        check_device(device)
-        check_flag("flight_recorder", flight_recorder)
-        comm = comm_of(group)
+        embed_table, head = arguments["embed_table"], arguments["head"]
+        check_device(arguments["device"])
+        check_flag("flight_recorder", arguments["flight_recorder"])
+        comm = comm_of(arguments["group"])
         if not isinstance(embed_table, torch.Tensor) or embed_table.dim() != 2:
             raise ValueError(f"embed_table: expected a BF16 [V, 256] tensor, got {describe(embed_table)}")
         options = contract.public_options(arguments, embed_table.shape[0], comm.world)
@@ -124,7 +102,7 @@ class ShardedMarkovSampler:
         self.rank, self.world = comm.rank, comm.world
         self.first, _ = shard_bounds(self.cfg.vocab, comm.world, comm.rank)
         self.timeout_ns = self.cfg.timeout_ns
-        self.stamped = bool(stamps)
+        self.stamped = bool(arguments["stamps"])
         self.flight_recorder = None
         self._launches = LaunchCount()
 

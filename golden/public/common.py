@@ -18,13 +18,13 @@ from typing import Any, Iterator
 
 import torch
 
+# The kernel classes' own rule for public_args, re-exported for the stand-ins.
+from contracts.constructor import NOT_DATA, public_args
 from contracts.deadlines import SERVING_DEADLINE_NS
 from golden.comm import SoloComm
 
 # The architecture whose measured facts (``golden/data/arch/<arch>.json``) give the GPU-specific bits by default.
 DEFAULT_ARCH = "sm_90"
-# Constructor arguments that are not data: left out of ``public_args`` (a rebuild passes its own).
-NOT_DATA = ("group", "device", "diag", "flight_dir")
 
 _HARNESS_NAME = re.compile(r"call_(?:inputs|params)\[['\"](\w+)['\"]\]")
 
@@ -57,11 +57,6 @@ def check_flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name}: expected a bool, got {value!r}")
     return value
-
-
-def public_args(arguments: dict[str, Any]) -> dict[str, Any]:
-    """The constructor's ``arguments`` by name without those that are not data (``NOT_DATA``)."""
-    return {name: value for name, value in arguments.items() if name not in NOT_DATA}
 
 
 @contextlib.contextmanager

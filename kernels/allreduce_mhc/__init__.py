@@ -10,25 +10,19 @@ gate finds ``kernels.allreduce_mhc.variants.compile_variants``.
 Importing the package does not import CuTe DSL; the kernels are loaded on
 first use of ``AllReduceMHC`` or ``compile_variants``.
 
-The family declares its flight-recorder identity here, where
-``kernels.flight`` finds it: ``FLIGHT_CODE`` (the ring header's and
-record's family code) and ``FLIGHT_KERNELS`` (its kernels, in the order of
-their numbers).
+Its flight-recorder identity (``kernels.flight``): family code 3, kernels
+publish, owner_reduce and consumer. ``AllReduceMHC`` is imported on first
+use (``kernels.lazy_export``).
 """
 
 from __future__ import annotations
 
+from kernels.lazy_export import lazy_exports
+
 FLIGHT_CODE = 3
 FLIGHT_KERNELS = ("publish", "owner_reduce", "consumer")
 
-
-def __getattr__(name: str):
-    """Load the DSL-dependent entry points lazily."""
-    if name == "AllReduceMHC":
-        from kernels.allreduce_mhc.host import AllReduceMHC
-
-        return AllReduceMHC
-    raise AttributeError(name)
+__getattr__ = lazy_exports({"AllReduceMHC": "kernels.allreduce_mhc.host"})
 
 
 __all__ = ["AllReduceMHC"]

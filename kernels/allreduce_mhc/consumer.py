@@ -158,23 +158,16 @@ class LamportMHCConsumer(AllReduceKernel):
         launch: Int32,
         m: Int32,
         clusters: Int32,
-        flight_records: Int64,
-        flight_words: Int64,
-        flight_mask: Int32,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32,  # kernels.flight.FlightRecorder.args()
         stream: cuda.CUstream,
     ) -> None:
         """Launch ``clusters`` clusters of ``cluster`` CTAs, programmatic dependent launch."""
-        self.kernel(
-            mailbox, TokenInputs(residual, post, comb, pre, weight),
-            TokenOutputs(residual_out, norm_out, mx_values, mx_scales), state, eps,
-            WaitDeadline(timeout_ns, diag, rank, launch), m, FlightRing(flight_records, flight_words, flight_mask),
-        ).launch(
-            grid=(clusters, self.cluster, 1),
-            block=(self.threads, 1, 1),
-            cluster=(1, self.cluster, 1),
-            smem=(self.warps + 2 * self.cluster) * 4,
-            stream=stream,
-            use_pdl=True,
+        inputs = TokenInputs(residual, post, comb, pre, weight)
+        outputs = TokenOutputs(residual_out, norm_out, mx_values, mx_scales)
+        self.launch_pdl(
+            (mailbox, inputs, outputs, state, eps, WaitDeadline(timeout_ns, diag, rank, launch), m),
+            (flight_records, flight_words, flight_mask), (clusters, self.cluster, 1), stream,
+            cluster=(1, self.cluster, 1), smem=(self.warps + 2 * self.cluster) * 4,
         )
 
     def slot_element(self, generation: Int64, source: int, token, fragment) -> Int64:

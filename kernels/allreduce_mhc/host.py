@@ -69,6 +69,7 @@ from typing import Any
 import torch
 
 from contracts import allreduce_mhc as contract
+from contracts.constructor import public_args, takes
 from contracts.deadlines import SERVING_DEADLINE_MS
 from kernels import hostcopy
 from kernels.allreduce_mhc import variants
@@ -155,30 +156,10 @@ class AllReduceMHC:
         flight_dir: the directory of the ring file (default ``kernels.flight.default_directory()``).
     """
 
-    def __init__(
-        self,
-        *,
-        hidden_size: int,
-        hc_mult: int,
-        max_num_tokens: int,
-        top_k: int,
-        device: torch.device | str | None = None,
-        quantize_layer_input: bool = False,
-        residual_only: bool = False,
-        group: Any = None,
-        bt_min_rows: int | None = None,
-        bt_min_finalize_rows: int | None = None,
-        norm_threads: int | None = None,
-        norm_cluster: int | None = None,
-        start_generation: int = 0,
-        timeout_ms: float = DEFAULT_TIMEOUT_MS,
-        diag: Any = None,
-        flight_recorder: bool = True,
-        flight_dir: Any = None,
-    ) -> None:
-        contract.check_timeout_ms(timeout_ms)
-        fabric = fabric_of(group, device)
-        self.config: AllReduceConfig = check_config(contract.public_options(locals(), fabric.world),
+    @takes(contract.constructor)
+    def __init__(self, arguments: dict[str, Any]) -> None:
+        fabric = fabric_of(arguments["group"], arguments["device"])
+        self.config: AllReduceConfig = check_config(contract.public_options(arguments, fabric.world),
                                                     label=public_label)
         cfg = self.config
         self.hidden_size, self.hc_mult, self.capacity, self.top_k = cfg.hidden, cfg.hc, cfg.capacity, cfg.top_k
@@ -193,12 +174,9 @@ class AllReduceMHC:
         # The constructor's data arguments by name (not group, device, diag, flight_dir), enough to rebuild an
         # equal object elsewhere (golden.public.AllReduceMHC): the BT thresholds as resolved here, because a
         # default one is this GPU's and fabric's (protocol_rows) and decides each call's protocol.
-        self.public_args = dict(
-            hidden_size=hidden_size, hc_mult=hc_mult, max_num_tokens=max_num_tokens, top_k=top_k,
-            quantize_layer_input=quantize_layer_input, residual_only=residual_only, bt_min_rows=self.bt_min_rows,
-            bt_min_finalize_rows=self.bt_min_finalize_rows, norm_threads=norm_threads, norm_cluster=norm_cluster,
-            start_generation=start_generation, timeout_ms=timeout_ms, flight_recorder=flight_recorder,
-        )
+        self.public_args = dict(public_args(arguments), bt_min_rows=self.bt_min_rows,
+                                bt_min_finalize_rows=self.bt_min_finalize_rows)
+        timeout_ms, diag = arguments["timeout_ms"], arguments["diag"]
         self._flight_launches = 0
         self.timeout_ns = int(timeout_ms * 1e6)
         self.diag_record = diag
@@ -207,8 +185,8 @@ class AllReduceMHC:
 
             self.diag_record = DiagRecord()
         self.calls = 0
-        self.flight_recorder = flight_recorder_of(flight_recorder, "allreduce_mhc", self.rank, cfg.tp, self.device,
-                                                  flight_dir)
+        self.flight_recorder = flight_recorder_of(arguments["flight_recorder"], "allreduce_mhc", self.rank, cfg.tp,
+                                                  self.device, arguments["flight_dir"])
         self.flight = self.flight_recorder is not None
 
         # Allocation and the barrier are collective: every rank makes the same

@@ -4,13 +4,15 @@
 from ``AllReduceKernel``: ``keep_shape`` checks and keeps hidden size, world
 and capacity (with the fragment count and the flight-recorder flag);
 ``keep_fragment_grid`` adds, for the two kernels that give each thread one
-fragment of one token, the CTAs per token and the BT owner capacity.
+fragment of one token, the CTAs per token and the BT owner capacity;
+``launch_pdl`` is the one launch of all three (traced inline by their
+``@cute.jit`` ``__call__``).
 """
 
 from __future__ import annotations
 
 from kernels.allreduce_mhc.layout import VEC, ctas_per_token, owner_capacity
-from kernels.flight_device import checked_flag
+from kernels.flight_device import FlightRing, checked_flag
 from kernels.variant import KernelVariant
 
 FANOUTS = ("multicast", "unicast")
@@ -47,3 +49,11 @@ class AllReduceKernel(KernelVariant):
         self.threads = threads
         self.ctas_per_token = ctas_per_token(hidden, threads)
         self.owner_capacity = owner_capacity(capacity, tp)
+
+    def launch_pdl(self, arguments: tuple, ring_words: tuple, grid: tuple, stream, **launch) -> None:
+        """Launch ``self.kernel(*arguments, FlightRing(*ring_words))`` on ``grid`` of ``self.threads``-thread CTAs
+        on ``stream`` with programmatic dependent launch, plus any other ``launch`` options (cluster, smem)."""
+        # The chain (publish, [owner reduce,] consumer) overlaps launches: each kernel's griddepcontrol.wait orders it.
+        self.kernel(*arguments, FlightRing(*ring_words)).launch(
+            grid=grid, block=(self.threads, 1, 1), stream=stream, use_pdl=True, **launch
+        )

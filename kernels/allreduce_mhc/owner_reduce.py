@@ -68,21 +68,12 @@ class OwnerReduceKernel(AllReduceKernel):
         launch: Int32,
         m: Int32,
         ctas: Int32,
-        flight_records: Int64,
-        flight_words: Int64,
-        flight_mask: Int32,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32,  # kernels.flight.FlightRecorder.args()
         stream: cuda.CUstream,
     ) -> None:
         """Launch the owner reduce on ``ctas`` CTAs, programmatic dependent launch."""
-        self.kernel(
-            mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m,
-            FlightRing(flight_records, flight_words, flight_mask),
-        ).launch(
-            grid=(ctas, 1, 1),
-            block=(self.threads, 1, 1),
-            stream=stream,
-            use_pdl=True,
-        )
+        self.launch_pdl((mailbox, state, target, WaitDeadline(timeout_ns, diag, rank, launch), m),
+                        (flight_records, flight_words, flight_mask), (ctas, 1, 1), stream)
 
     def work_items(self, m: int) -> int:
         """CTA-sized pieces of a call of ``m`` rows on one owner: its tokens times ``ctas_per_token``."""

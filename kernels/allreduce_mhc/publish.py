@@ -97,20 +97,12 @@ class PublishKernel(AllReduceKernel):
         target: Int64,
         rank: Int32,
         m: Int32,
-        flight_records: Int64,
-        flight_words: Int64,
-        flight_mask: Int32,
+        flight_records: Int64, flight_words: Int64, flight_mask: Int32,  # kernels.flight.FlightRecorder.args()
         stream: cuda.CUstream,
     ) -> None:
         """Launch the publish: ``M * ctas_per_token`` CTAs, programmatic dependent launch."""
-        self.kernel(
-            x, weights, indices, shared, state, target, rank, FlightRing(flight_records, flight_words, flight_mask),
-        ).launch(
-            grid=(m * self.ctas_per_token, 1, 1),
-            block=(self.threads, 1, 1),
-            stream=stream,
-            use_pdl=True,
-        )
+        self.launch_pdl((x, weights, indices, shared, state, target, rank), (flight_records, flight_words, flight_mask),
+                        (m * self.ctas_per_token, 1, 1), stream)
 
     @cute.jit
     def contribution(self, x: Int64, weights: Int64, indices: Int64, shared: Int64, token, fragment, active):

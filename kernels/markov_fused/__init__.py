@@ -11,26 +11,19 @@ all-gather ``PeerGather`` of a sharded loop) and ``head_gemv`` /
 its caller). The head tile and the argument groups come from
 ``kernels.markov_common``.
 
-The family declares its flight-recorder identity here, where
-``kernels.flight`` finds it: ``FLIGHT_CODE`` (the ring header's and
-record's family code) and ``FLIGHT_KERNELS`` (its kernels, in the order of
-their numbers). Importing the package does not import CuTe DSL or torch;
-``MarkovKernels`` is loaded on first use of the package's name for it.
+Its flight-recorder identity (``kernels.flight``): family code 2, kernels
+anchor, step, pick, fill and gather. ``MarkovKernels`` is imported on first
+use (``kernels.lazy_export``).
 """
 
 from __future__ import annotations
 
+from kernels.lazy_export import lazy_exports
+
 FLIGHT_CODE = 2
 FLIGHT_KERNELS = ("anchor", "step", "pick", "fill", "gather")
 
-
-def __getattr__(name: str):
-    """Load the DSL-dependent public class lazily."""
-    if name == "MarkovKernels":
-        from kernels.markov_fused.host import MarkovKernels
-
-        return MarkovKernels
-    raise AttributeError(name)
+__getattr__ = lazy_exports({"MarkovKernels": "kernels.markov_fused.host"})
 
 
 __all__ = ["MarkovKernels"]

@@ -93,15 +93,17 @@ with ``%globaltimer`` phase stamps (``StepKernel``'s docstring).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
 import cuda.bindings.driver as cuda
 import torch
 from cutlass import Float32, Int32, Int64
 
+from contracts import markov_fused as contract
+from contracts.constructor import public_args, takes
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.flight import flight_args, flight_recorder_of
-from kernels.markov_fused.exchange import DEFAULT_TIMEOUT_NS, PeerGather, check_timeout
+from kernels.markov_fused.exchange import PeerGather, check_timeout
 from kernels.markov_fused.checks import (
     check_anchor_embed,
     check_cache_fill,
@@ -272,56 +274,34 @@ class MarkovKernels:
     # Launches outside CUDA-graph capture (``flight_launches``); the seed's functions' loops start from it too.
     _flight_launches = 0
 
-    def __init__(
-        self,
-        w1: torch.Tensor,
-        embeds: torch.Tensor,
-        *,
-        width: int,
-        has_cap: bool,
-        tp: int | None,
-        steps: Iterable[tuple[int, bool, bool]],
-        pick_pdl: bool,
-        fill_vector: bool | Iterable[bool],
-        group: Any = None,
-        max_rows: int | None = None,
-        max_steps: int | None = None,
-        timeout_ns: int = DEFAULT_TIMEOUT_NS,
-        diag: Any = None,
-        rank: int | None = None,
-        flight_recorder: bool = True,
-        flight_dir: Any = None,
-    ) -> None:
-        steps = list(steps)
-        fill_vector = fill_vector if isinstance(fill_vector, bool) else tuple(fill_vector)
+    @takes(contract.constructor)
+    def __init__(self, arguments: dict[str, Any]) -> None:
         # The constructor's data arguments by name as passed (not group, diag, flight_dir), enough to rebuild an
         # equal object elsewhere (golden.public.MarkovKernels); iterables kept as a list / tuple.
-        self.public_args = dict(
-            w1=w1, embeds=embeds, width=width, has_cap=has_cap, tp=tp, steps=steps, pick_pdl=pick_pdl,
-            fill_vector=fill_vector, max_rows=max_rows, max_steps=max_steps, timeout_ns=timeout_ns, rank=rank,
-            flight_recorder=flight_recorder,
-        )
+        self.public_args = public_args(arguments)
+        w1, embeds, width, tp, group = (arguments[name] for name in ("w1", "embeds", "width", "tp", "group"))
+        timeout_ns, rank, fill_vector = arguments["timeout_ns"], arguments["rank"], arguments["fill_vector"]
         check_weights(w1, embeds, width, tp)
         fabric = None
         if group is not None:
-            fabric = check_exchange(group, w1.device, tp, max_rows, max_steps)
+            fabric = check_exchange(group, w1.device, tp, arguments["max_rows"], arguments["max_steps"])
             timeout_ns = check_timeout(timeout_ns)
         if rank is None:
             rank = fabric.rank if fabric is not None else (
                 torch.distributed.get_rank() if torch.distributed.is_initialized() else 0)
-        self._bind(w1, embeds, width, has_cap, tp, pick_pdl)
-        self.flight_recorder = flight_recorder_of(flight_recorder, "markov_fused", rank, tp or 1, self.device,
-                                                  flight_dir)
+        self._bind(w1, embeds, width, arguments["has_cap"], tp, arguments["pick_pdl"])
+        self.flight_recorder = flight_recorder_of(arguments["flight_recorder"], "markov_fused", rank, tp or 1,
+                                                  self.device, arguments["flight_dir"])
         self.flight = self.flight_recorder is not None
         self._anchor_kernel()
-        for block, pdl, vector in steps:
+        for block, pdl, vector in arguments["steps"]:
             self._step(block, pdl, vector)
         if self.sharded:
             self._pick_kernel()
             for vector in (fill_vector,) if isinstance(fill_vector, bool) else fill_vector:
                 self._fill(vector)
         if fabric is not None:
-            self._build_exchange(fabric, max_rows, max_steps, timeout_ns, diag)
+            self._build_exchange(fabric, arguments["max_rows"], arguments["max_steps"], timeout_ns, arguments["diag"])
 
     def _bind(self, w1: torch.Tensor, embeds: torch.Tensor, width: int, has_cap: bool, tp: int | None,
               pick_pdl: bool) -> None:

@@ -81,8 +81,8 @@ from typing import Any
 import torch
 
 from contracts import markov_sharded as contract
+from contracts.constructor import public_args, takes
 from kernels import hostcopy
-from kernels.diag import SERVING_DEADLINE_NS
 from kernels.compile import CaptureError, capturing, compiled, preload
 from kernels.fabric import fabric_of
 from kernels.flight import flight_args, flight_recorder_of
@@ -97,7 +97,6 @@ from kernels.markov_sharded.checks import (
 from kernels.markov_sharded.layout import (
     DTYPE_BYTES,
     LAUNCH_WORD,
-    MAX_ROWS,
     MAX_STEPS,
     STAMP_WORD,
     control_words,
@@ -210,45 +209,21 @@ class ShardedMarkovSampler:
         flight_dir: the directory of the ring file (default ``kernels.flight.default_directory()``).
     """
 
-    def __init__(
-        self,
-        embed_table: torch.Tensor,
-        head: torch.Tensor,
-        *,
-        steps: int,
-        base_dtype: str | torch.dtype = "bfloat16",
-        cache_dtype: str | torch.dtype = "bfloat16",
-        max_rows: int = MAX_ROWS,
-        max_reqs: int,
-        group: Any = None,
-        device: torch.device | str | None = None,
-        shard_only_base: bool = False,
-        launch_counter_start: int = 0,
-        timeout_ns: int = SERVING_DEADLINE_NS,
-        ctas: int | None = None,
-        ranks_per_device: int | None = None,
-        diag: Any = None,
-        stamps: bool = False,
-        flight_recorder: bool = True,
-        flight_dir: Any = None,
-    ) -> None:
+    @takes(contract.constructor)
+    def __init__(self, arguments: dict[str, Any]) -> None:
         # The constructor's data arguments by name as passed (not group, device, diag, flight_dir), enough to
         # rebuild an equal object elsewhere (golden.public.ShardedMarkovSampler).
-        self.public_args = dict(
-            embed_table=embed_table, head=head, steps=steps, base_dtype=base_dtype, cache_dtype=cache_dtype,
-            max_rows=max_rows, max_reqs=max_reqs, shard_only_base=shard_only_base,
-            launch_counter_start=launch_counter_start, timeout_ns=timeout_ns, ctas=ctas,
-            ranks_per_device=ranks_per_device, stamps=stamps, flight_recorder=flight_recorder,
-        )
+        self.public_args = public_args(arguments)
+        embed_table, head, stamps = arguments["embed_table"], arguments["head"], arguments["stamps"]
         self._flight_launches = 0
-        fabric = fabric_of(group, device)
+        fabric = fabric_of(arguments["group"], arguments["device"])
         for attr in ("rank", "world", "device", "alloc", "barrier"):
             if not hasattr(fabric, attr):
                 raise TypeError(f"fabric: expected a kernels.fabric provider (missing {attr!r}), got {type(fabric).__name__}")
         vocab = embed_table.shape[0] if isinstance(embed_table, torch.Tensor) and embed_table.dim() == 2 else 0
         if vocab == 0:
             raise ValueError(f"embed_table: expected a BF16 [V, 256] tensor, got {_describe(embed_table)}")
-        self.cfg = check_config(contract.public_options(locals(), vocab, fabric.world), fabric.world)
+        self.cfg = check_config(contract.public_options(arguments, vocab, fabric.world), fabric.world)
         cfg = self.cfg
         self.fabric = fabric
         self.rank = int(fabric.rank)
@@ -267,7 +242,7 @@ class ShardedMarkovSampler:
                 "rank's grid must be resident at once (one 512-thread CTA per SM)"
             )
         self.timeout_ns = cfg.timeout_ns
-        self.diag_record = diag
+        self.diag_record = arguments["diag"]
         if self.timeout_ns and self.diag_record is None:
             from kernels.diag import DiagRecord
 
@@ -276,8 +251,8 @@ class ShardedMarkovSampler:
         # compile fails here instead of leaving the others in the rendezvous.
         self.cooperative = cooperative_launch(fabric, cfg)
         self.stamped = bool(stamps)
-        self.flight_recorder = flight_recorder_of(flight_recorder, "markov_sharded", self.rank, fabric.world,
-                                                  self.device, flight_dir)
+        self.flight_recorder = flight_recorder_of(arguments["flight_recorder"], "markov_sharded", self.rank,
+                                                  fabric.world, self.device, arguments["flight_dir"])
         self._kernel = compiled_kernel(cfg.steps, cfg.base_dtype, cfg.cache_dtype, cooperative=self.cooperative,
                                        stamps=self.stamped, flight=self.flight_recorder is not None)
         with torch.cuda.device(self.device):
