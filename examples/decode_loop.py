@@ -53,7 +53,7 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world beside it
 
 # First: example_world sets the multicast-off environment before torch is loaded.
-from example_world import join_world  # noqa: E402
+from example_world import join_world, public_class, world_group  # noqa: E402
 import torch  # noqa: E402
 
 OBJECTS = ("ar", "sampler", "draft")
@@ -95,13 +95,7 @@ def generator(seed: int, *salt: int) -> torch.Generator:
 
 def public_classes(impl: str) -> tuple:
     """(AllReduceMHC, ShardedMarkovSampler, MarkovKernels) of ``impl``: the kernels or their golden stand-ins."""
-    if impl == "kernel":
-        from kernels.allreduce_mhc import AllReduceMHC
-        from kernels.markov_fused.host import MarkovKernels
-        from kernels.markov_sharded.host import ShardedMarkovSampler
-    else:
-        from golden.public import AllReduceMHC, MarkovKernels, ShardedMarkovSampler
-    return AllReduceMHC, ShardedMarkovSampler, MarkovKernels
+    return tuple(public_class(name, impl) for name in ("AllReduceMHC", "ShardedMarkovSampler", "MarkovKernels"))
 
 
 class DraftLoop:
@@ -247,12 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--desync-rank: expected a rank in 0..{world - 1}, got {args.desync_rank}", file=sys.stderr)
         return BAD_ARGS_EXIT
     try:
-        if args.impl == "kernel":
-            from kernels.fabric import SymmetricFabric
-
-            group = SymmetricFabric(dist.group.WORLD, device=device)
-        else:
-            group = rankcheck.golden_comm()
+        group = world_group(args.impl, device)
         objects, loop = build_objects(args, group, device, rank, world)
         recording = (rankcheck.recording(objects, args.record, max_calls=args.max_calls) if args.record
                      else nullcontext(objects))

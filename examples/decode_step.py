@@ -16,17 +16,19 @@ shared by the three families. NVLink multicast stays off
 lets ranks of one GPU map each other's buffers; all four are set here
 unless the environment sets them.
 
-Per family, every rank builds its inputs from a seed (identical on every
-rank where the contract says so, rank-dependent TP partials otherwise),
-calls the public API once eagerly, then captures the same call into a CUDA
-graph, replays it on the same input buffers and compares the replay's
-outputs with the eager ones bit for bit:
+Per family (``--family``, default all: each runs its public classes,
+``harness.recording.targets.FAMILY_CLASSES``), every rank builds its inputs
+from a seed (identical on every rank where the contract says so,
+rank-dependent TP partials otherwise), calls the public API once eagerly,
+then captures the same call into a CUDA graph, replays it on the same input
+buffers and compares the replay's outputs with the eager ones bit for bit;
+per public class:
 
-- ``allreduce_mhc`` (seed 004): ``AllReduceMHC.__call__`` and
-  ``AllReduceMHC.finalize`` on this rank's TP partials.
-- ``markov_sharded`` (seed 000): ``ShardedMarkovSampler.__call__``, the
-  draft tokens and the cache written in place.
-- ``markov_fused`` (seed 001): the caller's draft loop around its own GEMV,
+- ``AllReduceMHC`` (seed 004): ``__call__`` and ``finalize`` on this rank's
+  TP partials.
+- ``ShardedMarkovSampler`` (seed 000): ``__call__``, the draft tokens and
+  the cache written in place.
+- ``MarkovKernels`` (seed 001): the caller's draft loop around its own GEMV,
   ``MarkovKernels.anchor_embed`` / ``step`` and, vocab-parallel over the
   group, ``gather_packets`` / ``pick`` per step and ``gather_draft`` /
   ``cache_fill`` after the loop (the gathers run on the device through the
@@ -51,10 +53,12 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world beside it
 
 # First: example_world sets the multicast-off environment before torch is loaded.
-from example_world import join_world  # noqa: E402
+from example_world import join_world, world_group  # noqa: E402
 import torch  # noqa: E402
 
 from golden.families import FAMILIES  # noqa: E402 - the one list of families, found from their folders
+from harness.rank.graphs import capture  # noqa: E402 - the harness's own: on a side stream, thread-local mode
+from harness.recording.targets import FAMILY_CLASSES, public_type  # noqa: E402 - the public classes, by name
 NO_GPU_EXIT = 2
 
 
@@ -85,19 +89,6 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
 
 
-def capture(fn):
-    """``(graph, outputs)`` of ``fn()`` captured on a side stream."""
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        graph.capture_begin(capture_error_mode="thread_local")
-        outputs = fn()
-        graph.capture_end()
-    torch.cuda.current_stream().wait_stream(side)
-    return graph, outputs
-
-
 def compare(rows: list, family: str, mode: str, eager: dict, replayed: dict) -> None:
     """One table row per output: whether the replay's bits equal the eager call's."""
     torch.cuda.synchronize()
@@ -106,13 +97,12 @@ def compare(rows: list, family: str, mode: str, eager: dict, replayed: dict) -> 
                      "equal": same_bits(value, replayed[name])})
 
 
-# ----------------------------------------------------------------------------- allreduce_mhc (seed 004)
+# ----------------------------------------------------------------------------- AllReduceMHC (seed 004)
 
 
-def run_allreduce(fabric, args, device, rows: list) -> None:
+def run_all_reduce(fabric, args, device, rows: list, family: str) -> None:
     """``AllReduceMHC.__call__`` and ``finalize``: eager, then graph replays on the same inputs."""
-    from kernels.allreduce_mhc import AllReduceMHC
-
+    AllReduceMHC = public_type("AllReduceMHC", "kernel")
     hidden, hc, top_k, tp, rank, m = 1024, 4, 8, fabric.world, fabric.rank, args.rows
     layer = AllReduceMHC(hidden_size=hidden, hc_mult=hc, max_num_tokens=8, top_k=top_k, device=device,
                          group=fabric)
@@ -147,16 +137,15 @@ def run_allreduce(fabric, args, device, rows: list) -> None:
     graph, outputs = capture(step)
     for replay in range(args.replays):
         graph.replay()
-        compare(rows, "allreduce_mhc", f"graph replay {replay}", eager, outputs)
+        compare(rows, family, f"graph replay {replay}", eager, outputs)
 
 
-# ----------------------------------------------------------------------------- markov_sharded (seed 000)
+# ----------------------------------------------------------------------------- ShardedMarkovSampler (seed 000)
 
 
-def run_sharded(fabric, args, device, rows: list) -> None:
+def run_sampler(fabric, args, device, rows: list, family: str) -> None:
     """``ShardedMarkovSampler.__call__`` on the caller's tensors: eager, then graph replays."""
-    from kernels.markov_sharded.host import ShardedMarkovSampler
-
+    ShardedMarkovSampler = public_type("ShardedMarkovSampler", "kernel")
     # One 16-row head tile per warp of every rank: the vocabulary is a multiple of 16 * world.
     vocab, steps, max_reqs, m = 512 * fabric.world, 4, 8, args.rows
     embed_table = (torch.randn(vocab, 256, generator=generator(args.seed, 20)) * 0.1).bfloat16().to(device)
@@ -185,10 +174,10 @@ def run_sharded(fabric, args, device, rows: list) -> None:
     for replay in range(args.replays):
         logits_cache.zero_()
         graph.replay()
-        compare(rows, "markov_sharded", f"graph replay {replay}", eager, outputs)
+        compare(rows, family, f"graph replay {replay}", eager, outputs)
 
 
-# ----------------------------------------------------------------------------- markov_fused (seed 001)
+# ----------------------------------------------------------------------------- MarkovKernels (seed 001)
 
 
 class DraftLoop:
@@ -200,8 +189,7 @@ class DraftLoop:
     built with ``group=fabric``), so the whole loop can be captured."""
 
     def __init__(self, w1, w2, *, rows: int, steps: int, max_reqs: int, block: int, fabric=None) -> None:
-        from kernels.markov_fused.host import MarkovKernels, vector_bytes
-
+        MarkovKernels = public_type("MarkovKernels", "kernel")
         vocab, dim = w1.shape
         tp, rank = (fabric.world, fabric.rank) if fabric is not None else (1, 0)
         self.fabric, self.rows, self.steps, self.block = fabric, rows, steps, block
@@ -220,7 +208,9 @@ class DraftLoop:
         # The GEMV's first use (cuBLAS handle, its kernels loaded) before any exchange can wait on this rank.
         self.emb.zero_()
         self.emb @ self.w2_shard.t()
-        vectors = (False, True) if vector_bytes(block) else (False,)
+        # Both access variants compiled now (a call picks by its pointers' alignment): the example's block, 1024,
+        # moves 16 bytes a thread, so it has a vector variant.
+        vectors = (False, True)
         exchange = dict(group=fabric, max_rows=rows, max_steps=steps) if fabric is not None else {}
         self.kernels = MarkovKernels(w1, self.emb, width=self.width, has_cap=False,
                                      tp=tp if fabric is not None else None,
@@ -245,7 +235,7 @@ class DraftLoop:
         return {"tokens": self.tokens, "cache": cache, "emb": self.emb}
 
 
-def run_fused(fabric, args, device, rows: list) -> None:
+def run_draft_loop(fabric, args, device, rows: list, family: str) -> None:
     """The caller's draft loop: vocab-parallel over the group and each rank's own loop, eager then in a graph."""
     vocab, dim, steps, max_reqs, m = 4096, 256, 4, 8, args.rows
     w1 = (torch.randn(vocab, dim, generator=generator(args.seed, 30)) * 0.1).bfloat16().to(device)
@@ -279,7 +269,11 @@ def run_fused(fabric, args, device, rows: list) -> None:
         for replay in range(args.replays):
             inputs["cache"].copy_(fresh_cache)
             graph.replay()
-            compare(rows, "markov_fused", f"{name} graph replay {replay}", eager, outputs)
+            compare(rows, family, f"{name} graph replay {replay}", eager, outputs)
+
+
+# Each public class's runner; a family runs those of its classes.
+RUNNERS = {"AllReduceMHC": run_all_reduce, "ShardedMarkovSampler": run_sampler, "MarkovKernels": run_draft_loop}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,15 +285,13 @@ def main(argv: list[str] | None = None) -> int:
         return NO_GPU_EXIT
     import torch.distributed as dist
 
-    from kernels.fabric import SymmetricFabric
-
     device, _, _ = join_world(True, 300, solo_port=29531)
     try:
-        fabric = SymmetricFabric(dist.group.WORLD, device=device)
+        fabric = world_group("kernel", device)
         rows: list = []
-        runners = {"allreduce_mhc": run_allreduce, "markov_sharded": run_sharded, "markov_fused": run_fused}
         for family in FAMILIES if args.family == "all" else (args.family,):
-            runners[family](fabric, args, device, rows)
+            for public in FAMILY_CLASSES.get(family, ()):
+                RUNNERS[public.name](fabric, args, device, rows, family)
         bad = torch.tensor([sum(not r["equal"] for r in rows)], dtype=torch.int64)
         dist.all_reduce(bad)
         if fabric.rank == 0:

@@ -27,9 +27,10 @@ run is for). No Python code ran during the replays and the trapped ranks
 could not dump anything, yet every instance's ring (written by its kernels
 into host-mapped files, replays included) survives, and ``rankcheck
 flight DIR`` names, from the rings alone, rank R and the launch it never
-began: the all-reduce's publish of step K, launch ``2 K`` of
-``allreduce_mhc.0`` (an LL call is two launches, publish and consumer:
-launches ``2 s`` and ``2 s + 1`` at step ``s``).
+began: the all-reduce's publish of step K, launch ``2 K`` of the
+all-reduce's instance (``<family>.0``, the ring's name: the family and
+the instance's ordinal in the job; an LL call is two launches, publish and
+consumer: launches ``2 s`` and ``2 s + 1`` at step ``s``).
 
 The same loop eagerly, recorded (``--eager --record DIR``): the step is
 called K + 1 times without a graph, the objects wrapped in
@@ -63,8 +64,10 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # example_world beside it
 
 # First: example_world sets the multicast-off environment before torch is loaded.
-from example_world import join_world  # noqa: E402
+from example_world import join_world, public_class, world_group  # noqa: E402
 import torch  # noqa: E402
+
+from harness.rank.graphs import capture  # noqa: E402 - the harness's own: on a side stream, thread-local mode
 
 BAD_ARGS_EXIT = 2
 HIDDEN, HC, TOP_K, MAX_TOKENS = 1024, 4, 8, 8
@@ -103,11 +106,7 @@ def generator(seed: int, *salt: int) -> torch.Generator:
 
 def build_objects(impl: str, group, device, args: argparse.Namespace, world: int) -> dict:
     """The step's public objects, in launch order (the same on every rank, so their rings are named alike)."""
-    if impl == "kernel":
-        from kernels.allreduce_mhc import AllReduceMHC
-        from kernels.markov_sharded.host import ShardedMarkovSampler
-    else:
-        from golden.public import AllReduceMHC, ShardedMarkovSampler
+    AllReduceMHC, ShardedMarkovSampler = (public_class(name, impl) for name in ("AllReduceMHC", "ShardedMarkovSampler"))
     placement = dict(device=device, flight_dir=args.flight_dir)
     ar = AllReduceMHC(hidden_size=HIDDEN, hc_mult=HC, max_num_tokens=MAX_TOKENS, top_k=TOP_K, group=group,
                       timeout_ms=args.timeout_s * 1e3, **placement)
@@ -155,19 +154,6 @@ def decode_step(objects, t: dict) -> None:
                        t["logits_cache"], t["draft_tokens"])
 
 
-def capture(fn) -> "torch.cuda.CUDAGraph":
-    """``fn()`` captured into a CUDA graph on a side stream (this process's capture only)."""
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        graph.capture_begin(capture_error_mode="thread_local")
-        fn()
-        graph.capture_end()
-    torch.cuda.current_stream().wait_stream(side)
-    return graph
-
-
 def run_loop(objects, t: dict, args: argparse.Namespace, rank: int) -> int:
     """Step 0 eagerly (the warm-up), then steps 1..K replayed from one graph (or called, ``--eager``); the planted
     rank skips step K. The steps this rank made."""
@@ -177,7 +163,7 @@ def run_loop(objects, t: dict, args: argparse.Namespace, rank: int) -> int:
     decode_step(objects, t)
     if on_gpu:
         torch.cuda.synchronize()
-    graph = None if args.eager else capture(lambda: decode_step(objects, t))
+    graph = None if args.eager else capture(lambda: decode_step(objects, t))[0]
     dist.barrier()  # no rank replays (and waits on peers) before every rank captured
     made = 1
     for step in range(1, args.replays + 1):
@@ -221,12 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         return BAD_ARGS_EXIT
     dist.barrier()  # every rank checked the flight directory before any ring is made in it
     try:
-        if args.impl == "kernel":
-            from kernels.fabric import SymmetricFabric
-
-            group = SymmetricFabric(dist.group.WORLD, device=device)
-        else:
-            group = rankcheck.golden_comm()
+        group = world_group(args.impl, device)
         objects = build_objects(args.impl, group, device, args, world)
         inputs = step_inputs(args, device, rank, world)
         recording = rankcheck.recording(objects, args.record) if args.record else nullcontext(objects)

@@ -2,13 +2,16 @@
 
 ``kernels.markov_common.probe`` runs single sequences of ``kernels/ptx.py`` (the
 very text the Markov kernels embed) elementwise over CUDA tensors; each check
-here feeds it 10^7 inputs and compares with the golden's emulation on the
-CPU (``tests/golden/test_fp32_gpu.py`` runs these same checks as GPU tests):
+feeds it 10^7 inputs and compares with the golden's emulation on the CPU
+(``tests/golden/test_fp32_gpu.py`` runs these same checks as GPU tests).
+``CHECKS`` holds the shared ones, defined here, then each family's
+(``FP32_CHECKS`` of its calibration module, ``harness.calibration.family_probes``):
 
 - bit-exact: ``logf_ftz`` (libdevice logf under FTZ), ``div_full_pow2``
   (``div.full.f32`` by powers of two, whose reciprocal is exact),
   ``murmur``, ``uniform`` and ``gumbel`` (the step kernel's noise and
-  noised score), ``output_logit`` (the output transform without soft cap);
+  noised score), ``output_logit`` (the fused family's output transform
+  without soft cap);
 - bounded, where a contract names an approximate instruction: ``tanhf``
   (bit-exact outside ``golden.fp32.TANHF_APPROX_RANGE``, within
   ``TANHF_ULP_BOUND`` fp32 ulp inside) and ``output_logit_soft_cap``
@@ -24,8 +27,7 @@ functions standing in for the hardware.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from functools import partial
+import importlib
 from typing import Any, Callable
 
 import torch
@@ -33,75 +35,14 @@ import torch
 from golden import fp32
 from golden.fp32 import f32_bits, f32_from_bits, logf_ftz, reciprocal_bits, tanhf
 from golden.gumbel import draft_hash, draft_uniform, noised_scores
-from golden.markov_fused import logit_transform
+from harness.calibration.check_result import CheckResult, ordered, random_f32
+from harness.calibration.family_probes import declared
 
 N = 10_000_000
 CHUNK = 1_000_000
 POW2_TEMPERATURES = tuple([2.0**k for k in range(-10, 11)] + [-0.5, 2.0**127, 2.0**-130])
-LOGIT_SCALARS = (1.5, 1.0 / 30.0, 30.0)  # mult, inv_cap, cap
-
-
-@dataclass
-class CheckResult:
-    """What one check saw: inputs, bit mismatches of its exact part, worst ulps of its bounded part."""
-
-    name: str
-    inputs: int = 0
-    mismatches: int = 0
-    first: str = ""
-    bound_ulps: int | None = None
-    unit: str = ""
-    bounded_where: str = ""
-    worst_ulps: int = 0
-
-    def add_exact(self, x_bits: torch.Tensor, got: torch.Tensor, want: torch.Tensor) -> None:
-        """Count the elements where ``got`` and ``want`` (bit patterns) differ, keeping the first described."""
-        bad = (got != want).nonzero().flatten()
-        self.mismatches += bad.numel()
-        if bad.numel() and not self.first:
-            k = int(bad[0])
-            self.first = (f"input 0x{int(x_bits[k]):08X}: gpu 0x{int(got[k]):08X}, golden 0x{int(want[k]):08X}")
-
-    def add_bounded(self, got_ordered: torch.Tensor, want_ordered: torch.Tensor) -> None:
-        """Raise the worst difference to that of two tensors of value-ordered integers."""
-        if got_ordered.numel():
-            self.worst_ulps = max(self.worst_ulps, int((got_ordered - want_ordered).abs().max()))
-
-    @property
-    def ok(self) -> bool:
-        """Whether the contract held: no exact mismatch and the bounded part within its bound."""
-        return self.mismatches == 0 and (self.bound_ulps is None or self.worst_ulps <= self.bound_ulps)
-
-    def verdict(self) -> str:
-        """The check's verdict against its declared contract, as the facts file states it."""
-        if not self.ok:
-            over = (f"; worst {self.worst_ulps} {self.unit} ulp{self.bounded_where} over the bound {self.bound_ulps}"
-                    if self.bound_ulps is not None and self.worst_ulps > self.bound_ulps else "")
-            return f"FAILED: {self.mismatches} of {self.inputs} differ" + (f", first {self.first}" if self.first else "") + over
-        if self.bound_ulps is None:
-            return "bit-exact"
-        return f"within {self.bound_ulps} {self.unit} ulp{self.bounded_where}"
-
-    def fact(self) -> dict:
-        """The facts-file entry: input count and verdict."""
-        return {"inputs": self.inputs, "verdict": self.verdict()}
-
-    def report(self) -> dict:
-        """Everything measured, for the probe's report (the worst difference included)."""
-        return asdict(self) | {"verdict": self.verdict()}
-
-
-def random_f32(gen: torch.Generator, n: int, lo_exp: int = 0, hi_exp: int = 256) -> torch.Tensor:
-    """Random fp32 bit patterns (any sign) with exponent fields uniform in [lo_exp, hi_exp)."""
-    sign = torch.randint(0, 2, (n,), generator=gen, dtype=torch.int64) << 31
-    exp = torch.randint(lo_exp, hi_exp, (n,), generator=gen, dtype=torch.int64) << 23
-    frac = torch.randint(0, 1 << 23, (n,), generator=gen, dtype=torch.int64)
-    return f32_from_bits(sign | exp | frac)
-
-
-def ordered(bits: torch.Tensor, sign_bit: int = 2**31) -> torch.Tensor:
-    """Bit patterns (non-negative int64) mapped to integers that order like their values (fp32 or bf16)."""
-    return torch.where(bits >= sign_bit, -(bits & (sign_bit - 1)), bits)
+# The module whose elementwise PTX sequences every check runs on the GPU (the shared Markov kernels' probe).
+PROBE_MODULE = "kernels.markov_common.probe"
 
 
 def check_logf(probe: Any, n: int, chunk: int, device: str) -> list[CheckResult]:
@@ -171,32 +112,9 @@ def check_noise(probe: Any, n: int, chunk: int, device: str) -> list[CheckResult
     return [murmur, uniform, gumbel]
 
 
-def check_output_logit(probe: Any, n: int, chunk: int, device: str, *, has_cap: bool) -> list[CheckResult]:
-    """The output transform: bit-exact without soft cap; the cached logit within SOFT_CAP_BF16_ULPS with it."""
-    gen = torch.Generator().manual_seed(5 + has_cap)
-    result = (CheckResult("output_logit_soft_cap", bound_ulps=fp32.SOFT_CAP_BF16_ULPS, unit="bf16",
-                          bounded_where=" on the cached logit") if has_cap else CheckResult("output_logit"))
-    for _ in range(0, n, chunk):
-        a = torch.randint(0, 2**16, (chunk,), generator=gen, dtype=torch.int64)
-        b = torch.randint(0, 2**16, (chunk,), generator=gen, dtype=torch.int64)
-        scalars = [torch.full((chunk,), v, dtype=torch.float32, device=device) for v in LOGIT_SCALARS]
-        got_bits, got_logit = probe.output_logit(a.to(torch.int32).to(device), b.to(torch.int32).to(device),
-                                                 *scalars, has_cap)
-        cached, logit = logit_transform(a, b, *LOGIT_SCALARS, has_cap)
-        want_bits = fp32.bf16_bits(cached)
-        got_bits = got_bits.cpu().to(torch.int64) & 0xFFFF
-        result.inputs += chunk
-        if has_cap:
-            result.add_bounded(ordered(got_bits, 2**15), ordered(want_bits, 2**15))
-        else:
-            result.add_exact(a, got_bits, want_bits)
-            result.add_exact(a, f32_bits(got_logit.cpu()), f32_bits(logit))
-    return [result]
-
-
+# The shared checks, then each family's (``FP32_CHECKS`` of its calibration module: its golden functions' checks).
 CHECKS: tuple[Callable[..., list[CheckResult]], ...] = (
-    check_logf, check_tanhf, check_div_pow2, check_noise,
-    partial(check_output_logit, has_cap=False), partial(check_output_logit, has_cap=True),
+    check_logf, check_tanhf, check_div_pow2, check_noise, *(c for checks in declared("FP32_CHECKS") for c in checks),
 )
 
 
@@ -204,7 +122,7 @@ def run_checks(probe: Any = None, *, n: int = N, chunk: int = CHUNK, device: str
                progress: Callable[[CheckResult], None] = lambda result: None) -> dict[str, CheckResult]:
     """Every check against ``probe`` (default ``kernels.markov_common.probe``): ``{name: CheckResult}`` in check order."""
     if probe is None:
-        from kernels.markov_common import probe  # noqa: PLC0415 - CuTe DSL, on a GPU only
+        probe = importlib.import_module(PROBE_MODULE)  # CuTe DSL, on a GPU only
     out: dict[str, CheckResult] = {}
     for check in CHECKS:
         for result in check(probe, n, chunk, device):
@@ -213,4 +131,4 @@ def run_checks(probe: Any = None, *, n: int = N, chunk: int = CHUNK, device: str
     return out
 
 
-__all__ = ["CHECKS", "CHUNK", "CheckResult", "N", "ordered", "random_f32", "run_checks"]
+__all__ = ["CHECKS", "CHUNK", "CheckResult", "N", "PROBE_MODULE", "ordered", "random_f32", "run_checks"]

@@ -1,11 +1,13 @@
 """The MMA probe of ``harness golden --probe``: which of the golden's bias models the tensor cores follow.
 
-The sharded sampler's bias is 16 chained ``mma.sync.m16n8k16`` (BF16 in,
-FP32 accumulate), and how the tensor core rounds inside one MMA is not
+A kernel's bias is 16 chained ``mma.sync.m16n8k16`` (BF16 in, FP32
+accumulate), and how the tensor core rounds inside one MMA is not
 documented. ``golden.mma_bias.BIAS_FUNCTIONS`` holds the candidate
-models (``fp32_k_order``, ``mma_chain``, ``hopper_mma``, ...).
-``kernels.markov_sharded.probe.mma_chain`` runs the kernel's own chain and
-fragment layout on given operands; ``compare`` counts, for one operand
+models (``fp32_k_order``, ``mma_chain``, ``hopper_mma``, ...). The family
+whose kernel runs that chain declares the function that runs it on the GPU
+(``MMA_CHAIN`` of its calibration module, ``harness.calibration.family_probes``):
+the kernel's own chain and fragment layout on given operands
+(``gpu_chain``); ``compare`` counts, for one operand
 family, the sums where each model's FP32 bits differ from the hardware's and
 keeps a few examples per model. The families (``operands``): ordinary
 (N(0, 1) BF16), adversarial exponent spreads (operands 2^e with e spread
@@ -34,6 +36,7 @@ from typing import Callable, Sequence
 import torch
 
 from golden.mma_bias import BIAS_FUNCTIONS
+from harness.calibration.family_probes import declared
 
 KINDS = ("normal", "spread", "cancel")
 REPORT_SIZES = {
@@ -70,11 +73,11 @@ def operands(kind: str, tiles: int, sets: int, seed: int, device) -> tuple[torch
 
 
 def gpu_chain(head: torch.Tensor, embeds: torch.Tensor) -> torch.Tensor:
-    """The kernel's MMA chain on the current CUDA device (``kernels.markov_sharded.probe.mma_chain``), on the CPU."""
-    from kernels.markov_sharded.probe import mma_chain  # noqa: PLC0415 - CuTe DSL, on a GPU only
-
-    device = torch.device("cuda", torch.cuda.current_device())
-    return mma_chain(head.to(device), embeds.to(device)).cpu()
+    """The MMA chain a family declares (its ``MMA_CHAIN``, the first in the families' order) run on the GPU, on the CPU."""
+    chains = declared("MMA_CHAIN")
+    if not chains:
+        raise RuntimeError("no family declares an MMA_CHAIN (harness/families/<family>/calibration.py)")
+    return chains[0](head, embeds)
 
 
 def compare(kind: str, tiles: int, sets: int, seed: int, *, chain: Chain = gpu_chain,

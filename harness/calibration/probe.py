@@ -55,6 +55,7 @@ import torch
 from golden import arch as golden_arch
 from golden.mma_bias import BIAS_FUNCTIONS
 from harness.calibration import fp32 as probe_fp32, mma as probe_mma, rcp_table
+from harness.calibration.family_probes import declared
 from harness.wire.atomic_file import atomic_write
 from harness.wire.run_dir import new_run_dir
 
@@ -186,7 +187,8 @@ def settle(facts_doc: dict, table_doc: dict, *, run_dir: Path, data_dir: Path | 
 
 def run_probe(run_dir: Path | None = None, *, replace: bool = False, out: TextIO = sys.stdout) -> int:
     """Measure, decide and settle this GPU's facts (see the module docstring); the exit code."""
-    problem = rcp_table.measuring_problem(["kernels.markov_common.probe", "kernels.markov_sharded.probe"])
+    modules = [probe_fp32.PROBE_MODULE, *(module for listed in declared("PROBE_MODULES") for module in listed)]
+    problem = rcp_table.measuring_problem(modules)
     if problem:
         print(f"rankcheck golden --probe: {problem}. Nothing written.", file=sys.stderr)
         return 2

@@ -8,13 +8,17 @@ family root, ``golden.families.FAMILY_PATH_VAR``) and keeps those that
 declare ``ADAPTER`` (a ``FamilyAdapter``), in the order of
 ``golden.families.FAMILIES`` (the one list of families, which this registry
 must match: ``tests/harness/test_families.py``). No shared module names a
-family; they ask ``adapter(family)``.
+family; they ask ``adapter(family)``, or ``plugins(name)`` for the module
+``name`` beside each family's adapter (a family's plug-in into a higher
+floor: its recorded classes, its probe checks).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
+from types import ModuleType
 
 from golden.families import FAMILIES, extend_package_path
 from harness.families.family_adapter import FamilyAdapter
@@ -47,3 +51,9 @@ def adapter(family: str) -> FamilyAdapter:
     if family not in ADAPTERS:
         raise ValueError(f"family must be one of {sorted(ADAPTERS)}, got {family!r}")
     return ADAPTERS[family]
+
+
+def plugins(name: str) -> dict[str, ModuleType]:
+    """Family -> its module ``name`` (``harness/families/<family>/<name>.py``), imported, for the families that have one."""
+    return {family: importlib.import_module(f"{module}.{name}") for family, module in ADAPTER_MODULES.items()
+            if importlib.util.find_spec(f"{module}.{name}") is not None}

@@ -108,28 +108,34 @@ class GraphLaunches:
         return entry.outputs
 
     def _capture(self, launch: Callable[[], Any]) -> tuple[Any, Any]:
-        """``(graph, outputs)`` of ``launch()`` captured on a side stream of the device (thread-local mode)."""
-        graph = torch.cuda.CUDAGraph()
-        current = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(current)
-        with torch.cuda.stream(side):
-            graph.capture_begin(capture_error_mode="thread_local")
-            try:
-                outputs = launch()
-            except BaseException:
-                try:
-                    graph.capture_end()
-                except Exception:  # noqa: BLE001 - the launch's own error is the one to report
-                    pass
-                raise
-            graph.capture_end()
-        current.wait_stream(side)
-        return graph, outputs
+        """``(graph, outputs)`` of ``launch()`` captured on a side stream of the rank's device (``capture``)."""
+        return capture(launch, self.device)
 
     def summary(self) -> dict:
         """What the case report says about graphs: captured labels and replays."""
         return {"mode": "captured", "labels": sorted(self.captured), "replays": self.replays}
 
 
-__all__ = ["GraphLaunches", "capture_problem"]
+def capture(launch: Callable[[], Any], device: Any = None) -> tuple[Any, Any]:
+    """``(graph, outputs)`` of ``launch()`` captured on a side stream of ``device`` (default: the current one),
+    thread-local mode; a launch that raises ends the capture and its error propagates."""
+    graph = torch.cuda.CUDAGraph()
+    current = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        graph.capture_begin(capture_error_mode="thread_local")
+        try:
+            outputs = launch()
+        except BaseException:
+            try:
+                graph.capture_end()
+            except Exception:  # noqa: BLE001 - the launch's own error is the one to report
+                pass
+            raise
+        graph.capture_end()
+    current.wait_stream(side)
+    return graph, outputs
+
+
+__all__ = ["GraphLaunches", "capture", "capture_problem"]

@@ -3,7 +3,8 @@
 ``PUBLIC_CLASSES`` is the one table of the public API's classes
 (docs/interfaces.md, "The kernels' public API"), gathered from each family's
 home (``PUBLIC_CLASSES`` of ``harness/families/<family>/recording.py``,
-found through ``harness.families.registry``): per class, the modules of
+found through ``harness.families.registry``; ``FAMILY_CLASSES`` keeps
+them by family): per class, the modules of
 its two implementations (the kernel class in ``kernels/``, its golden
 stand-in with the same name, constructor keywords and method signatures in
 ``golden.public``) and per recorded method what the world analysis
@@ -21,29 +22,27 @@ arguments as ``public_args`` (by name, without ``group``, ``device``,
 and, where it has one, its flight recorder's launch count as
 ``flight_launches``. ``build_public`` rebuilds one for a replay: the golden
 stand-in over a ``golden.comm`` Comm, or the kernel class over a
-``kernels.fabric`` provider.
+``kernels.fabric`` provider; ``public_type`` is the class it builds
+(the examples take theirs from it, by name).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from typing import Any, Mapping
 
-from harness.families.registry import ADAPTER_MODULES
+from harness.families.registry import plugins
 from harness.recording.public_class import MethodFacts, PublicClass
 
 
-def _discover() -> dict[str, PublicClass]:
-    """Every family's public classes (``PUBLIC_CLASSES`` of ``harness/families/<family>/recording.py``), by name."""
-    found: dict[str, PublicClass] = {}
-    for module in ADAPTER_MODULES.values():
-        if importlib.util.find_spec(f"{module}.recording") is not None:
-            found.update((c.name, c) for c in importlib.import_module(f"{module}.recording").PUBLIC_CLASSES)
-    return found
+def _discover() -> dict[str, tuple[PublicClass, ...]]:
+    """Family -> its public classes (``PUBLIC_CLASSES`` of ``harness/families/<family>/recording.py``), where it has some."""
+    return {family: tuple(module.PUBLIC_CLASSES) for family, module in plugins("recording").items()}
 
 
-PUBLIC_CLASSES: dict[str, PublicClass] = _discover()
+# Each family's public classes, by family in the families' order: the classes a family's name stands for.
+FAMILY_CLASSES: dict[str, tuple[PublicClass, ...]] = _discover()
+PUBLIC_CLASSES: dict[str, PublicClass] = {c.name: c for classes in FAMILY_CLASSES.values() for c in classes}
 
 
 def public_class_of(obj: Any) -> PublicClass | None:
@@ -96,9 +95,13 @@ def flight_launches_of(obj: Any) -> int | None:
 
 def build_public(class_name: str, impl: str, arguments: Mapping[str, Any], group: Any) -> Any:
     """A fresh ``class_name`` of ``impl`` built from its recorded constructor ``arguments`` over ``group``."""
-    module = importlib.import_module(public_class(class_name).module(impl))
-    return getattr(module, class_name)(**arguments, group=group)
+    return public_type(class_name, impl)(**arguments, group=group)
 
 
-__all__ = ["PUBLIC_CLASSES", "MethodFacts", "PublicClass", "build_public", "flight_launches_of", "method_facts",
-           "public_args_of", "public_class", "public_class_of", "scratch"]
+def public_type(class_name: str, impl: str) -> type:
+    """The class ``class_name`` of ``impl``: the kernel class (``kernels/``) or its golden stand-in (``golden.public``)."""
+    return getattr(importlib.import_module(public_class(class_name).module(impl)), class_name)
+
+
+__all__ = ["FAMILY_CLASSES", "PUBLIC_CLASSES", "MethodFacts", "PublicClass", "build_public", "flight_launches_of",
+           "method_facts", "public_args_of", "public_class", "public_class_of", "public_type", "scratch"]

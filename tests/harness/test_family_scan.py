@@ -29,16 +29,7 @@ FAMILY_NAMES = ("markov_sharded", "markov_fused", "allreduce_mhc")
 SKIPPED = {"tests", "docs", ".venv", ".git", "runs"}
 
 # File -> why it still names a family outside the family's homes. Only shrinks (see the module docstring).
-KNOWN_LEFT = {
-    # Examples: user code that calls each family's public API by name.
-    "examples/decode_step.py": "runs each family's public class; its runner table is keyed by family",
-    "examples/decode_loop.py": "imports each family's public class (or its golden stand-in) by name",
-    "examples/graph_desync.py": "its docstring shows a flight-ring name of the all-reduce family",
-    # harness: the calibration probes that run one family's kernel chain or logit transform.
-    "harness/calibration/fp32.py": "the fp32 probe checks the fused family's logit transform",
-    "harness/calibration/mma.py": "the MMA probe runs the sharded kernel's own chain (its probe module)",
-    "harness/calibration/probe.py": "the reciprocal check names the sharded kernels' probe module",
-}
+KNOWN_LEFT: dict[str, str] = {}
 
 
 def homes(family: str) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ rank's process), ``launch`` (launchers, supervision, diagnosis, evidence),
 ``reports``, ``recording``, ``calibration``, then the top level (``cli``,
 ``validate``, ``replay``, ``compile_gate``) and the tools (``bench``,
 ``fuzz``, ``scale``); a family's plug-ins into a higher floor (its bench
-cases, its recorded classes: ``FAMILY_PLUGIN_FLOORS``) stand on that floor,
+cases, its recorded classes, its probe checks: ``FAMILY_PLUGIN_FLOORS``) stand on that floor,
 though they live in the family's folder. A module imports only its own floor and the floors
 below; the launching side (``launch/``, ``validate.py``, ``replay.py``)
 imports nothing of the rank side either, whose modules run in other
@@ -62,7 +62,7 @@ TOOLS = ("bench", "fuzz", "scale")
 # A family folder (harness/families/<family>/) also holds its plug-ins into higher floors, found by discovery (never
 # imported by name from below): each such module stands on the floor it plugs into.
 FAMILY_PLUGIN_FLOORS = {"bench": "tools", "bench_torchrun": "tools", "bench_compile": "tools", "thresholds": "tools",
-                        "flashinfer_mxfp8": "tools", "recording": "recording"}
+                        "flashinfer_mxfp8": "tools", "recording": "recording", "calibration": "calibration"}
 LAUNCHING = ("harness.launch", "harness.validate", "harness.replay")
 
 
