@@ -54,7 +54,6 @@ from typing import Any
 
 from contracts import allreduce_mhc as contract
 from contracts.constructor import public_args, takes
-from contracts.deadlines import SERVING_DEADLINE_MS
 from golden.allreduce_mhc import GoldenAllReduceMHC, check_static, uses_bt
 from golden.public.common import (
     LaunchCount,
@@ -65,7 +64,6 @@ from golden.public.common import (
 )
 from golden.allreduce_mhc.rmsnorm import NormLayout
 
-DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_MS
 # Kernel launches of one call, per protocol (publish, [owner reduce,] consumer).
 LAUNCHES = {"ll": 2, "bt": 3}
 
@@ -182,4 +180,4 @@ class AllReduceMHC:
 # The kernel class (by module and name) this module stands in for; ``golden.public`` merges every family's.
 STAND_INS = {"kernels.allreduce_mhc.host.AllReduceMHC": AllReduceMHC}
 
-__all__ = ["AllReduceMHC", "DEFAULT_TIMEOUT_MS", "LAUNCHES", "STAND_INS"]
+__all__ = ["AllReduceMHC", "LAUNCHES", "STAND_INS"]

@@ -70,7 +70,6 @@ import torch
 
 from contracts import allreduce_mhc as contract
 from contracts.constructor import public_args, takes
-from contracts.deadlines import SERVING_DEADLINE_MS
 from kernels import hostcopy
 from kernels.allreduce_mhc import variants
 from kernels.allreduce_mhc.config import (
@@ -97,9 +96,6 @@ from kernels.allreduce_mhc.protocol_rows import choose_thresholds
 from kernels.allreduce_mhc.publish import PublishKernel
 
 SENTINEL_INT16 = -32768
-# Every wait has a deadline, by default one a serving engine's stalled peer
-# never reaches in a healthy run (kernels.diag: deadline policy); 0 disables it.
-DEFAULT_TIMEOUT_MS = SERVING_DEADLINE_MS
 # Launches of several virtual ranks come from several threads; the compiled
 # functions are not documented as re-entrant, and enqueueing is cheap.
 _LAUNCH_LOCK = threading.Lock()

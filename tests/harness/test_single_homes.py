@@ -18,6 +18,7 @@ it): a pattern that recomputes a rule may appear only in the rule's home.
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -155,14 +156,14 @@ def test_the_harness_kernel_deadlines_are_short_and_the_serving_one_long():
 def test_the_deadline_copies_are_the_one_homes():
     from contracts import deadlines  # noqa: PLC0415 - the module under test
     from contracts.markov_sharded import DEFAULT_TIMEOUT_NS  # noqa: PLC0415 - the module under test
-    from golden.allreduce_mhc.public import DEFAULT_TIMEOUT_MS as GOLDEN_MS  # noqa: PLC0415 - the module under test
+    from contracts.allreduce_mhc import constructor  # noqa: PLC0415 - the module under test
     from golden.public.common import SERVING_DEADLINE_NS as GOLDEN_NS  # noqa: PLC0415 - the module under test
     from harness.families.catalog import DEFAULT_PER_LAUNCH_S  # noqa: PLC0415 - the module under test
     from harness.launch import load_scale  # noqa: PLC0415 - the module under test
     from kernels.diag import SERVING_DEADLINE_NS as KERNEL_NS  # noqa: PLC0415 - the module under test
 
     assert GOLDEN_NS is KERNEL_NS is deadlines.SERVING_DEADLINE_NS
-    assert GOLDEN_MS is deadlines.SERVING_DEADLINE_MS
+    assert inspect.signature(constructor).parameters["timeout_ms"].default is deadlines.SERVING_DEADLINE_MS
     assert DEFAULT_TIMEOUT_NS is deadlines.MARKOV_SHARDED_CONFIG_TIMEOUT_NS
     assert DEFAULT_PER_LAUNCH_S is deadlines.DEFAULT_PER_LAUNCH_S == 30.0
     assert (load_scale.STARTUP_S, load_scale.CASE_ALLOWANCE_S, load_scale.MAX_FACTOR) == (90.0, 20.0, 10.0)
