@@ -1,6 +1,6 @@
 """The golden-bit store: digests of the golden loops' outputs, per scenario.
 
-Layout: one small JSON file per family, ``golden/data/<family>.json``::
+Layout: one small JSON file per family, in its own folder, ``golden/<family>/golden_bits.json``::
 
     {"format": 1,
      "entries": {
@@ -49,7 +49,8 @@ import torch
 from golden.families import FAMILIES
 
 FORMAT = 1
-DEFAULT_ROOT = Path(__file__).resolve().parent / "data"
+DEFAULT_ROOT = Path(__file__).resolve().parent
+FILE_NAME = "golden_bits.json"
 
 
 class GoldenError(Exception):
@@ -128,7 +129,7 @@ def _name(scenario: object) -> str:
 
 
 class GoldenStore:
-    """The store under ``root`` (default ``golden/data``)."""
+    """The store under ``root`` (default ``golden``: one ``<family>/golden_bits.json`` each)."""
 
     def __init__(self, root: str | os.PathLike | None = None) -> None:
         self.root = DEFAULT_ROOT if root is None else Path(root)
@@ -146,7 +147,7 @@ class GoldenStore:
 
     def path(self, family: str) -> Path:
         """The JSON file of ``family``."""
-        return self.root / f"{family}.json"
+        return self.root / family / FILE_NAME
 
     def _read(self, family: str) -> dict:
         """The parsed file of ``family`` (empty when it does not exist)."""
@@ -161,8 +162,8 @@ class GoldenStore:
     @contextmanager
     def _locked(self, family: str) -> Iterator[None]:
         """Hold an exclusive lock on ``family``'s file while reading and rewriting it."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        # The lock lives outside golden/data so the store holds only its JSON files.
+        self.path(family).parent.mkdir(parents=True, exist_ok=True)
+        # The lock lives outside the package so the store's folders hold only their JSON files.
         tag = hashlib.sha256(str(self.path(family).resolve()).encode()).hexdigest()[:16]
         with open(Path(tempfile.gettempdir()) / f"rankcheck-golden-{tag}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -337,7 +337,7 @@ def run_header(why: str, impl: str, size: str, scenarios: int, pairs: WorldPlan,
     header += "".join(f"\n# scenario file refused, not run (exit 2 at best): {line}" for line in bad_files)
     unstored = sorted({c.key for _, cs in pairs for c in cs if c.outcomes == ("golden",) and not stored_case(c)})
     if req.store and unstored:
-        header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in golden/data: a realistic-size "
+        header += (f"\n# stored bits: {len(unstored)} gpu-size scenario(s) skipped (not in the golden store: a realistic-size "
                    f"reference takes minutes on a CPU; their check is the golden reference recomputed in this run)")
     return header
 

@@ -13,7 +13,7 @@ a ``bias_fn`` from ``mma_model`` and an ``rcp_table`` from
   a validate run takes it from the environment);
 - else ``CPU_DEFAULT_ARCH`` (``sm_90``): a CPU machine compares the golden
   with itself, so any architecture's facts give agreeing ranks, but the
-  stored golden bits (``golden/data/<family>.json``) were recorded with the
+  stored golden bits (``golden/<family>/golden_bits.json``) were recorded with the
   H200's facts and are checked with them. ``describe_choice`` says which
   architecture was taken and why; the validate header prints it.
 

@@ -1,6 +1,6 @@
 """Rank 0's check of a golden-outcome case's reference outputs against the golden store (or their recording).
 
-The golden store (``golden/store.py``, ``golden/data/<family>.json``) keeps
+The golden store (``golden/store.py``, ``golden/<family>/golden_bits.json``) keeps
 the digests of the reference outputs of every stored case
 (``harness.wire.case_files.stored_case``). Rank 0 of such a case collects, for
 every compared launch, the agreed inputs and the reference outputs, and
@@ -42,7 +42,7 @@ def store_golden(mode: str, case: Any, tp: int, static: dict, agreed: list[dict]
                  root: str | Path | None = None) -> dict:
     """Check (``mode`` check) or record (``record``) the reference outputs' digests in golden/store.py.
 
-    ``root``: the store directory (default ``golden/data``).
+    ``root``: the store directory (default ``golden``: ``<family>/golden_bits.json``).
     """
     try:
         from golden import store  # noqa: PLC0415 - inside the try: a store that cannot import is reported missing

@@ -48,9 +48,9 @@ def test_record_then_check(tmp_path):
     assert entry["provenance"]["producer"] == "golden" and entry["provenance"]["torch"] == str(torch.__version__)
     assert {"device", "git", "date"} <= set(entry["provenance"])
     store.check("markov_fused/basic", "ab" * 32, _outputs(), variant="world=2")
-    data = json.loads((tmp_path / "markov_fused.json").read_text())
+    data = json.loads(store.path("markov_fused").read_text())
     assert list(data["entries"]) == ["markov_fused/basic@world=2"]
-    assert (tmp_path / "markov_fused.json").stat().st_size < 2000
+    assert store.path("markov_fused").stat().st_size < 2000
 
 
 def test_output_mismatch_names_scenario_and_output(tmp_path):
@@ -110,4 +110,6 @@ def test_families_in_separate_files(tmp_path):
     store = GoldenStore(tmp_path)
     store.record("markov_fused/a", "aa" * 32, _outputs())
     store.record("allreduce_mhc/b", "aa" * 32, _outputs())
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["allreduce_mhc.json", "markov_fused.json"]
+    # One file in each family's own folder, nothing else beside them.
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file()) == [
+        "allreduce_mhc/golden_bits.json", "markov_fused/golden_bits.json"]

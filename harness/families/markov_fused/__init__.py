@@ -16,7 +16,7 @@ and the bias GEMV as ``bias_fn``: ``harness.families.markov_fused.bias.HARNESS_B
 ``bias`` names the same GEMV's bits: the architecture facts' ``mma_model``
 (``hopper_mma`` on the H200, ``golden.markov_fused.mma_bias``), for the
 golden system and the reference alike, so the stored golden bits
-(``golden/data/markov_fused.json``) are that model's. ``pdl``,
+(``golden/markov_fused/golden_bits.json``) are that model's. ``pdl``,
 ``sharded``, ``max_rows``, ``max_steps`` and ``timeout_ns`` (the exchange's
 size and deadline) are kernel-only config keys; ``bias`` and ``rcp_table``
 golden-only.
