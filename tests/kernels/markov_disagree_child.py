@@ -21,7 +21,7 @@ import torch
 
 from kernels.fabric import VirtualFabric
 from kernels.markov_fused.host import MarkovKernels
-from trap_child import write_result
+from trap_child import launch_failed, write_result
 
 TIMEOUT_NS = 2_000_000_000
 VOCAB, DIM, TP = 256, 64, 2
@@ -71,9 +71,9 @@ def main(mode: str, case: str, path: str) -> None:
                 fabric.barrier()
                 for _ in range(calls):
                     graph.replay()
-            torch.cuda.current_stream().synchronize()
-        except RuntimeError:
+        except RuntimeError:  # a launch after a peer's trap ended the shared context
             failed = True
+        failed = failed or launch_failed()
         report = loop.diag_record.read()
         deposit(fabric.rank, {"failed": failed, "report": None if report is None else {**report.to_json(),
                                                                                       "describe": report.describe()}})

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trap_child import run_child, write_result
+from trap_child import launch_failed, run_child, write_result
 
 WRITES = "import sys; sys.path.insert(0, {here!r}); from trap_child import write_result; write_result(sys.argv[1], {{'report': 7}})"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -67,3 +67,33 @@ def test_a_result_is_written_whole_or_not_at_all(tmp_path):
     path = str(tmp_path / "r.json")
     write_result(path, {"a": [1, 2]})
     assert open(path).read() == '{"a": [1, 2]}' and not os.path.exists(path + ".partial")
+
+
+class _Stream:
+    """A stand-in for the current CUDA stream: ``query`` answers from a script of replies (an exception raises)."""
+
+    def __init__(self, replies) -> None:
+        self.replies = list(replies)
+
+    def query(self) -> bool:
+        reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+
+@pytest.mark.parametrize("replies, expected", [
+    ([False, False, True], False),                               # busy, then finished cleanly
+    ([False, RuntimeError("unspecified launch failure")], True),  # the trap surfaces on a query
+])
+def test_a_childs_wait_for_its_stream_says_finished_or_failed(monkeypatch, replies, expected):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: _Stream(replies))
+    assert launch_failed(deadline_s=30) is expected
+
+
+def test_a_stream_still_busy_past_the_deadline_is_a_failure_said_not_a_hang(monkeypatch):
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: _Stream([False]))
+    said = launch_failed(deadline_s=0.05)
+    assert isinstance(said, str) and "still busy" in said

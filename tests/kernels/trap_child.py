@@ -29,6 +29,10 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 # process that wrote its result exits at once unless the driver holds it.
 CHILD_DEADLINE_S = 300
 EXIT_GRACE_S = 60
+# How long a child waits for its own stream after the launches (every kernel in these children has a deadline of
+# at most a few seconds), and how often it looks.
+STREAM_DEADLINE_S = 60
+POLL_S = 0.01
 
 
 def child_env(**extra: str) -> dict:
@@ -118,15 +122,30 @@ def trapped_report(script: str, dump) -> tuple[dict, dict]:
     return result, result["report"]
 
 
-def launch_failed() -> bool:
-    """Whether synchronizing the current stream raises (a trapped kernel's error surfaces there)."""
+def launch_failed(deadline_s: float = STREAM_DEADLINE_S) -> bool | str:
+    """Whether the current stream's work failed: True when querying it raises (a trapped kernel's error surfaces
+    there), False when it finished cleanly, a sentence (truthy) when it is still busy after ``deadline_s``.
+
+    Polled rather than synchronized: on one GPU shared with other test processes, a kernel was seen to print its
+    diagnosis and trap while the host's ``synchronize`` of its stream never returned (300 s, the thread running in
+    the driver). The kernel's own record (``report_json``) says whether it ended at its deadline; this wait only
+    keeps a stall in the driver from becoming a hang of the child.
+    """
     import torch
 
-    try:
-        torch.cuda.current_stream().synchronize()
-    except RuntimeError:
-        return True
-    return False
+    stream = torch.cuda.current_stream()
+    started = time.monotonic()
+    while True:
+        try:
+            if stream.query():
+                return False
+        except RuntimeError:
+            return True
+        waited = time.monotonic() - started
+        if waited > deadline_s:
+            return (f"the stream was still busy {waited:.0f} s after the host began waiting: the driver did not "
+                    f"report the launch's end")
+        time.sleep(POLL_S)
 
 
 def report_json(diag_record):
