@@ -87,6 +87,9 @@ class Prepared:
     kernels_per_call: int = 1
     floor_terms: tuple = ()
     capturable: bool = True
+    # Virtual ranks only: a context in which the case's calls run back to back on each rank's stream, forked and
+    # joined once (``harness.bench.cases.virtual.rank_chains``), as serving runs them: ``graph_chained``.
+    rank_chains: Callable[[], Any] | None = None
 
     def __post_init__(self) -> None:
         """Reject sizes the floor and the rotation cannot use, and terms that do not add up to ``bytes_moved``."""

@@ -147,7 +147,7 @@ def time_prepared(
     max_sets: int = MAX_SETS,
 ) -> dict:
     """Graph and eager per-call timings of one prepared case, with its rotation figures (at most ``max_sets``
-    input sets)."""
+    input sets); ``graph_chained`` too where the case declares ``rank_chains``."""
     sets_count, l2_cold = rotation_sets(prepared.input_bytes, l2_bytes, factor=ROTATION_FACTOR, max_sets=max_sets)
     sets = [prepared.new_input_set() for _ in range(sets_count)]
     calls = max(min_calls, sets_count)
@@ -158,12 +158,21 @@ def time_prepared(
         for inputs in sequence:
             prepared.launch(inputs)
 
+    def chained_loop() -> None:
+        """The same calls with every rank's calls back to back on its stream (``Prepared.rank_chains``)."""
+        with prepared.rank_chains():
+            loop()
+
     torch.cuda.synchronize()
-    graph_ms = None
+    graph_ms = chained_ms = None
     if prepared.capturable:
         graph = _captured(stream, loop, warmup=warmup)
         graph_ms = _time_each(stream, graph.replay, reps)
         del graph
+        if prepared.rank_chains is not None:
+            graph = _captured(stream, chained_loop, warmup=warmup)
+            chained_ms = _time_each(stream, graph.replay, reps)
+            del graph
     with torch.cuda.stream(stream):
         for _ in range(warmup):
             loop()
@@ -179,6 +188,8 @@ def time_prepared(
         "graph": summarize([t * per_call for t in graph_ms]) if graph_ms else eager,
         "eager": eager,
     }
+    if chained_ms is not None:
+        timing["graph_chained"] = summarize([t * per_call for t in chained_ms])
     if graph_ms is None:
         timing["graph_mode"] = "eager launches: not capturable in a CUDA graph, the graph columns repeat them"
     return timing

@@ -36,6 +36,10 @@ NOT_AVAILABLE = "n/a"
 ROTATION_FACTOR = 2.0  # harness.bench.runner's, for documents whose settings do not state it
 PEER_LABELS = {"symm_one_shot": "symm-mem one-shot", "symm_two_shot": "symm-mem two-shot", "nccl": "NCCL"}
 IMPL_LABELS = {"ll": "LL", "bt": "BT", "unfused": "unfused", **PEER_LABELS}
+CHAINED_HEADERS = ["LL chained", "LL chained / floor"]
+CHAINED_NOTE = ("LL chained: the same LL calls with each virtual rank's calls back to back on its stream, forked "
+                "and joined once per graph as ranks on their own GPUs run them; the other columns join every "
+                "rank's stream after each call (lockstep), a cost of the virtual ranks, not of the kernel.")
 GOAL_WORDS = {"speedup_vs_eager": "speedup >= {}", "floor_ratio": "x floor <= {}"}
 
 
@@ -147,14 +151,20 @@ def allreduce_section(document: Mapping, family: str) -> list[str]:
     rows = tables.allreduce_rows(document, family)
     lines = []
     for source in dict.fromkeys(row["source"] for row in rows):
+        mine = [r for r in rows if r["source"] == source]
+        chained = any(r[tables.CHAINED] is not None for r in mine)  # documents before graph_chained have none
         body = [
             [str(r["tp"]), str(r["hidden"]), str(r["rows"]), *(_cell(r, impl) for impl in tables.ALLREDUCE_IMPLS),
-             _us(r["floor"]), _ratio(r["speedup"]), _ratio(r["vs_peer"]), _ratio(r["x_floor"]), _us(r["flashinfer"])]
-            for r in rows if r["source"] == source
+             _us(r["floor"]), _ratio(r["speedup"]), _ratio(r["vs_peer"]), _ratio(r["x_floor"]), _us(r["flashinfer"]),
+             *([_us(r[tables.CHAINED]), _ratio(r["x_floor_chained"])] if chained else [])]
+            for r in mine
         ]
         lines += [f"{source} source, median per call (us), ratios of the faster protocol:", ""]
         lines += markdown_table(["tp", "H", "M", *(IMPL_LABELS[impl] for impl in tables.ALLREDUCE_IMPLS), "floor",
-                                 "unfused / best", "best peer / best", "best / floor", "FlashInfer"], body)
+                                 "unfused / best", "best peer / best", "best / floor", "FlashInfer",
+                                 *(CHAINED_HEADERS if chained else [])], body)
+        if chained:
+            lines.append(f"\n{CHAINED_NOTE}")
         if not any(r[peer] is not None or peer in r["unavailable"] for r in rows if r["source"] == source
                    for peer in tables.PEERS):
             lines.append("\nNo peer at this source (best peer / best: none): the peers run in the torchrun cases.")

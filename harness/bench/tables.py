@@ -14,7 +14,9 @@ are ``copy``, ``LAYOUTS``; any other gets ``generic``):
   size, the floor, FlashInfer's published figure where one was published
   at exactly that tp, H and M, and three ratios of the faster protocol
   (``best``): ``speedup`` = unfused / best, ``vs_peer`` = fastest peer /
-  best, ``x_floor`` = best / floor. A cell's ``marks`` say how it was
+  best, ``x_floor`` = best / floor; where the LL case was also timed with
+  each rank's calls back to back on its stream (``graph_chained``, virtual
+  ranks), ``ll_chained`` and ``x_floor_chained`` = ll_chained / floor. A cell's ``marks`` say how it was
   measured where that differs from the rest (``EAGER_MARK``: eager launches,
   not capturable; ``L2_MARK``: inputs that may have stayed in the L2;
   ``WRONG_MARK``: a peer whose outputs failed the golden sanity check there,
@@ -48,6 +50,7 @@ from harness.bench.registry import family_hooks
 LAYOUTS = {"baseline": "copy"}  # the method's own cases (harness/bench/cases/baseline.py); families declare theirs
 PEERS = ("symm_one_shot", "symm_two_shot", "nccl")
 ALLREDUCE_IMPLS = ("ll", "bt", "unfused", *PEERS)
+CHAINED = "ll_chained"  # LL's calls timed back to back per rank stream (``graph_chained``), beside lockstep LL
 EAGER_MARK = "e"  # timed with eager launches: not capturable in a CUDA graph
 L2_MARK = "w"  # input footprint below the rotation's target: may have been L2-resident
 WRONG_MARK = "x"  # a peer whose outputs failed the golden sanity check there: timed, never compared
@@ -108,7 +111,7 @@ def failed_its_check(case: Mapping) -> bool:
 def _new_row(key: tuple) -> dict:
     """An empty all-reduce row for ``(source, tp, hidden, rows)``."""
     return {"source": key[0], "tp": key[1], "hidden": key[2], "rows": key[3], **{name: None for name in ALLREDUCE_IMPLS},
-            "floor": None, "flashinfer": None, "marks": {}, "unavailable": {}, "wrong": set()}
+            CHAINED: None, "floor": None, "flashinfer": None, "marks": {}, "unavailable": {}, "wrong": set()}
 
 
 def allreduce_rows(document: Mapping, family: str) -> list[dict]:
@@ -125,6 +128,8 @@ def allreduce_rows(document: Mapping, family: str) -> list[dict]:
         row = rows.setdefault(key, _new_row(key))
         row[impl] = case["graph"]["median_us"]
         row["marks"][impl] = marks(case)
+        if impl == "ll" and "graph_chained" in case:
+            row[CHAINED] = case["graph_chained"]["median_us"]
         if failed_its_check(case):
             row["wrong"].add(impl)
         row["floor"] = row["floor"] if row["floor"] is not None else case["floor_us"]["graph"]
@@ -155,6 +160,7 @@ def _ratios(row: Mapping) -> dict:
         "speedup": row["unfused"] / best if best and row["unfused"] is not None else None,
         "vs_peer": peers[best_peer] / best if best and best_peer else None,
         "x_floor": best / row["floor"] if best and row["floor"] else None,
+        "x_floor_chained": row[CHAINED] / row["floor"] if row[CHAINED] and row["floor"] else None,
     }
 
 

@@ -206,3 +206,23 @@ def test_a_peer_that_failed_its_golden_check_is_timed_marked_and_never_compared(
     assert f"3.00{tables.WRONG_MARK}" in text and "no ratio is taken against them" in text
     [row] = tables.allreduce_rows({**document, "cases": [ll, wrong]}, "allreduce_mhc")
     assert row["vs_peer"] is None and row["best_peer_name"] is None
+
+
+def test_ll_timed_per_rank_chain_gets_its_own_columns_and_floor_ratio():
+    # Issue 43: the lockstep join of the virtual ranks' streams costs 1-9 us a call; LL timed with each rank's calls
+    # back to back (graph_chained) stands beside it, with its own distance to the floor. Without it: no such columns.
+    from bench_documents import allreduce, markdown_tables, summary_of
+
+    from harness.bench import tables
+    from harness.bench.summary import CHAINED_HEADERS
+
+    ll, bt = allreduce(2, 5120, 1, "ll", 6.0, 1.5), allreduce(2, 5120, 1, "bt", 8.0, 1.5)
+    ll["graph_chained"] = summary_of(4.5)
+    document = {**small_document(), "cases": [ll, bt]}
+    [row] = tables.allreduce_rows(document, "allreduce_mhc")
+    assert row[tables.CHAINED] == 4.5 and row["x_floor_chained"] == 4.5 / 1.5 and row["x_floor"] == 6.0 / 1.5
+    [table] = [t for t in markdown_tables(summary_markdown(document)) if t and "LL" in t[0]]
+    assert (table[0][CHAINED_HEADERS[0]], table[0][CHAINED_HEADERS[1]]) == ("4.50", "3.00")
+    del ll["graph_chained"]
+    [table] = [t for t in markdown_tables(summary_markdown(document)) if t and "LL" in t[0]]
+    assert CHAINED_HEADERS[0] not in table[0]

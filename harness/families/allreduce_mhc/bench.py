@@ -18,6 +18,12 @@ plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
   instance), ``flight_cost_of`` naming the case with it; the run's line
   shows the recorder's cost.
 
+Every plain LL case is timed twice in one graph method: each call forked
+and joined across the rank streams (lockstep, the ``graph`` column, as
+every other case) and with each rank's calls back to back on its stream
+(``graph_chained``, ``rank_chains``), which is how ranks on their own GPUs
+run them; the difference is the virtual ranks' cost, not the kernel's.
+
 The unfused path per rank, on its stream: the all-reduce's stand-in, a sum
 over the ranks' contributions in one process (``x.sum(0)``: in a real run
 this would be NCCL; its published time is a reference row), then mHC post
@@ -57,7 +63,7 @@ import torch
 from contracts.deadlines import BENCH_TIMEOUT_MS
 from golden import allreduce_mhc as golden_allreduce
 from harness.bench.cases.checks import check_close, check_equal, max_ulp_distance, tensor_bytes
-from harness.bench.cases.virtual import build_ranks, launch_ranks
+from harness.bench.cases.virtual import build_ranks, launch_ranks, rank_chains
 from harness.bench.floor import FloorTerm, terms_bytes
 from harness.bench.registry import BenchContext, Prepared, bench_case
 from harness.families.allreduce_mhc import thresholds
@@ -285,6 +291,8 @@ def _kernel_setup(ctx: BenchContext, *, tp: int, rows: int, hidden: int, protoco
         new_input_set=lambda: make(device, gen, tp=tp, rows=rows, hidden=hidden),
         launch=lambda inputs: run(inputs, protocol),
         kernels_per_call=chain_launches("ll"),
+        # LL's plain calls are also timed chained per rank (probed at tp 2/4/8, M 1-128: the bits of lockstep).
+        rank_chains=(lambda: rank_chains(ranks)) if protocol == "ll" and not finalize else None,
     )
 
 
