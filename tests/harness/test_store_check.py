@@ -2,6 +2,7 @@
 
 import torch
 
+from golden.store import GoldenStore
 from harness.families.catalog import Case
 from harness.rank.golden_check import store_golden
 
@@ -17,7 +18,7 @@ def test_record_then_check_then_differences(tmp_path):
     outputs = {"launch0.tokens": torch.tensor([1, 2], dtype=torch.int64)}
     assert store_golden("check", case(), 2, static, inputs, outputs, root=tmp_path)["status"] == "missing"
     assert store_golden("record", case(), 2, static, inputs, outputs, root=tmp_path)["status"] == "recorded"
-    assert (tmp_path / "markov_sharded.json").exists()
+    assert GoldenStore(tmp_path).path("markov_sharded").exists()
     assert store_golden("check", case(), 2, static, inputs, outputs, root=tmp_path)["status"] == "ok"
     changed = {"launch0.tokens": torch.tensor([1, 3], dtype=torch.int64)}
     res = store_golden("check", case(), 2, static, inputs, changed, root=tmp_path)
