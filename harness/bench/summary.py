@@ -165,8 +165,7 @@ def allreduce_section(document: Mapping, family: str) -> list[str]:
                                  *(CHAINED_HEADERS if chained else [])], body)
         if chained:
             lines.append(f"\n{CHAINED_NOTE}")
-        if not any(r[peer] is not None or peer in r["unavailable"] for r in rows if r["source"] == source
-                   for peer in tables.PEERS):
+        if not any(r[peer] is not None or peer in r["unavailable"] for r in mine for peer in tables.PEERS):
             lines.append("\nNo peer at this source (best peer / best: none): the peers run in the torchrun cases.")
         lines.append("")
     for (tp, hidden, source), found in sorted(tables.crossovers(document, family).items(), key=lambda kv: kv[0][2] != "plain"):

@@ -16,8 +16,8 @@ are ``copy``, ``LAYOUTS``; any other gets ``generic``):
   (``best``): ``speedup`` = unfused / best, ``vs_peer`` = fastest peer /
   best, ``x_floor`` = best / floor; where the LL case was also timed with
   each rank's calls back to back on its stream (``graph_chained``, virtual
-  ranks), ``ll_chained`` and ``x_floor_chained`` = ll_chained / floor. A cell's ``marks`` say how it was
-  measured where that differs from the rest (``EAGER_MARK``: eager launches,
+  ranks), ``ll_chained`` and ``x_floor_chained`` = ll_chained / floor. A
+  cell's ``marks`` say how it was measured where that differs from the rest (``EAGER_MARK``: eager launches,
   not capturable; ``L2_MARK``: inputs that may have stayed in the L2;
   ``WRONG_MARK``: a peer whose outputs failed the golden sanity check there,
   which ``vs_peer`` never compares against: a peer that is not right is no
