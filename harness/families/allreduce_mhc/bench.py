@@ -11,8 +11,10 @@ plain output (no MXFP8), ``top_k`` 8, ``capacity`` 128:
   rank gathers its ``top_k`` routed rows, weighted, plus its shared
   output). The LL and BT medians of one source give the measured LL/BT
   crossover (``harness.families.allreduce_mhc.thresholds``);
-- tp 4, H 5120, M in {1, 128}: ``unfused`` and ``ll`` (the M of the
-  published figures; BT is not built there, to keep compile time down).
+- tp 4 and 8, H 5120, M in {1, 8, 32, 128}: ``unfused`` and ``ll`` (every
+  decode size at every virtual world; BT is not built there, to keep
+  compile time down); the default set keeps tp 4 at M 1 and 128 (the M of
+  the published figures), the rest run with ``--all`` or ``--case``.
 - tp 2, H 5120: ``ll`` at M 1 and ``bt`` at M 128 again, ``_noflight``:
   the kernels without the flight recorder (``kernels.flight``; their own
   instance), ``flight_cost_of`` naming the case with it; the run's line
@@ -356,26 +358,28 @@ def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool, flight: bool
                                           bt=bt, finalize=finalize, flight=flight)
         description = (f"AllReduceMHC {'finalize ' if finalize else ''}{protocol.upper()}, {tp} virtual ranks "
                        "on one GPU (not an NVLink latency)" + ("" if flight else ", without the flight recorder"))
-    default = rows in DEFAULT_ROWS and not finalize  # the _noflight twins too: the recorder's cost in every run
+    # The _noflight twins too (the recorder's cost in every run); at tp 4 only the published M, so the set fits
+    # its budget (harness.bench.budget); tp 8 and the other M at tp 4 by --all or --case.
+    default = rows in DEFAULT_ROWS and not finalize and (tp == 2 or (tp == 4 and rows in PUBLISHED))
     bench_case("allreduce_mhc", name, params=params, description=description, references=references,
                default=default)(setup)
 
 
-# Order: every torch case first, then LL, then BT, then finalize, then the 4-rank
+# Order: every torch case first, then LL, then BT, then finalize, then the 4- and 8-rank
 # instance, so that a kernel trap (which ends the CUDA context) costs the fewest cases.
 _SHAPES_TP2 = [(hidden, rows) for hidden in (5120, 7168) for rows in (1, 8, 16, 32, 64, 128)]
-_SHAPES_TP4 = [(5120, 1), (5120, 128)]
+_SHAPES_TP4_TP8 = [(tp, 5120, rows) for tp in (4, 8) for rows in DEFAULT_ROWS]
 for _hidden, _rows in _SHAPES_TP2:
     _register(2, _hidden, _rows, "unfused", bt=True)
-for _hidden, _rows in _SHAPES_TP4:
-    _register(4, _hidden, _rows, "unfused", bt=False)
+for _tp, _hidden, _rows in _SHAPES_TP4_TP8:
+    _register(_tp, _hidden, _rows, "unfused", bt=False)
 for _impl in ("ll", "bt", "finalize_ll", "finalize_bt"):
     for _hidden, _rows in _SHAPES_TP2:
         _register(2, _hidden, _rows, _impl, bt=True)
 for _rows, _impl in ((1, "ll"), (128, "bt")):
     _register(2, 5120, _rows, _impl, bt=True, flight=False)
-for _hidden, _rows in _SHAPES_TP4:
-    _register(4, _hidden, _rows, "ll", bt=False)
+for _tp, _hidden, _rows in _SHAPES_TP4_TP8:
+    _register(_tp, _hidden, _rows, "ll", bt=False)
 
 
 def breakdown_flight(args) -> tuple[dict[int, list], list[float], int, str]:
