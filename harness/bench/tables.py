@@ -17,14 +17,14 @@ are ``copy``, ``LAYOUTS``; any other gets ``generic``):
   best, ``x_floor`` = best / floor; where the LL case was also timed with
   each rank's calls back to back on its stream (``graph_chained``, virtual
   ranks), ``ll_chained`` and ``x_floor_chained`` = ll_chained / floor. A
-  cell's ``marks`` say how it was measured where that differs from the rest (``EAGER_MARK``: eager launches,
-  not capturable; ``L2_MARK``: inputs that may have stayed in the L2;
-  ``WRONG_MARK``: a peer whose outputs failed the golden sanity check there,
-  which ``vs_peer`` never compares against: a peer that is not right is no
-  comparison); an
-  implementation the document lists as not available at that shape is in
-  the row's ``unavailable`` (the summary writes ``n/a`` there). ``crossovers``
-  gives the LL/BT crossover of each (tp, H, source) by the rule that sets
+  cell's ``marks`` say how it was measured where that differs from the
+  rest (``EAGER_MARK``: eager launches, not capturable; ``L2_MARK``: inputs
+  that may have stayed in the L2; ``WRONG_MARK``: a peer whose outputs
+  failed the golden sanity check there, which ``vs_peer`` never compares
+  against: a peer that is not right is no comparison); an implementation
+  the document lists as not available at that shape is in the row's
+  ``unavailable`` (the summary writes ``n/a`` there). ``crossovers`` gives
+  the LL/BT crossover of each (tp, H, source) by the rule that sets
   the kernels' thresholds (``crossover``; the family writes them into its
   thresholds table, ``harness/families/<family>/thresholds.py``).
 - ``loop``: one row per kernel case that names a baseline (the eager torch

@@ -366,7 +366,7 @@ def _register(tp: int, hidden: int, rows: int, impl: str, bt: bool, flight: bool
 
 
 # Order: every torch case first, then LL, then BT, then finalize, then the 4- and 8-rank
-# instance, so that a kernel trap (which ends the CUDA context) costs the fewest cases.
+# instances, so that a kernel trap (which ends the CUDA context) costs the fewest cases.
 _SHAPES_TP2 = [(hidden, rows) for hidden in (5120, 7168) for rows in (1, 8, 16, 32, 64, 128)]
 _SHAPES_TP4_TP8 = [(tp, 5120, rows) for tp in (4, 8) for rows in DEFAULT_ROWS]
 for _hidden, _rows in _SHAPES_TP2:
