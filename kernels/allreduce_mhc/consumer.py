@@ -16,7 +16,18 @@ state depend on it. A cluster that walks several tokens loads the next
 token's after it finishes one. They sit in register tensors
 between the load and their use (``mixes``, ``streams``).
 
-Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
+The dependency itself. The publish launches this grid once every one of
+its threads has read ``NEXT`` (``kernels.allreduce_mhc.publish``, "Launch
+order"), not when it completes. LL reads ``g = state[NEXT]`` at once and
+does not wait for the publish before polling: its own rank's fragments
+arrive through the mailbox like every peer's, and the sentinel says when
+they are there; it executes ``griddepcontrol.wait`` only before it advances
+``NEXT``, so the publish (its ``ACTIVE`` store included) has completed
+before the generation moves on and before this grid completes. BT reads
+``g = state[ACTIVE]`` after ``griddepcontrol.wait`` (the owner reduce set
+it and filled ``reduced[g]``).
+
+Per fragment:
 
 1. Poll (``ld.volatile``, 16 bytes) until no half is the sentinel 0x8000:
    LL: the ``tp`` slots ``mailbox[g][source][token]``; BT (``reduced_input``):
@@ -30,7 +41,8 @@ Per fragment, with ``g = state[ACTIVE]`` read after ``griddepcontrol.wait``:
 4. Collapse: ``c = +0.0; c = fma(out[j], pre[j], c)`` for ``j = 0 .. hc-1``;
    ``prenorm = bf16_rn(c)``.
 5. The sentinel is written back over every slot read. After the last token,
-   LL: CTA 0 of cluster 0, thread 0, sets ``state[NEXT] = (g + 1) % 3``; then
+   LL, after ``griddepcontrol.wait``: CTA 0 of cluster 0, thread 0, sets
+   ``state[NEXT] = (g + 1) % 3``; then
    ``griddepcontrol.launch_dependents`` (the next publish still waits for this
    grid to finish).
 6. RMSNorm (``golden/allreduce_mhc/rmsnorm.py``): per trip ``s = fma(p, p, s)`` over the 8
@@ -251,8 +263,15 @@ class LamportMHCConsumer(AllReduceKernel):
         self.load_token(first_token, Int32(first_token < m), fragments, valid, inputs, mixes, streams)
 
         flight_launch = take(self.flight, ring, 2)
-        cute.arch.griddepcontrol_wait()
-        generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        if cutlass.const_expr(self.reduced_input):
+            cute.arch.griddepcontrol_wait()
+            generation = ptx.ld_volatile_b32_or(state + ACTIVE * 4, Int32(1), Uint32(0))
+        else:
+            # The publish launched this grid only after every one of its
+            # threads had read NEXT, past its own wait for the consumer that
+            # last advanced it: NEXT is this call's generation, and the
+            # sentinel, not the publish's completion, says when data is there.
+            generation = ptx.ld_volatile_b32_or(state + NEXT * 4, Int32(1), Uint32(0))
         begin(self.flight, ring, flight_ident("allreduce_mhc", "consumer", "bt" if self.reduced_input else "ll"), 2,
               (generation, Uint32(0), m, Uint32(0), digest([m, ptx.f32_bits(eps)]), Uint32(OUTPUTS.index(self.output))),
               launch=flight_launch)
@@ -270,6 +289,10 @@ class LamportMHCConsumer(AllReduceKernel):
             self.load_token(token, Int32(token < m), fragments, valid, inputs, mixes, streams)
 
         if cutlass.const_expr(not self.reduced_input):
+            # The publish has completed (its ACTIVE store included) before
+            # NEXT moves on, and this grid completes after it, as the next
+            # kernel in the stream expects of its predecessor.
+            cute.arch.griddepcontrol_wait()
             advance = (first_token == 0) & (cta == 0) & (tidx == 0)
             next_generation = (generation + Uint32(1)) % Uint32(GENERATIONS)
             ptx.st_global(state + NEXT * 4, [next_generation], 4, Int32(advance))

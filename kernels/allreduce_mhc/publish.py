@@ -24,9 +24,16 @@ Destination (``protocol``), all offsets in BF16 elements of the generation
   the BT mailbox of the owner ``token % tp`` only (peer table).
 
 Generation state: after its stores, CTA 0 thread 0 sets ``state[ACTIVE] = g``;
-the consumer (LL) or owner reduce (BT) later advances ``NEXT``. No other
-grid touches the state while this one runs: the next kernel in the stream
-waits on ``griddepcontrol.wait`` for this grid to finish.
+the consumer (LL) or owner reduce (BT) later advances ``NEXT``.
+
+Launch order. Once every thread has read ``NEXT`` (a CTA barrier), each CTA
+executes ``griddepcontrol.launch_dependents`` before its loads and stores,
+so the next kernel in the stream launches while this grid works instead of
+after it: the LL consumer polls the mailbox (the Lamport sentinel, not this
+grid's completion, tells it a fragment is there) and the BT owner reduce
+waits on ``griddepcontrol.wait``. Neither writes the state before that wait
+has seen this grid complete, so ``NEXT`` is read here before it is advanced
+and ``ACTIVE`` is set before ``NEXT`` moves on.
 """
 
 from __future__ import annotations
@@ -149,6 +156,10 @@ class PublishKernel(AllReduceKernel):
         begin(self.flight, ring, flight_ident("allreduce_mhc", "publish", self.protocol), 0, (
             generation, Uint32(0), blocks // self.ctas_per_token, Uint32(0), digest([blocks]),
             Uint32(self.source == "finalize")), launch=flight_launch)
+        # Every thread has read NEXT: the dependent (LL consumer, BT owner
+        # reduce) may launch now and overlap this grid (see the docstring).
+        cute.arch.barrier()
+        cute.arch.griddepcontrol_launch_dependents()
         words = device.scrub_sentinel(self.contribution(x, weights, indices, shared, token, fragment, active))
 
         if cutlass.const_expr(self.protocol == "ll"):
@@ -167,6 +178,4 @@ class PublishKernel(AllReduceKernel):
             ptx.st_global(owner_base + byte_offset, words, VEC_BYTES, Int32(active))
 
         ptx.st_global(state + ACTIVE * 4, [cutlass.Uint32(generation)], 4, Int32((block == 0) & (tidx == 0)))
-        cute.arch.barrier()
-        cute.arch.griddepcontrol_launch_dependents()
         end(self.flight, ring, 0, launch=flight_launch)

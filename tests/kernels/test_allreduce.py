@@ -332,6 +332,20 @@ def test_consumer_arithmetic_is_the_golden_sequence():
     assert "ld.volatile.global.v4.b32" in ptx and "griddepcontrol.wait" in ptx
 
 
+def test_the_publish_releases_its_dependent_before_its_stores_and_the_ll_consumer_polls_before_it_waits():
+    """The launch order of the publish and consumer docstrings, read from the PTX: the publish triggers after its
+    wait and the NEXT read but before any mailbox store; the LL consumer's first poll comes before its one
+    ``griddepcontrol.wait`` (at its end, before NEXT moves on), the BT consumer waits before it polls."""
+    publish = _body(_ptx("publish[ll,plain,unicast]", "sm_90a"))
+    wait, trigger = publish.index("griddepcontrol.wait"), publish.index("griddepcontrol.launch_dependents")
+    assert wait < trigger < publish.index("st.global.v4.b32"), "the dependent launches before the mailbox stores"
+    ll = _body(_ptx("consumer[ll,plain]", "sm_90a"))
+    assert ll.count("griddepcontrol.wait") == 1
+    assert ll.index("ld.volatile.global.v4.b32") < ll.index("griddepcontrol.wait"), "LL polls without the wait"
+    bt = _body(_ptx("consumer[bt,plain]", "sm_90a"))
+    assert bt.index("griddepcontrol.wait") < bt.index("ld.volatile.global.v4.b32"), "BT reads reduced[g] after it"
+
+
 def test_sm100_uses_the_ue8m0_instruction():
     assert "cvt.rp.satfinite.ue8m0x2.f32" in _ptx("consumer[bt,mxfp8]", "sm_100a")
 
