@@ -8,7 +8,9 @@ began, the step if the records carry one, and what every rank believed
 generation). Kernel diagnostic records (``kernels.diag``), which the
 caller reads from the run directory, are attached verbatim: they name the
 awaited rank and the expected and seen tags. Each rank's innermost Python frames, its
-log and any NCCL flight-recorder dumps come along (``harness.launch.evidence``).
+log and any NCCL flight-recorder dumps come along (``harness.launch.evidence``),
+and, for a job out of time, the GPU's other compute processes then
+(``harness.launch.gpu_neighbours``).
 
 A rank that did not fall behind but died is named first: a rank the
 launcher saw exit non-zero or be killed (``exited``: rank -> exit code,
@@ -50,6 +52,8 @@ class Diagnosis:
     nccl_dumps: list = field(default_factory=list)
     # the kernels' flight-recorder findings, one per instance (harness.launch.flight_evidence)
     flight: list = field(default_factory=list)
+    # out of time: who held the GPU at the deadline, in one sentence (harness.launch.gpu_neighbours.summary)
+    gpu_processes: str | None = None
     # the TP group whose ranks the numbers above are (None: one group spans the world), and its global ranks
     group: int | None = None
     group_ranks: list = field(default_factory=list)
@@ -93,7 +97,7 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
              stopped: Mapping[int, int] | None = None,
              kernel_records: Sequence[dict] = (), stacks: Mapping[int, list[str]] | None = None,
              logs: Mapping[int, str] | None = None, nccl_dumps: Sequence[str] = (),
-             stack_files: Mapping[int, str] | None = None) -> Diagnosis:
+             stack_files: Mapping[int, str] | None = None, gpu_processes: str | None = None) -> Diagnosis:
     """Name the rank that fell behind from every rank's progress records, with the evidence gathered for it.
 
     ``progress`` maps each rank to its progress records in order. ``exited``
@@ -104,13 +108,16 @@ def diagnose(progress: Mapping[int, list[dict]], *, exited: Mapping[int, int] | 
     its awaited rank when the progress records name none; all are attached.
     ``stacks`` (rank -> innermost frames), ``stack_files`` (rank -> its
     process's stack file), ``logs`` (rank -> log file) and ``nccl_dumps``
-    (``harness.launch.evidence``) are attached as they are.
+    (``harness.launch.evidence``) and ``gpu_processes`` (the GPU's compute
+    processes at the deadline, ``harness.launch.gpu_neighbours.summary``)
+    are attached as they are.
     """
     found = _who_fell_behind(progress, exited=exited, stopped=stopped, kernel_records=kernel_records)
     found.stacks = dict(stacks or {})
     found.logs = {rank: str(path) for rank, path in (logs or {}).items()}
     found.stack_files = {rank: str(path) for rank, path in (stack_files or {}).items()}
     found.nccl_dumps = list(nccl_dumps)
+    found.gpu_processes = gpu_processes
     return found
 
 

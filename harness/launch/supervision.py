@@ -19,7 +19,8 @@ allowance, ``harness.launch.job_clock``); this module enforces them:
   waits a grace period, sends SIGKILL, and verifies that no process with the
   token remains and that ``os.killpg(pgid, 0)`` raises ``ProcessLookupError``
   for every group it saw. A tree that runs out of time is first asked for
-  its workers' Python stacks (``harness.launch.evidence``), which the diagnosis
+  its workers' Python stacks (``harness.launch.evidence``) and for the GPU's
+  compute processes (``harness.launch.gpu_neighbours``), which the diagnosis
   (``harness.launch.diagnosis``) attaches.
 - Interrupts: every ``Supervised`` is in a module-level registry from before
   its first process exists until its processes are verified gone.
@@ -47,6 +48,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from harness.launch import gpu_neighbours
 from harness.launch.evidence import request_stacks
 from harness.wire.processes import group_alive
 
@@ -110,6 +112,8 @@ class Outcome:
     groups: list[int] = field(default_factory=list)
     # where the end went, in seconds: until the wait decided, asking for stacks, ending the tree
     ending: dict[str, float] = field(default_factory=dict)
+    # out of time: the GPU's compute processes at the deadline (harness.launch.gpu_neighbours), if nvidia-smi answered
+    gpu_processes: str | None = None
 
 
 class TreesEnded(KeyboardInterrupt):
@@ -304,8 +308,12 @@ class Supervised:
             decided = time.monotonic()
             if timed_out and on_expiry is not None:
                 on_expiry()
+            gpu_processes = None
             if timed_out and self.stacks_dir is not None:
-                request_stacks(processes_with_token(self.token), self.stacks_dir)
+                own = processes_with_token(self.token)
+                request_stacks(own, self.stacks_dir)
+                shot = gpu_neighbours.snapshot(own, gpu_neighbours.snapshot_path(self.stacks_dir, self.proc.pid))
+                gpu_processes = None if shot is None else str(shot)
         except BaseException:
             # interrupted (Ctrl-C, an error in poll): nothing started here may outlive the harness
             self.end_all()
@@ -318,7 +326,7 @@ class Supervised:
         ending = {"decided_s": round(decided - self.started, 3), "stacks_s": round(asked - decided, 3),
                   "end_s": round(ended - asked, 3)}
         return Outcome(self.proc.returncode, timed_out, ended - self.started, leftovers,
-                       sorted(self._seen_groups), ending)
+                       sorted(self._seen_groups), ending, gpu_processes)
 
     def end_all(self) -> list[int]:
         """SIGTERM every group of the tree, SIGKILL after the grace period; return pids still alive."""

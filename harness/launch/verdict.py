@@ -64,7 +64,7 @@ def _error_matches(error: dict, expected: dict) -> bool:
 
 
 def _diagnosis_text(diagnosis: Diagnosis | None) -> str:
-    """The diagnosis followed by its evidence: the laggard's innermost frames (each rank's innermost one when no rank fell behind), every rank's log and the NCCL dumps."""
+    """The diagnosis followed by its evidence: the laggard's innermost frames (each rank's innermost one when no rank fell behind), every rank's log, the NCCL dumps and who else held the GPU at the deadline."""
     if diagnosis is None:
         return "no diagnosis"
     parts = [diagnosis.text]
@@ -79,6 +79,8 @@ def _diagnosis_text(diagnosis: Diagnosis | None) -> str:
         parts.append("logs: " + ", ".join(f"rank {r} {p}" for r, p in sorted(diagnosis.logs.items())))
     if diagnosis.nccl_dumps:
         parts.append("NCCL flight recorder dumps: " + ", ".join(diagnosis.nccl_dumps))
+    if diagnosis.gpu_processes:
+        parts.append(diagnosis.gpu_processes)
     return "; ".join(parts)
 
 
