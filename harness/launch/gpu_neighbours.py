@@ -27,11 +27,10 @@ processes' pids outside its own namespace, or none: the file keeps what
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 QUERY = ["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory", "--format=csv,noheader"]
 # The snapshot is evidence, never a wait: a driver that cannot answer this soon is not asked again.
@@ -44,17 +43,15 @@ def snapshot_path(directory: str | os.PathLike, job_pid: int) -> Path:
     return Path(directory) / f"gpu-{job_pid}.txt"
 
 
-def _query(popen: Callable[..., subprocess.Popen]) -> list[list[str]] | None:
+def _query() -> list[list[str]] | None:
     """``nvidia-smi``'s compute processes as rows of fields, or None when it is absent, fails or is too slow.
 
     A query past ``QUERY_TIMEOUT_S`` is killed and left behind after one more
     second: a process held in the driver may not die at once, and the
     deadline that asked must not wait for it."""
-    if popen is subprocess.Popen and shutil.which(QUERY[0]) is None:
-        return None
     try:
-        proc = popen(QUERY, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    except OSError:
+        proc = subprocess.Popen(QUERY, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    except OSError:  # no nvidia-smi here
         return None
     try:
         out, _ = proc.communicate(timeout=QUERY_TIMEOUT_S)
@@ -70,10 +67,9 @@ def _query(popen: Callable[..., subprocess.Popen]) -> list[list[str]] | None:
     return [[field.strip() for field in line.split(",")] for line in out.splitlines() if line.strip()]
 
 
-def snapshot(own_pids: Iterable[int], path: str | os.PathLike,
-             popen: Callable[..., subprocess.Popen] = subprocess.Popen) -> Path | None:
+def snapshot(own_pids: Iterable[int], path: str | os.PathLike) -> Path | None:
     """Write the GPU's compute processes now to ``path``, each of ``own_pids`` marked; the path, or None."""
-    rows = _query(popen)
+    rows = _query()
     if rows is None:
         return None
     own = {str(pid) for pid in own_pids}
