@@ -186,8 +186,6 @@ class JobRunner:
         self.cut_short: dict[tuple[str, int | None], int] = {}
         # the current job's verdicts as they were given (case, group, status, wall time): its timing file
         self.verdict_times: list[dict] = []
-        # the current job out of time: who held the GPU at its deadline, for its diagnoses (None otherwise)
-        self.gpu_processes: str | None = None
 
     # -- scheduling
 
@@ -294,7 +292,6 @@ class JobRunner:
     def _run_job(self, pending: list[Pending], world: int, tp: int) -> list[Pending]:
         """Run one job over ``pending``; report each group's verdicts as they settle; return what is still to run."""
         s = self.settings
-        self.gpu_processes = None
         runs, argv, log_path = self._start_job(pending, world, tp)
         clock = self._job_clock(pending)
         nodes_done, held = self._hold_job_store()
@@ -320,7 +317,6 @@ class JobRunner:
             self.on_note(f"job {self.job_index}: every case here settled; this node's torchrun agent waited in "
                          f"torchrun's exit barrier for an agent that never reaches it (another node's agent "
                          f"missed it, or their cases' time was up), and was ended")
-        self.gpu_processes = gpu_neighbours.summary(outcome.gpu_processes)
         still = self._after_job(pending, runs, outcome, world, tp)
         self._write_timing(outcome, world, tp, sup.spare)
         return still
@@ -385,7 +381,8 @@ class JobRunner:
             culprits = [run for run in live if run.abandoned or self._failed_itself(run)]
         culprits = culprits or live
         blamed = ", ".join(self._group_name(run) for run in culprits)
-        end = records.CaseEnd(completed=False, timed_out=outcome.timed_out, returncode=outcome.returncode)
+        end = records.CaseEnd(completed=False, timed_out=outcome.timed_out, returncode=outcome.returncode,
+                              gpu_processes=gpu_neighbours.summary(outcome.gpu_processes))
         again: dict[str, list] = {}
 
         def run_again(run: GroupRun, cases: list[Case], why: str) -> None:
@@ -469,7 +466,7 @@ class JobRunner:
                                  stack_files=rank_stack_files(progress, stacks_dir(s.run_dir)),
                                  logs=self._rank_logs(case_id),
                                  nccl_dumps=nccl_dumps(s.env, self.job_started_wall),
-                                 gpu_processes=self.gpu_processes).in_group(run.group, run.members)
+                                 gpu_processes=end.gpu_processes).in_group(run.group, run.members)
             flight_evidence.attach(diagnosis, case_id.directory(s.run_dir))
             if cut_by:
                 diagnosis.text = f"cut short when {cut_by} failed; {diagnosis.text}"

@@ -34,6 +34,8 @@ class CaseEnd:
     completed: bool
     timed_out: bool = False
     returncode: int | None = None
+    # the job out of time: who held the GPU at its deadline, in one sentence (harness.launch.gpu_neighbours.summary)
+    gpu_processes: str | None = None
 
 
 def read_results(run_dir: str | Path, case: CaseId, ranks: Iterable[int] | None = None) -> dict[int, RankResult]:
