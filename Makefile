@@ -17,8 +17,12 @@ XDIST ?= -n auto
 # GPU tests share the one GPU four processes at a time; a worker whose context a test ended is replaced (tests/cuda_guard.py);
 # tests of one xdist_group (a shared expensive fixture) run on one worker. GPU validation runs after the tests, not
 # beside them: a test child's trapped CUDA context, held in the driver's teardown, once stalled a healthy validate job
-# in another process past its launch deadline (docs/results/verdicts-under-fire.md, 2026-12-07).
+# in another process past its launch deadline (docs/results/verdicts-under-fire.md, 2026-12-07); pytest ends only once
+# every process its tests started has (tests/leftover_processes.py).
 GPU_XDIST ?= -n 4 --dist loadgroup
+# The kernels the GPU tests compile are the ones validate loads after them (kernels.artifact_cache: keyed by source
+# and toolchain), and a second run on the machine compiles nothing.
+GPU_TEST_KERNELS ?= $(CURDIR)/runs/gpu-test-kernels
 ARGS ?=
 
 .PHONY: help venv test gpu-test validate golden compile bench list clean
@@ -48,9 +52,9 @@ gpu-test: $(VENV_STAMP)
 	@$(PYTHON) -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null || \
 		{ echo "make gpu-test: needs a GPU (torch.cuda.is_available() is False for $(PYTHON)); run it on a GPU machine" >&2; exit 1; }
 	@mkdir -p runs; \
-	$(PYTHON) -m pytest -m gpu $(GPU_XDIST) -p no:cacheprovider $(ARGS); tests=$$?; \
+	RANKCHECK_GPU_TEST_KERNELS=$(GPU_TEST_KERNELS) $(PYTHON) -m pytest -m gpu $(GPU_XDIST) -p no:cacheprovider $(ARGS); tests=$$?; \
 	case $$tests in 2|1[0-9][0-9]) echo "make gpu-test: pytest exit $$tests (interrupted or not run): validate not started" >&2; exit $$tests;; esac; \
-	$(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml > runs/gpu-validate.log 2>&1; validated=$$?; \
+	RANKCHECK_KERNEL_ARTIFACTS=$(GPU_TEST_KERNELS) $(PYTHON) -m harness validate --launcher auto --junit runs/gpu-validate.xml > runs/gpu-validate.log 2>&1; validated=$$?; \
 	cat runs/gpu-validate.log; \
 	echo "make gpu-test: pytest exit $$tests, validate exit $$validated (its log: runs/gpu-validate.log)"; \
 	[ $$tests -eq 0 ] && [ $$validated -eq 0 ]

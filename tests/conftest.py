@@ -3,7 +3,8 @@ this test session, never in the user's ~/.cache/rankcheck (scenario items of `py
 user's cache, as `make validate` does). The tests' own compiles really compile (they read the fresh module's
 PTX and IR): an artifact directory of the user's (``$RANKCHECK_KERNEL_ARTIFACTS``) is not used; the tests of
 that cache set one of their own. A session of gpu tests (``-m gpu``: no gpu test reads a fresh module's PTX or
-IR) shares one artifact directory in the session's cache instead, so a kernel variant compiles once for all of
+IR) shares one artifact directory in the session's cache instead (``$RANKCHECK_GPU_TEST_KERNELS`` when set:
+``make gpu-test`` names one that its ``validate`` loads afterwards), so a kernel variant compiles once for all of
 its xdist workers and the jobs its tests start, not once per process, and runs every process on one intra-op
 CPU thread: golden loops on small tensors wait on OpenMP threads at every operation when the CPU is shared
 (the all-reduce's golden of one tp-8 script: 2.2 s on one thread, 122 s on torch's default threads beside
@@ -20,6 +21,7 @@ import pytest
 
 if "RANKCHECK_CACHE_DIR" not in os.environ:
     os.environ["RANKCHECK_CACHE_DIR"] = tempfile.mkdtemp(prefix="rankcheck-test-cache-")
+    os.environ["RANKCHECK_TEST_CACHE_OWNER"] = str(os.getpid())  # tests/leftover_processes.py: whose session
     atexit.register(shutil.rmtree, os.environ["RANKCHECK_CACHE_DIR"], ignore_errors=True)
 os.environ.pop("RANKCHECK_KERNEL_ARTIFACTS", None)
 
@@ -29,7 +31,8 @@ def pytest_configure(config):
     intra-op thread each (module docstring)."""
     marks = config.getoption("markexpr", "") or ""
     if "gpu" in marks and "not gpu" not in marks:
-        os.environ["RANKCHECK_KERNEL_ARTIFACTS"] = os.path.join(os.environ["RANKCHECK_CACHE_DIR"], "kernels")
+        os.environ["RANKCHECK_KERNEL_ARTIFACTS"] = (os.environ.get("RANKCHECK_GPU_TEST_KERNELS")
+                                                    or os.path.join(os.environ["RANKCHECK_CACHE_DIR"], "kernels"))
         _one_intra_op_thread_per_process()
 
 
