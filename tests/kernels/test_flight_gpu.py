@@ -41,6 +41,7 @@ for path in (ROOT, HERE):
         sys.path.insert(0, path)
 
 from kernels import flight  # noqa: E402
+from trap_child import run_script  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -54,14 +55,7 @@ FUSED_STEPS = 3
 
 def run_child(case: str, directory) -> subprocess.CompletedProcess:
     """Run ``case`` in a child process writing its rings to ``directory`` (killed past the deadline)."""
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-    command = [sys.executable, os.path.abspath(__file__), case, str(directory)]
-    try:
-        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=CHILD_DEADLINE_S, env=env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        pytest.fail(f"child {case} still running after {CHILD_DEADLINE_S} s (killed)\n{out[-3000:]}")
+    return run_script([os.path.abspath(__file__), case, str(directory)], CHILD_DEADLINE_S)
 
 
 def rings_of(directory) -> dict[tuple[str, str, int], flight.Ring]:

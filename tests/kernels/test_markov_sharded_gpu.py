@@ -52,6 +52,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from golden.markov_sharded import reference  # noqa: E402
+from trap_child import run_script  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -64,14 +65,7 @@ FABRIC_TIMEOUT_S = 30
 
 def run_child(mode: str, *args: str, deadline_s: float = CHILD_DEADLINE_S) -> subprocess.CompletedProcess:
     """Run this file as ``mode`` in a child process with a deadline (killed past it); its completed process."""
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    env.setdefault("CUDA_DEVICE_MAX_CONNECTIONS", "32")
-    command = [sys.executable, os.path.abspath(__file__), mode, *args]
-    try:
-        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=deadline_s, env=env)
-    except subprocess.TimeoutExpired as exc:
-        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
-        pytest.fail(f"child {mode} {args} still running after {deadline_s} s (killed)\n{out[-3000:]}")
+    return run_script([os.path.abspath(__file__), mode, *args], deadline_s)
 
 
 def make_static(vocab: int, seed: int) -> dict:

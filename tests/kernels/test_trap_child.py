@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from trap_child import launch_failed, run_child, write_result
+from trap_child import launch_failed, run_child, run_script, write_result
 
 WRITES = "import sys; sys.path.insert(0, {here!r}); from trap_child import write_result; write_result(sys.argv[1], {{'report': 7}})"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -97,3 +97,16 @@ def test_a_stream_still_busy_past_the_deadline_is_a_failure_said_not_a_hang(monk
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: _Stream([False]))
     said = launch_failed(deadline_s=0.05)
     assert isinstance(said, str) and "still busy" in said
+
+
+def test_a_script_run_to_its_end_gives_its_exit_and_output(tmp_path):
+    done = run_script([script(tmp_path, "import sys; print('out'); print('err', file=sys.stderr); sys.exit(4)")], 60)
+    assert (done.returncode, done.stdout, done.stderr) == (4, "out\n", "err\n")
+
+
+def test_a_script_past_its_deadline_is_killed_and_fails_the_test_saying_where_it_was(tmp_path):
+    body = "import os, sys, threading; open(sys.argv[1], 'w').write(str(os.getpid())); threading.Event().wait()"
+    pid_file = tmp_path / "pid"
+    with pytest.raises(pytest.fail.Exception, match=r"still running after 5 s \(killed\):\nthread \d+: state"):
+        run_script([script(tmp_path, body), str(pid_file)], 5)
+    assert not alive(int(pid_file.read_text()))

@@ -7,7 +7,8 @@ not exit is a process stuck in the driver's teardown of a trapped context (seen 
 test processes: the record was printed and the process then ignored even a SIGUSR1 stack dump); its result still
 stands, the stall is returned beside it (``exit_stall``: every thread's kernel state and wait channel) for the
 test to report, and the process is killed. A child that wrote nothing by the deadline gives ``missing`` with the
-same evidence. ``trapped_report`` runs one child and returns the diagnostic record it dumped; the child's
+same evidence. ``run_script`` runs a child that reports by its exit and output instead, under the same deadline and evidence.
+``trapped_report`` runs one child and returns the diagnostic record it dumped; the child's
 ``dump_rank0_and_exit`` runs two virtual ranks and writes rank 0's result.
 """
 
@@ -110,6 +111,21 @@ def run_child(args: list[str], dump, env: dict | None = None, deadline_s: float 
                       f"of its trapped context); killed:\n{stall}")
         result["exit_stall"] = stall
     return result
+
+
+def run_script(args: list[str], deadline_s: float) -> subprocess.CompletedProcess:
+    """Run the script ``args`` to its end, output captured, on the tests' environment (``child_env``, up to 32 CUDA
+    connections unless set); past ``deadline_s`` it is killed and the test fails saying where it was stuck."""
+    import pytest  # noqa: PLC0415 - only the parent side fails tests; a child imports this module too
+
+    env = child_env(CUDA_DEVICE_MAX_CONNECTIONS=os.environ.get("CUDA_DEVICE_MAX_CONNECTIONS", "32"))
+    proc = subprocess.Popen([sys.executable, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        stdout, stderr = proc.communicate(timeout=deadline_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(args)} still running after {deadline_s:.0f} s (killed):\n{_stop(proc)}")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def trapped_report(script: str, dump) -> tuple[dict, dict]:
