@@ -32,6 +32,8 @@ import time
 
 import pytest
 
+from tests.process_states import task_states
+
 # Hang guards, not timing bounds: a process that was told to end is gone in milliseconds unless the driver
 # holds it.
 SETTLE_DEADLINE_S = 120.0
@@ -67,16 +69,7 @@ def describe(pid: int) -> str:
             command = fh.read().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return f"pid {pid} (gone)"
-    states = []
-    for task in sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []:
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-            with open(f"/proc/{pid}/task/{task}/wchan") as fh:
-                wchan = fh.read().strip() or "-"
-        except OSError:
-            continue
-        states.append(f"{state}/{wchan}")
+    states = [f"{state}/{wchan}" for _, state, wchan in task_states(pid)]
     return f"pid {pid} `{command[:200]}` threads {', '.join(states[:8]) or 'none'}"
 
 

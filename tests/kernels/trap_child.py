@@ -24,6 +24,10 @@ import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+if ROOT not in sys.path:  # a child script imports this module with only its own folder on the path
+    sys.path.insert(0, ROOT)
+
+from tests.process_states import task_states as thread_states  # noqa: E402
 
 
 # Hang guards, not timing bounds: a child compiles its kernels and traps within a minute on an idle GPU, and a
@@ -51,18 +55,8 @@ def write_result(path: str, result) -> None:
 
 
 def task_states(pid: int) -> str:
-    """Each thread of ``pid``: its kernel state letter and wait channel (where a thread stuck in a driver call
-    waits, which a Python stack dump cannot show)."""
-    lines = []
-    for task in sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []:
-        try:
-            with open(f"/proc/{pid}/task/{task}/stat") as fh:
-                state = fh.read().rsplit(")", 1)[1].split()[0]
-            with open(f"/proc/{pid}/task/{task}/wchan") as fh:
-                wchan = fh.read().strip() or "-"
-        except OSError:
-            continue
-        lines.append(f"thread {task}: state {state}, waits in {wchan}")
+    """Each thread of ``pid``: its kernel state letter and wait channel, a line each (``tests.process_states``)."""
+    lines = [f"thread {task}: state {state}, waits in {wchan}" for task, state, wchan in thread_states(pid)]
     return "\n".join(lines) or f"no /proc entry for {pid} (it has exited)"
 
 
