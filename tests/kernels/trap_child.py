@@ -33,7 +33,12 @@ from tests.process_states import task_states as thread_states  # noqa: E402
 # Hang guards, not timing bounds: a child compiles its kernels and traps within a minute on an idle GPU, and a
 # process that wrote its result exits at once unless the driver holds it.
 CHILD_DEADLINE_S = 300
-EXIT_GRACE_S = 60
+# Every trapping child leaves with ``os._exit`` right after writing its result: one still there after
+# ``EXIT_GRACE_S`` is held by the driver, and waiting longer only holds its test up. ``KILL_WAIT_S``: how long a
+# killed child may take to go before the runner says so and moves on (``tests/leftover_processes.py`` still waits
+# for it at the session's end).
+EXIT_GRACE_S = 15
+KILL_WAIT_S = 60
 # How long a child waits for its own stream after the launches (every kernel in these children has a deadline of
 # at most a few seconds), and how often it looks.
 STREAM_DEADLINE_S = 60
@@ -70,9 +75,9 @@ def _stop(proc: subprocess.Popen) -> str:
     except subprocess.TimeoutExpired:
         proc.kill()
         try:
-            stdout, stderr = proc.communicate(timeout=EXIT_GRACE_S)
+            stdout, stderr = proc.communicate(timeout=KILL_WAIT_S)
         except subprocess.TimeoutExpired:  # still held by the driver: say so rather than wait on it forever
-            stdout, stderr = "", f"pid {proc.pid} did not end after SIGKILL within {EXIT_GRACE_S} s"
+            stdout, stderr = "", f"pid {proc.pid} did not end after SIGKILL within {KILL_WAIT_S} s"
     return f"{states}\nstdout: {stdout[-3000:]}\nstderr: {stderr[-6000:]}"
 
 
