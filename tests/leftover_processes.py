@@ -7,8 +7,7 @@ and did not exit, but a process held in the driver's teardown of a trapped
 context may take minutes to go even after SIGKILL. ``make gpu-test`` starts
 ``validate`` right after pytest; a teardown still running then shares the
 GPU with the validation's jobs, and such a teardown once stalled a healthy
-job of another process past its launch deadline
-(``docs/results/verdicts-under-fire.md``, 2026-12-07).
+job of another process past its launch deadline (one H100, 2026-12-07).
 
 How. Every process of a test session inherits its private cache directory
 (``RANKCHECK_CACHE_DIR``, made by ``tests/conftest.py`` for this session
