@@ -21,7 +21,7 @@ XDIST ?= -n auto
 # every process its tests started has (tests/leftover_processes.py).
 GPU_XDIST ?= -n 4 --dist loadgroup
 # The kernels the GPU tests compile are the ones validate loads after them (kernels.artifact_cache: keyed by source
-# and toolchain), and a second run on the machine compiles nothing.
+# and toolchain), and a second run on the machine reuses them.
 GPU_TEST_KERNELS ?= $(CURDIR)/runs/gpu-test-kernels
 ARGS ?=
 

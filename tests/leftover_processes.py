@@ -39,6 +39,7 @@ SETTLE_DEADLINE_S = 120.0
 KILL_GRACE_S = 60.0
 POLL_S = 0.2
 MARKER_VARIABLE = "RANKCHECK_CACHE_DIR"
+OWNER_VARIABLE = "RANKCHECK_TEST_CACHE_OWNER"
 
 
 def session_processes(marker: str, variable: str = MARKER_VARIABLE) -> list[int]:
@@ -122,13 +123,10 @@ class LeftoverGuard:
         terminalreporter.section("processes this session started that outlived it")
         for line in self.found:
             terminalreporter.write_line(line)
-        terminalreporter.write_line(f"waited {self.waited_s:.1f} s for them to end (killed after "
-                                    f"{SETTLE_DEADLINE_S:.0f} s)")
+        terminalreporter.write_line(f"waited {self.waited_s:.1f} s for them to end (any still there after "
+                                    f"{SETTLE_DEADLINE_S:.0f} s is killed)")
         for line in self.left:
             terminalreporter.write_line(f"STILL ALIVE after SIGKILL and {KILL_GRACE_S:.0f} s: {line}")
-
-
-OWNER_VARIABLE = "RANKCHECK_TEST_CACHE_OWNER"
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -7,8 +7,8 @@ not exit is a process stuck in the driver's teardown of a trapped context (seen 
 test processes: the record was printed and the process then ignored even a SIGUSR1 stack dump); its result still
 stands, the stall is returned beside it (``exit_stall``: every thread's kernel state and wait channel) for the
 test to report, and the process is killed. A child that wrote nothing by the deadline gives ``missing`` with the
-same evidence. ``run_script`` runs a child that reports by its exit and output instead, under the same deadline and evidence.
-``trapped_report`` runs one child and returns the diagnostic record it dumped; the child's
+same evidence. ``run_script`` runs a child that reports by its exit and output instead, under a deadline with
+the same evidence. ``trapped_report`` runs one child and returns the diagnostic record it dumped; the child's
 ``dump_rank0_and_exit`` runs two virtual ranks and writes rank 0's result.
 """
 
