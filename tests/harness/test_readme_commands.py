@@ -143,15 +143,21 @@ def as_argv(command: str, run_dir: Path) -> list[str]:
 
 def user_environment() -> dict[str, str]:
     """This process's environment without what an enclosing ``make`` passes down (``make test ARGS=...`` would
-    otherwise reach the page's own ``make`` command, which a user typing it never has)."""
-    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+    otherwise reach the page's own ``make`` command, which a user typing it never has): its flags, and the variables
+    given on its command line, which make also exports as plain environment variables."""
+    overrides = re.split(r"(?<!\\)\s+", os.environ.get("MAKEFLAGS", "").partition(" -- ")[2].strip())
+    dropped = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}
+    dropped |= {word.split("=", 1)[0] for word in overrides if re.match(r"[A-Za-z_][A-Za-z0-9_]*=", word)}
+    return {k: v for k, v in os.environ.items() if k not in dropped}
 
 
 def test_user_environment_drops_an_enclosing_makes_variables(monkeypatch):
-    monkeypatch.setenv("MAKEFLAGS", " -- ARGS=--durations=30")
+    monkeypatch.setenv("MAKEFLAGS", " -- ARGS=--durations=30 XDIST=-n\\ 2")
     monkeypatch.setenv("MAKELEVEL", "1")
+    monkeypatch.setenv("ARGS", "--durations=30")
+    monkeypatch.setenv("XDIST", "-n 2")
     env = user_environment()
-    assert "MAKEFLAGS" not in env and "MAKELEVEL" not in env and env["PATH"] == os.environ["PATH"]
+    assert not {"MAKEFLAGS", "MAKELEVEL", "ARGS", "XDIST"} & set(env) and env["PATH"] == os.environ["PATH"]
 
 
 def test_commands_are_read_from_every_block():
