@@ -155,13 +155,13 @@ def planted_root(tmp_path):
 def test_validate_and_the_plugin_agree_and_lf_reruns_exactly_the_planted_failure(tmp_path):
     root = planted_root(tmp_path)
     planted = {PLANTED_SYSTEM_VAR: PLANTED}
+    plugin = ["-m", "pytest", "-p", "harness.pytest_plugin", "--rankcheck-scenario-root", "scn", "scn",
+              "--rankcheck-launcher", "cpu", "--rankcheck-world", "1", "--rankcheck-world", "2"]
     # validate and the plugin's first run are independent (run directories of their own): side by side
     with ThreadPoolExecutor(1) as beside:
         validating = beside.submit(run, ["-m", "harness", "validate", "--launcher", "cpu", "--scenario-root", str(root),
                                          "--world", "1", "2", "--run-dir", str(tmp_path / "validate")],
                                    tmp_path, **planted)
-        plugin = ["-m", "pytest", "-p", "harness.pytest_plugin", "--rankcheck-scenario-root", "scn", "scn",
-                  "--rankcheck-launcher", "cpu", "--rankcheck-world", "1", "--rankcheck-world", "2"]
         first = run([*plugin, "--rankcheck-run-dir", "first", "--junitxml", "first.xml"], tmp_path, **planted)
         validated = validating.result()
     failed = "markov_sharded/edge_nan[world=2,launcher=cpu]"

@@ -4,14 +4,13 @@ The rounds are tests of their own (one round each, about 12 s on 2 shared
 cores; under xdist rounds on other workers may run at the same time):
 ``ROUNDS`` of them, 6 in ``make test`` (3 per launcher), more as a stress
 (``RANKCHECK_FIRE_ROUNDS=20 pytest tests/harness/test_verdicts_under_fire.py``,
-issue 28's twenty). Each
-round starts two ``python -m harness validate`` at once on the tiny
-scenario at world 1, on the cpu launcher (torchrun and a rank process) in
-even rounds and the virtual launcher (one worker process, no spares) in odd
-ones, so each launcher's run directory, rendezvous and cache use meet a
-concurrent run in every round, both with the default run directory (no
-``--run-dir``: they must not meet) and the same reference cache (the test
-session's): one of the golden system, one with a planted bug
+issue 28's twenty). Each round starts two ``python -m harness validate`` at
+once on the tiny scenario at world 1, on the cpu launcher (torchrun and a
+rank process) in even rounds and the virtual launcher (one worker process,
+no spares) in odd ones, so each launcher's run directory, rendezvous and
+cache use meet a concurrent run in every round, both with the default run
+directory (no ``--run-dir``: they must not meet) and the same reference
+cache (the test session's): one of the golden system, one with a planted bug
 (``tests.harness.planted_wrong``, wrong in every launch) through the
 test-substitution hook. The clean run must pass (exit 0, no substitute
 named), the faulty one must fail on mismatching bits (exit 1) with the
