@@ -4,9 +4,11 @@ through the harness), and `gpu` tests skipped where no CUDA device exists
 (they run on the device machine through `make gpu-test`). After each `gpu`
 test the CUDA context is checked (``tests/cuda_guard.py``): a test that left
 it dead or spinning is named, and its process ends, so no later test inherits
-a trapped context. A session ends only once every process it started has
-(``tests/leftover_processes.py``), so nothing it left behind shares the GPU
-with what runs next.
+a trapped context. A `gpu` test still running at its deadline is named
+with where every process of the session waits, and its process ends
+(``tests/gpu_watchdog.py``). A session ends only once every process it
+started has (``tests/leftover_processes.py``), so nothing it left behind
+shares the GPU with what runs next.
 
 "No CUDA device" is the only reason to skip: torch imports, and either it
 is a build without CUDA or the machine has no NVIDIA device node. A broken
@@ -31,10 +33,10 @@ if ROOT not in sys.path:
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 os.environ.setdefault("NVSHMEM_DISABLE_NVLS", "1")
-# The scenario items (`pytest scenarios/`), run by the harness, and the CUDA-context guard of gpu tests. Where
-# rankcheck is installed the scenario plugin also arrives by its pytest11 entry point, registered under this same
-# name, so it is never registered twice.
-pytest_plugins = ["harness.pytest_plugin", "tests.cuda_guard", "tests.leftover_processes"]
+# The scenario items (`pytest scenarios/`), run by the harness, and the CUDA-context guard and deadline of gpu
+# tests. Where rankcheck is installed the scenario plugin also arrives by its pytest11 entry point, registered under
+# this same name, so it is never registered twice.
+pytest_plugins = ["harness.pytest_plugin", "tests.cuda_guard", "tests.leftover_processes", "tests.gpu_watchdog"]
 
 # CuTe DSL writes the PTX a ``--keep-ptx`` compile keeps (cutlass___*.ptx) into its dump directory, the working
 # directory unless told: the tests' compiles, and the processes they start, dump into a temporary one.

@@ -71,13 +71,13 @@ def check_after(item: pytest.Item) -> None:
         return
     message = (f"CUDA context unusable after {item.nodeid}: {problem}. This process ends here so that no later "
                f"test runs on it.")
-    _write_past_capture(item, f"\n{message}\n")
+    write_past_capture(item, f"\n{message}\n")
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os._exit(CONTEXT_LOST_EXIT)  # the controller reports this test as crashed and replaces the worker
     pytest.exit(message, returncode=CONTEXT_LOST_EXIT)
 
 
-def _write_past_capture(item: pytest.Item, text: str) -> None:
+def write_past_capture(item: pytest.Item, text: str) -> None:
     """Write ``text`` to the process's real stderr, past pytest's output capture (a worker ended by ``os._exit``
     never sends its captured output to the controller, so a captured line would be lost)."""
     config = getattr(item, "config", None)
