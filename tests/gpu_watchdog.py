@@ -83,7 +83,8 @@ def python_stacks(frames: int = STACK_FRAMES) -> str:
     for ident, frame in sys._current_frames().items():
         if ident == threading.get_ident():
             continue
-        stacks.append(f"  thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame, limit=frames)).rstrip())
+        stack = "".join(traceback.format_stack(frame, limit=frames)).rstrip()
+        stacks.append(f"  thread {names.get(ident, ident)}:\n{stack}")
     return "\n".join(stacks)
 
 
