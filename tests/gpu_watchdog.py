@@ -35,6 +35,7 @@ shorter one in the environment.
 from __future__ import annotations
 
 import faulthandler
+import math
 import os
 import sys
 import threading
@@ -64,8 +65,8 @@ def deadline_s() -> float:
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
+        value = 0.0  # refused below, as every non-number is
+    if not (math.isfinite(value) and value > 0):
         raise pytest.UsageError(f"{DEADLINE_VARIABLE}={text!r}: expected a number of seconds greater than 0")
     return value
 

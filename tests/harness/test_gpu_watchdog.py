@@ -20,7 +20,12 @@ from tests import gpu_watchdog
 ROOT = Path(__file__).resolve().parents[2]
 NESTED_DEADLINE_S = 120  # a hang guard for the nested session, far above what it needs
 
-TESTS = '''
+# A deadline a trivial test meets even on a loaded 2-core machine; the cpu test sleeps past it.
+QUICK_DEADLINE_S = 4
+
+TESTS = f'''
+QUICK_DEADLINE_S = {QUICK_DEADLINE_S}
+
 import os
 import subprocess
 import sys
@@ -43,7 +48,7 @@ def test_quick():
 
 
 def test_cpu_test_is_not_watched():
-    time.sleep(3)
+    time.sleep(QUICK_DEADLINE_S + 1)
 '''
 
 
@@ -79,15 +84,15 @@ def test_a_gpu_test_past_its_deadline_is_named_with_where_its_sessions_processes
 
 
 def test_under_xdist_the_crashed_worker_is_replaced_and_the_rest_of_the_session_runs(tmp_path):
-    run = nested(tmp_path, "-n", "1", "-p", "xdist", deadline="2")
+    run = nested(tmp_path, "-n", "1", "-p", "xdist", deadline=str(QUICK_DEADLINE_S))
     assert run.returncode == 1, run.stdout
-    assert "still running after 2 s" in run.stdout, run.stdout
+    assert f"still running after {QUICK_DEADLINE_S} s" in run.stdout, run.stdout
     assert "2 passed" in run.stdout and "1 failed" in run.stdout, run.stdout
     assert "crashed" in run.stdout, run.stdout
 
 
 def test_tests_within_their_deadline_and_tests_without_the_gpu_marker_run_untouched(tmp_path):
-    run = nested(tmp_path, "-k", "not hangs", deadline="1")
+    run = nested(tmp_path, "-k", "not hangs", deadline=str(QUICK_DEADLINE_S))
     assert run.returncode == 0, run.stdout
     assert "2 passed" in run.stdout and "still running" not in run.stdout, run.stdout
 
