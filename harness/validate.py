@@ -439,10 +439,11 @@ def run_plan(req: ValidateRequest, launcher: str, gpus: int, run_dir: Path, pair
         if stop is not None and stop.is_set():
             return
         started = timeline.start()
+        runner = JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers)
         try:
-            JobRunner(settings, argv_builder(launcher), add, report.note, job_numbers).run(list(unit.cases), unit.world)
+            runner.run(list(unit.cases), unit.world)
         finally:
-            seconds = timeline.note(started, unit)
+            seconds = timeline.note(started, unit, runner.after_verdicts_s)
         durations.note(keys[id(unit)], seconds)
 
     # two spares a lane: a lane of short jobs (a few seconds each) takes spares faster than one starts up

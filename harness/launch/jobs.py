@@ -62,8 +62,12 @@ number (``Rendezvous.job_endpoint``), in a store of its own.
 Each job leaves ``timing/job<i>[.node<k>].json``: its start, whether a
 standby spare ran it (``ready`` or still ``starting`` when handed the job),
 its end, how it ended and where the end went (``ending``: seconds until the
-wait decided, asking for stacks, ending the tree), and when each verdict was
-given (``harness.scale`` reads it).
+wait decided, asking for stacks, ending the tree), when each verdict was
+given (``harness.scale`` reads it), and ``after_last_verdict_s``: how long
+the job's process tree took to end once its last verdict was given (a job
+that ended by itself: the ranks' interpreter and CUDA teardown, the torchrun
+agent's exit; ``JobRunner.after_verdicts_s`` sums it over a runner's jobs for
+the unit timeline).
 """
 
 from __future__ import annotations
@@ -186,6 +190,8 @@ class JobRunner:
         self.cut_short: dict[tuple[str, int | None], int] = {}
         # the current job's verdicts as they were given (case, group, status, wall time): its timing file
         self.verdict_times: list[dict] = []
+        # seconds its jobs' processes took to end after their last verdict, summed (the unit timeline's split)
+        self.after_verdicts_s = 0.0
 
     # -- scheduling
 
@@ -481,12 +487,17 @@ class JobRunner:
 
     def _write_timing(self, outcome, world: int, tp: int, spare: str | None) -> None:
         """Write the job's timeline beside its job file: start, its process (a spare?), end, how it ended and
-        where the end went, and when each verdict was given."""
+        where the end went, when each verdict was given and how long its process took to end after the last."""
         s = self.settings
+        ended = time.time()
+        last = max((v["at"] for v in self.verdict_times), default=None)
+        # a job judged from its records after its end gave its verdicts at the end: nothing after them
+        after = round(max(0.0, ended - last), 3) if last is not None else None
+        self.after_verdicts_s += after or 0.0
         doc = {"job": self.job_index, "node": s.rendezvous.node_rank, "world": world, "tp": tp,
-               "started": self.job_started_wall, "spare": spare, "ended": time.time(),
+               "started": self.job_started_wall, "spare": spare, "ended": ended,
                "returncode": outcome.returncode, "timed_out": outcome.timed_out, "ending": outcome.ending,
-               "verdicts": self.verdict_times}
+               "after_last_verdict_s": after, "verdicts": self.verdict_times}
         path = job_timing_path(s, self.job_index)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(doc, indent=1), encoding="utf-8")

@@ -75,6 +75,13 @@ def test_virtual_launcher_runs_ranks_as_threads(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (res,) = report(tmp_path)["results"]
     assert (res["launcher"], res["world"], res["status"]) == ("virtual", 4, "pass")
+    # the job ended by itself after its verdict: how long its process took to end is kept, and the unit's
+    timing = json.loads((tmp_path / "timing" / "job0.json").read_text())
+    after = timing["after_last_verdict_s"]
+    assert 0 <= after <= timing["ended"] - timing["started"], timing
+    (unit_doc,) = json.loads((tmp_path / "units.json").read_text())["units"]
+    assert unit_doc["after_last_verdict_s"] == after
+    assert "# Unit time : " in proc.stdout and "after the units' last verdicts" in proc.stdout
 
 
 def test_a_reused_run_directory_never_lends_an_earlier_runs_files(tmp_path):
