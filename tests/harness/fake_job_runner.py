@@ -11,6 +11,8 @@ def fake_runner(statuses, *, interrupt_after=None):
     class FakeRunner:
         """Reports each case with the next status instead of running it."""
 
+        after_verdicts_s = 0.0  # no job process ran, so none took time to end after its verdicts
+
         def __init__(self, settings, argv_for, on_result, on_note, job_numbers):
             self.settings, self.on_result = settings, on_result
 

@@ -30,6 +30,8 @@ def test_validate_gives_every_job_the_scaled_allowances_and_the_header_says_so(m
     class RecordingRunner:
         """Notes each job's settings and reports a pass instead of starting processes."""
 
+        after_verdicts_s = 0.0  # no job process ran, so none took time to end after its verdicts
+
         def __init__(self, settings, argv_for, on_result, on_note, job_numbers):
             self.settings, self.on_result = settings, on_result
 

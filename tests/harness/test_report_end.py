@@ -14,21 +14,14 @@ from harness.reports import report as report_module
 from harness.reports.report import RUNNING, Report
 from harness.wire.case_result import CaseResult
 
+from fake_job_runner import fake_runner
+
 SCENARIOS = str(Path(__file__).resolve().parent / "scenarios")
 ARGS = ["validate", "--scenario-root", SCENARIOS, "--scenario", "markov_sharded/tiny", "--world", "1",
         "--launcher", "cpu", "--no-store"]
 
 
-class PassingRunner:
-    """A JobRunner stand-in that passes every case without starting a process."""
-
-    def __init__(self, settings, argv_for, on_result, on_note, job_numbers):
-        self.settings, self.on_result = settings, on_result
-
-    def run(self, cases, world):
-        """Report a pass per case."""
-        for case in cases:
-            self.on_result(CaseResult(case.family, case.name, world, self.settings.launcher, "pass"))
+PassingRunner = fake_runner([])[0]  # a JobRunner stand-in that passes every case without starting a process
 
 
 def test_the_files_say_running_until_the_last_write(tmp_path):
