@@ -12,7 +12,7 @@ the run was cut short), ``{"version": 1, "lanes": L, "wall_s": W, "units":
 "after_last_verdict_s"}, ...]}`` in start order, times in seconds from the
 first unit's start; ``after_last_verdict_s`` is how long the unit's job
 processes took to end once their last verdict was given
-(``harness.launch.jobs``), time a lane holds a unit that tests nothing. Its
+(``harness.launch.jobs``): time the lane is held while nothing is tested. Its
 summary (``summary``) is printed when the units are done, above the footer:
 the ``# Units`` line (lane occupancy: the units' seconds over lanes x wall,
 and the longest unit) and the ``# Unit time`` line (the units' seconds per

@@ -75,7 +75,7 @@ def test_virtual_launcher_runs_ranks_as_threads(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (res,) = report(tmp_path)["results"]
     assert (res["launcher"], res["world"], res["status"]) == ("virtual", 4, "pass")
-    # the job ended by itself after its verdict: how long its process took to end is kept, and the unit's
+    # the job ended by itself after its verdict: how long its process took to end is kept, in units.json too
     timing = json.loads((tmp_path / "timing" / "job0.json").read_text())
     after = timing["after_last_verdict_s"]
     assert 0 <= after <= timing["ended"] - timing["started"], timing
