@@ -50,6 +50,8 @@ class Case:
     harness_kinds: tuple[str, ...]
     # The only TP groups the scenario's faults reach (injections naming a ``group``); None: every group.
     fault_groups: tuple[int, ...] | None = None
+    # The injected kinds the family's kernels settle on every rank together (``FamilyAdapter.settled_in_step``).
+    settled_in_step: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -80,14 +82,21 @@ class Case:
         On the golden path a skipped or repeated launch and disagreeing ranks
         are caught at the next exchange on every rank at once (the ranks stay
         in step), so only hangs, crashes and delays need a job of their own;
-        a kernel may hang on any of them.
+        a kernel may hang on any of them, except the kinds its family settles
+        in step (``settled_in_step``), which run in their world's batch after
+        its healthy cases. Should such a case hang after all, the watchdog
+        judges it and the batch's later cases run again in a fresh job
+        (``harness.launch.jobs``), as after any fault.
         """
         risky = {"hang", "crash", "delay"}
+        faults = set(self.harness_kinds)
         if impl != "golden":
             risky |= {"skip_launch", "repeat_launch", "rank_disagree"}
+            if risky & faults and risky & faults <= set(self.settled_in_step):
+                return False
             if "timeout" in self.outcomes:
                 return True
-        return bool(risky & set(self.harness_kinds))
+        return bool(risky & faults)
 
     def in_group(self, group: int | None) -> "Case":
         """The case as TP group ``group`` is judged: a group no fault reaches expects the golden bits."""
@@ -129,7 +138,16 @@ def case_of(scenario: Scenario) -> Case:
         description=scenario.description,
         harness_kinds=tuple(sorted({i.kind for i in scenario.harness_injections()})),
         fault_groups=scenario.fault_groups(),
+        settled_in_step=_settled_in_step(scenario.family),
     )
+
+
+def _settled_in_step(family: str) -> tuple[str, ...]:
+    """The injected kinds ``family``'s kernels settle on every rank together (none for a family without an adapter)."""
+    from harness.families.registry import ADAPTERS  # noqa: PLC0415 - the registry imports every family's adapter
+
+    found = ADAPTERS.get(family)
+    return tuple(sorted(found.settled_in_step)) if found is not None else ()
 
 
 def discover(root: str | Path | None = None) -> list[Case]:

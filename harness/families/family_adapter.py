@@ -18,6 +18,8 @@ An adapter answers four questions for the worker:
   steps its shrinker may cut the vocabulary (``vocab_unit_per_rank``);
 - which scenario of the family the nightly scale run runs by default
   (``nightly_scenario``, ``nightly_hang``);
+- which injected faults its kernels settle on every rank together, so that
+  such a case needs no job of its own (``settled_in_step``);
 - which config keys only one implementation accepts (stripped for the
   other), which config entries the harness adds for the golden (on the
   golden path and for the reference alike: e.g. a reciprocal table or a
@@ -79,6 +81,10 @@ class FamilyAdapter:
     # whether it is the one the nightly plants its hang in (run first: the hang goes into the first scenario).
     nightly_scenario: str | None = None
     nightly_hang: bool = False
+    # Injected fault kinds that this family's kernels settle on every rank together, with no kernel left waiting
+    # for a peer (``harness.families.catalog.Case.isolated``): such a case runs in its world's batch, after the
+    # healthy cases, instead of a job of its own.
+    settled_in_step: frozenset[str] = frozenset()
 
     def golden_config(self, config: Mapping[str, Any]) -> dict:
         """The config the golden gets: kernel-only keys removed, the harness's golden entries added."""

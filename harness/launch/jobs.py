@@ -3,7 +3,9 @@
 Starting torchrun costs seconds (interpreters, torch import, rendezvous),
 so cases that cannot hang or kill their ranks run many to a job; a case that
 may (an injected hang, crash, skipped or repeated launch, disagreeing ranks,
-an expected timeout) runs in a job of its own. A job is one supervised
+an expected timeout) runs in a job of its own, unless its family's kernels
+settle its faults in step (``Case.isolated``): it then runs at the end of the
+batch. A job is one supervised
 process tree (``harness.launch.supervision.Supervised``) running ``harness.rank.worker``
 over a job file; its cases run in order.
 
@@ -199,7 +201,10 @@ class JobRunner:
         """Run every case at ``world`` ranks (TP size ``settings.tp`` or ``world``): batched, then isolated."""
         tp = tp_size(self.settings.tp, world)
         groups = tuple(self._groups(world, tp))
-        batch = [Pending(c, groups) for c in cases if not c.isolated(self.settings.impl)]
+        # the batch's injected faults (those the family settles in step) after its healthy cases: should one hang
+        # after all, only the cases after it run again
+        batch = [Pending(c, groups) for c in sorted(cases, key=lambda c: bool(set(c.harness_kinds) & set(c.settled_in_step)))
+                 if not c.isolated(self.settings.impl)]
         alone = [Pending(c, groups) for c in cases if c.isolated(self.settings.impl)]
         if batch:
             self._run_pending(batch, world, tp)

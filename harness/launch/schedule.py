@@ -7,7 +7,8 @@ they cannot spoil each other's verdict:
 - Units: per world, the cases that cannot hang run batched: the cpu-size
   ones in one unit, the gpu-size ones in one unit per family; every case that may hang or end its ranks (an
   injected hang, crash, skip, repeat or disagreement; an expected timeout)
-  is a unit of its own. Order: cpu-size batches and the fault units first,
+  is a unit of its own, except the faults its family settles in step
+  (``Case.isolated``), which end their world's cpu-size unit. Order: cpu-size batches and the fault units first,
   gpu-size batches last, so the reference pool (``harness.references.pool``) has
   computed their references by the time they start.
 - Lanes: a unit runs when a lane is free. With ranks sharing devices (the
