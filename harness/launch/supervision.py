@@ -311,9 +311,7 @@ class Supervised:
             gpu_processes = None
             if timed_out and self.stacks_dir is not None:
                 own = processes_with_token(self.token)
-                request_stacks(own, self.stacks_dir)
-                shot = gpu_neighbours.snapshot(own, gpu_neighbours.snapshot_path(self.stacks_dir, self.proc.pid))
-                gpu_processes = None if shot is None else str(shot)
+                gpu_processes = self._stacks_and_gpu_snapshot(own)
         except BaseException:
             # interrupted (Ctrl-C, an error in poll): nothing started here may outlive the harness
             self.end_all()
@@ -327,6 +325,19 @@ class Supervised:
                   "end_s": round(ended - asked, 3)}
         return Outcome(self.proc.returncode, timed_out, ended - self.started, leftovers,
                        sorted(self._seen_groups), ending, gpu_processes)
+
+    def _stacks_and_gpu_snapshot(self, own: Mapping[int, int]) -> str | None:
+        """Ask ``own``'s workers for their stacks while ``nvidia-smi`` lists the GPU's processes (the two waits
+        overlap: each is seconds on a loaded machine); return the snapshot's path, or None."""
+        shot: list = []
+        path = gpu_neighbours.snapshot_path(self.stacks_dir, self.proc.pid)
+        query = threading.Thread(target=lambda: shot.append(gpu_neighbours.snapshot(own, path)), daemon=True,
+                                 name="gpu-snapshot")
+        query.start()
+        request_stacks(own, self.stacks_dir)
+        # the query kills nvidia-smi past its timeout and waits at most a second more for it
+        query.join(gpu_neighbours.QUERY_TIMEOUT_S + 2.0)
+        return str(shot[0]) if shot and shot[0] is not None else None
 
     def end_all(self) -> list[int]:
         """SIGTERM every group of the tree, SIGKILL after the grace period; return pids still alive."""
