@@ -33,7 +33,10 @@ after it: the LL consumer polls the mailbox (the Lamport sentinel, not this
 grid's completion, tells it a fragment is there) and the BT owner reduce
 waits on ``griddepcontrol.wait``. Neither writes the state before that wait
 has seen this grid complete, so ``NEXT`` is read here before it is advanced
-and ``ACTIVE`` is set before ``NEXT`` moves on.
+and ``ACTIVE`` is set before ``NEXT`` moves on. The flight record's begin
+(six stores to host-mapped memory by one thread) comes after that release,
+so its writes across PCIe are not on the dependent's launch path; its launch
+number is taken before the wait, where the atomic overlaps it.
 """
 
 from __future__ import annotations
@@ -153,13 +156,13 @@ class PublishKernel(AllReduceKernel):
         cute.arch.griddepcontrol_wait()
         generation = Int64(ptx.ld_volatile_b32_or(state + NEXT * 4, Int32(1), cutlass.Uint32(0)))
         blocks, _, _ = cute.arch.grid_dim()
-        begin(self.flight, ring, flight_ident("allreduce_mhc", "publish", self.protocol), 0, (
-            generation, Uint32(0), blocks // self.ctas_per_token, Uint32(0), digest([blocks]),
-            Uint32(self.source == "finalize")), launch=flight_launch)
         # Every thread has read NEXT: the dependent (LL consumer, BT owner
         # reduce) may launch now and overlap this grid (see the docstring).
         cute.arch.barrier()
         cute.arch.griddepcontrol_launch_dependents()
+        begin(self.flight, ring, flight_ident("allreduce_mhc", "publish", self.protocol), 0, (
+            generation, Uint32(0), blocks // self.ctas_per_token, Uint32(0), digest([blocks]),
+            Uint32(self.source == "finalize")), launch=flight_launch)
         words = device.scrub_sentinel(self.contribution(x, weights, indices, shared, token, fragment, active))
 
         if cutlass.const_expr(self.protocol == "ll"):
