@@ -203,8 +203,8 @@ class JobRunner:
         groups = tuple(self._groups(world, tp))
         # the batch's injected faults (those the family settles in step) after its healthy cases: should one hang
         # after all, only the cases after it run again
-        batch = [Pending(c, groups) for c in sorted(cases, key=lambda c: bool(set(c.harness_kinds) & set(c.settled_in_step)))
-                 if not c.isolated(self.settings.impl)]
+        settled_last = sorted(cases, key=lambda c: bool(set(c.harness_kinds) & set(c.settled_in_step)))
+        batch = [Pending(c, groups) for c in settled_last if not c.isolated(self.settings.impl)]
         alone = [Pending(c, groups) for c in cases if c.isolated(self.settings.impl)]
         if batch:
             self._run_pending(batch, world, tp)

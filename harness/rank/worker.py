@@ -244,6 +244,6 @@ def leave_now(code: int) -> None:
 if __name__ == "__main__":
     from torch.distributed.elastic.multiprocessing.errors import record
 
-    # Every result is on disk (atomic renames) by now, and the process group is destroyed; what is left is
-    # garbage collection of the kernels' modules and tensors, which takes seconds on a GPU other jobs keep busy.
+    # Every result is on disk (atomic renames) by now, and the process group is destroyed: what is left, the
+    # collection of the kernels' modules and tensors, is work whose outcome nothing reads.
     leave_now(record(main)() or 0)
