@@ -67,7 +67,8 @@ its end, how it ended and where the end went (``ending``: seconds until the
 wait decided, asking for stacks, ending the tree), when each verdict was
 given (``harness.scale`` reads it), and ``after_last_verdict_s``: how long
 the job's process tree took to end once its last verdict was given (a job
-that ended by itself: the ranks' interpreter and CUDA teardown, the torchrun
+that ended by itself: the ranks' exit, which ends their CUDA contexts
+(``harness.rank.worker.leave_now``: no interpreter teardown), the torchrun
 agent's exit; ``JobRunner.after_verdicts_s`` sums it over a runner's jobs for
 the unit timeline).
 """
