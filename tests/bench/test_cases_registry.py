@@ -87,14 +87,18 @@ def test_markov_sharded_floor_terms():
     cells = 8 * 8 * 129280  # 8,273,920
     row = 256 * 2
     # One rank on 132 SMs: 132 CTAs x 16 warps x 16 rows = 33,792 rows resident, 95,488 streamed per step.
+    # One rank has no peer: nothing goes through a staging buffer.
     one = floor_terms(rows=8, steps=8, vocab=129280, world=1, sm_count=132)
-    assert [t.bytes for t in one] == [33_792 * row, 8 * 95_488 * row, 4 * cells, 2 * cells, 2 * cells]
-    # Eight ranks share the GPU: 16 CTAs each (128 SMs), 4,096 rows resident per rank of its 16,160; eight caches.
+    assert [t.bytes for t in one] == [33_792 * row, 8 * 95_488 * row, 4 * cells, 2 * cells, 2 * cells, 0, 0]
+    # Eight ranks share the GPU: 16 CTAs each (128 SMs), 4,096 rows resident per rank of its 16,160; eight caches;
+    # each rank's staging buffer receives its 7 peers' shards (7/8 of a cache) and the copy reads them back.
     eight = floor_terms(rows=8, steps=8, vocab=129280, world=8, sm_count=132)
-    assert [t.bytes for t in eight] == [8 * 4_096 * row, 8 * 8 * 12_064 * row, 4 * cells, 2 * cells, 16 * cells]
-    # A rank alone on its GPU: its shard of the noise and the base, its own cache.
+    assert [t.bytes for t in eight] == [8 * 4_096 * row, 8 * 8 * 12_064 * row, 4 * cells, 2 * cells, 16 * cells,
+                                        14 * cells, 14 * cells]
+    # A rank alone on its GPU: its shard of the noise and the base, its own cache, its peers' shards staged once.
     alone = floor_terms(rows=8, steps=8, vocab=129280, world=8, sm_count=132, sharing=1)
-    assert [t.bytes for t in alone] == [16_160 * row, 0, 4 * cells // 8, 2 * cells // 8, 2 * cells]
+    assert [t.bytes for t in alone] == [16_160 * row, 0, 4 * cells // 8, 2 * cells // 8, 2 * cells,
+                                        7 * 2 * cells // 8, 7 * 2 * cells // 8]
     # A small vocabulary fits in the registers: nothing is read twice.
     assert floor_terms(rows=1, steps=8, vocab=4096, world=1, sm_count=132)[1].bytes == 0
     assert terms_bytes(one) == sum(t.bytes for t in one)

@@ -23,7 +23,11 @@ tiles that stay in registers for the whole launch (one 16-row tile per warp,
 16 warps per CTA, ``default_ctas`` CTAs per rank: an equal share of the SMs)
 are read once; the head rows that do not fit are read once per step; the
 noise (FP32) and the base logits (BF16) once; every rank's cache rows
-(BF16, each rank ends with the full rows) written once. Plus one launch per
+(BF16, each rank ends with the full rows) written once; and, with more than
+one rank, the peers' shards through each rank's staging buffer, written by
+the peers and read back by the copy into the cache (``logits_cache`` is the
+caller's tensor, which a peer cannot address, so every peer shard lands in
+the symmetric staging buffer first: seed 000's exchange). Plus one launch per
 rank. The eager case has the one-rank floor: the task's limit, not cuBLAS's.
 It is a DRAM floor: the kernel keeps half of the streamed rows in L2
 between steps (``ShardedMarkovSample``'s ``l2_keep``), which is how it can
@@ -70,6 +74,8 @@ def floor_terms(*, rows: int, steps: int, vocab: int, world: int, sm_count: int,
     streamed = shard - resident
     cells = rows * steps * shard * sharing
     size = f"{rows} x {steps} x {shard * sharing}"
+    staged = sharing * (world - 1) * rows * steps * shard * 2
+    staged_size = f"{sharing} rank(s) x {world - 1} peers x {rows} x {steps} x {shard} x 2 B"
     return (
         FloorTerm("head tiles resident in registers, read once",
                   f"{sharing} rank(s) x min({shard}, {ctas} CTAs x {WARPS} warps x {TILE_ROWS} rows) x {dim} x 2 B",
@@ -80,6 +86,8 @@ def floor_terms(*, rows: int, steps: int, vocab: int, world: int, sm_count: int,
         FloorTerm("base logits (BF16) read once", f"{size} x 2 B", cells * 2),
         FloorTerm("every rank's cache rows (BF16) written", f"{sharing} x {rows} x {steps} x {vocab} x 2 B",
                   sharing * rows * steps * vocab * 2),
+        FloorTerm("the peers' shards written into every rank's staging buffer", staged_size, staged),
+        FloorTerm("the staging buffers read by the copy into the cache", staged_size, staged),
     )
 
 
